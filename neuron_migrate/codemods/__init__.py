@@ -1,0 +1,57 @@
+"""The codemods, in the order they see each node, and the lookups built from them.
+
+Order matters where two codemods touch the same statement: metrics reports are deleted before
+`master_print` would be rewritten around them, and device rewrites run before anything that
+reads the device.
+"""
+
+from __future__ import annotations
+
+from neuron_migrate.codemods.base import Codemod
+from neuron_migrate.codemods.xla_autocast import XlaAutocast
+from neuron_migrate.codemods.xla_collectives import XlaCollectives
+from neuron_migrate.codemods.xla_compile import XlaCompileBackend
+from neuron_migrate.codemods.xla_data import XlaData
+from neuron_migrate.codemods.xla_device import XlaDevice
+from neuron_migrate.codemods.xla_env import XlaEnv
+from neuron_migrate.codemods.xla_launch import XlaLaunch
+from neuron_migrate.codemods.xla_metrics import XlaMetrics
+from neuron_migrate.codemods.xla_optimizer import XlaOptimizer
+from neuron_migrate.codemods.xla_sync import XlaSync
+
+CODEMODS: tuple[type[Codemod], ...] = (
+    XlaMetrics,
+    XlaEnv,
+    XlaDevice,
+    XlaSync,
+    XlaOptimizer,
+    XlaData,
+    XlaLaunch,
+    XlaCollectives,
+    XlaAutocast,
+    XlaCompileBackend,
+)
+
+# Packages of the old stack: their imports are removed once unused, and any use left behind
+# gets a TODO.
+OLD_STACK_PACKAGES: tuple[str, ...] = ("torch_xla",)
+
+LEFTOVER_CODE = "NM090"
+LEFTOVER_MESSAGE = "`{name}` has no automatic migration; rewrite it for native PyTorch by hand"
+
+
+def manual_message(qualified: str) -> tuple[str, str]:
+    """The code and TODO text for an old-stack name no codemod rewrote (longest prefix wins)."""
+    best: tuple[int, str, str] | None = None
+    for codemod in CODEMODS:
+        for prefix, message in codemod.manual.items():
+            if qualified == prefix or qualified.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), codemod.code, message)
+    if best is None:
+        return LEFTOVER_CODE, LEFTOVER_MESSAGE
+    return best[1], best[2]
+
+
+def by_code() -> dict[str, type[Codemod]]:
+    return {codemod.code: codemod for codemod in CODEMODS}

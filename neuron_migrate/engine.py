@@ -1,0 +1,126 @@
+"""Rewrites one source text: prefilter, parse, run the codemods, tidy imports, verify.
+
+The cheap steps come first: a substring scan skips files that cannot need anything, and `ast`
+(not LibCST) answers which codemods apply. Whatever the codemods produce is parsed again before
+it is accepted: a result that is not valid Python is an internal error, and the input is left
+as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from neuron_migrate.codemods import CODEMODS, OLD_STACK_PACKAGES, manual_message
+from neuron_migrate.codemods.base import PORTABLE, FileFacts, MigrationContext, Target
+from neuron_migrate.codemods.cleanup import add_module_level, remove_dead_imports
+from neuron_migrate.codemods.dispatch import Dispatcher
+from neuron_migrate.codemods.imports import ImportTable, qualified_names_used
+from neuron_migrate.findings import FileResult, ManualItem
+
+# A file that contains none of these cannot need a migration.
+PREFILTER = re.compile(r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://")
+
+_TODO = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class Options:
+    target: Target = PORTABLE
+    select: tuple[str, ...] = ()  # code prefixes; empty means all
+    ignore: tuple[str, ...] = ()
+
+    def enabled(self, code: str) -> bool:
+        if any(code.startswith(prefix) for prefix in self.ignore):
+            return False
+        return not self.select or any(code.startswith(prefix) for prefix in self.select)
+
+
+def syntax_error_message(path: str, exc: SyntaxError) -> str:
+    line = exc.lineno or 1
+    column = (exc.offset or 1) if exc.offset is not None else 1
+    hint = ""
+    if exc.msg.startswith("Missing parentheses in call to 'print'"):
+        hint = " (Python 2 code is not supported)"
+    return f"{path}:{line}:{column}: SyntaxError: {exc.msg}{hint}"
+
+
+def manual_items(text: str) -> list[ManualItem]:
+    """The TODO markers in `text`, with their positions (markers from earlier runs included)."""
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "neuron-migrate NM" not in line:
+            continue
+        match = _TODO.search(line)
+        if match:
+            items.append(ManualItem(match.group(1), match.group(2).strip(), number, match.start() + 1))
+    return items
+
+
+def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = None) -> FileResult:
+    """Migrate one Python source text. Never raises for bad input: errors go in the result."""
+    options = options or Options()
+    result = FileResult(path=path, original=text, migrated=text)
+    if not PREFILTER.search(text) and "neuron-migrate NM" not in text:
+        result.skipped = True
+        return result
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        result.error = syntax_error_message(path, exc)
+        return result
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
+        result.error = f"{path}:1:1: cannot parse: {exc}"
+        return result
+
+    table = ImportTable.from_ast(tree)
+    facts = FileFacts(used=qualified_names_used(tree, table))
+    selected = [c for c in CODEMODS if options.enabled(c.code) and c.applies(facts, text)]
+    old_names = table.names_under(OLD_STACK_PACKAGES)
+    if not selected and not old_names:
+        result.manual = manual_items(text)
+        return result
+
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        result.error = f"{path}:{exc.raw_line}:{exc.raw_column + 1}: cannot parse: {exc.message}"
+        return result
+    except RecursionError:
+        result.error = f"{path}:1:1: cannot parse: nesting too deep"
+        return result
+
+    ctx = MigrationContext(target=options.target, imports=table, facts=facts, path=path, source=text)
+    codemods = [c(ctx) for c in selected]
+    report_leftovers = options.enabled("NM090")
+
+    def leftover(qualified: str) -> tuple[str, str]:
+        return manual_message(qualified)
+
+    dispatcher = Dispatcher(ctx, codemods, old_names if report_leftovers else (), leftover)
+    try:
+        migrated = module.visit(dispatcher)
+        after = ast.parse(migrated.code)
+        if options.enabled("NM012"):
+            migrated = remove_dead_imports(migrated, ctx, tree, after, old_names)
+        if ctx.new_imports or ctx.helpers or ctx.module_prologue:
+            existing = {(b.qualified, b.local if b.local != b.qualified else None) for b in table.all_bindings}
+            blocks = [*ctx.module_prologue, *ctx.helpers.values()]
+            migrated = add_module_level(migrated, ctx.new_imports, existing, blocks)
+        code = migrated.code
+        ast.parse(code)
+    except SyntaxError as exc:
+        result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
+        return result
+    except RecursionError:
+        result.error = f"{path}:1:1: internal error: nesting too deep to migrate; file left unchanged"
+        return result
+
+    result.migrated = code
+    result.changes = ctx.changes
+    result.notes = ctx.notes
+    result.manual = manual_items(code)
+    return result

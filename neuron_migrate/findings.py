@@ -1,0 +1,54 @@
+"""Plain records that flow from the codemods to the reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Change:
+    """One automatic edit, described in the user's words."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ManualItem:
+    """Something left for a person, marked in the code with a TODO comment."""
+
+    code: str
+    message: str
+    line: int = 0  # 1-based line of the TODO marker in the migrated file
+    column: int = 0
+
+    @property
+    def marker(self) -> str:
+        return f"# TODO(neuron-migrate {self.code}): {self.message}"
+
+
+@dataclass(frozen=True)
+class Note:
+    """Information the user must know but need not act on in the code (a launch command, a policy change)."""
+
+    code: str
+    message: str
+
+
+@dataclass
+class FileResult:
+    """What happened to one input."""
+
+    path: str
+    original: str = ""
+    migrated: str = ""
+    changes: list[Change] = field(default_factory=list)
+    manual: list[ManualItem] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    error: str | None = None  # one line, "path:line:col: message"
+    skipped: bool = False  # the prefilter found nothing to do
+    written: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.error is None and self.migrated != self.original
