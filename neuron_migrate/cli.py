@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     rewrite.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
     rewrite.add_argument("-q", "--quiet", action="store_true", help="print only errors and the manual items")
 
+    from neuron_migrate.checks import command as check_command
+
+    check_command.add_parser(commands)
+
     rules = commands.add_parser("rules", help="show the documentation of a rule, or list them all")
     rules.add_argument("code", nargs="?", help="a rule code such as NM003")
     return parser
@@ -222,6 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_rewrite(args)
     if args.command == "rules":
         return run_rules(args)
+    if args.command == "check":
+        from neuron_migrate.checks import command as check_command
+
+        return check_command.run(args)
     parser.print_help()
     return EXIT_ERROR
 

@@ -165,7 +165,7 @@ class _Ignores:
             lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return False
-        spec = pathspec.PathSpec.from_lines("gitwildmatch", lines)
+        spec = pathspec.PathSpec.from_lines("gitignore", lines)
         self._specs.append((Path(os.path.abspath(folder)), spec))
         return True
 
