@@ -19,7 +19,14 @@ from neuron_migrate import __version__
 from neuron_migrate.codemods import CODEMODS
 from neuron_migrate.codemods.base import TARGETS
 from neuron_migrate.engine import Options, rewrite_source
-from neuron_migrate.files import SourceError, decode_source, discover, read_source, write_atomic, write_back
+from neuron_migrate.files import (
+    SourceError,
+    decode_source,
+    discover,
+    read_source,
+    write_atomic,
+    write_back,
+)
 from neuron_migrate.findings import FileResult
 from neuron_migrate.report import as_json, as_markdown, manual_lines, summary, unified_diff
 from neuron_migrate.rules import render_rule, rule_codes, rules_table

@@ -8,6 +8,7 @@ when the file changed since it was read.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import io
 import os
@@ -125,10 +126,8 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
             os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

@@ -45,9 +45,9 @@ def manual_message(qualified: str) -> tuple[str, str]:
     best: tuple[int, str, str] | None = None
     for codemod in CODEMODS:
         for prefix, message in codemod.manual.items():
-            if qualified == prefix or qualified.startswith(prefix + "."):
-                if best is None or len(prefix) > best[0]:
-                    best = (len(prefix), codemod.code, message)
+            matches = qualified == prefix or qualified.startswith(prefix + ".")
+            if matches and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), codemod.code, message)
     if best is None:
         return LEFTOVER_CODE, LEFTOVER_MESSAGE
     return best[1], best[2]

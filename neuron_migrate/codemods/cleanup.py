@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import libcst as cst
 
@@ -101,7 +102,7 @@ class _ImportRemover(cst.CSTTransformer):
         if not removed_import or not any(_catches_import_error(h) for h in updated_node.handlers):
             return updated_node
         # The old stack's availability guard: keep the accelerator branch, now native.
-        kept = [s for s in updated_node.body.body if id(s) not in self.ctx.removed]
+        kept: list[Any] = [s for s in updated_node.body.body if id(s) not in self.ctx.removed]
         if updated_node.orelse is not None:
             kept += list(updated_node.orelse.body.body)
         if updated_node.finalbody is not None:
@@ -190,7 +191,7 @@ def add_module_level(
     blocks: Sequence[str],
 ) -> cst.Module:
     """Add imports next to their kind, then `blocks` (helpers, set-up) after the import block."""
-    body = list(module.body)
+    body: list[Any] = list(module.body)
     # The import block: from the first import to the last import before any def/class/if/for.
     first_code = 0
     while first_code < len(body) and _is_future_or_docstring(body[first_code], first_code):
@@ -221,7 +222,7 @@ def add_module_level(
         body.insert(position, line)
         anchor += 1
     if blocks:
-        insert: list[cst.BaseStatement] = []
+        insert: list[Any] = []
         for source in blocks:
             parsed = cst.parse_module(source)
             statements = list(parsed.body)

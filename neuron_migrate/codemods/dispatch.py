@@ -158,7 +158,7 @@ class Dispatcher(cst.CSTTransformer):
         saw_old = self._saw_old_name.pop()
         if saw_old and isinstance(result, _STATEMENT_TYPES) and id(result) not in self.ctx.removed:
             self._mark_leftovers(result, frame)
-        nodes: list[cst.BaseStatement]
+        nodes: list[Any]
         if isinstance(result, cst.FlattenSentinel):
             nodes = list(result.nodes)
         elif isinstance(result, cst.RemovalSentinel):
@@ -186,12 +186,12 @@ class Dispatcher(cst.CSTTransformer):
         if frame.todos or frame.comments:
             if nodes:
                 was_removed = id(nodes[0]) in self.ctx.removed
-                nodes[0] = add_todos(nodes[0], frame.todos, frame.comments)  # type: ignore[assignment]
+                nodes[0] = add_todos(nodes[0], frame.todos, frame.comments)
                 if was_removed:
                     self.ctx.remove(nodes[0])
             else:
                 # Nothing left to carry the comment: keep it on a `pass` so it is not lost.
-                nodes = [add_todos(cst.SimpleStatementLine([cst.Pass()]), frame.todos, frame.comments)]  # type: ignore[list-item]
+                nodes = [add_todos(cst.SimpleStatementLine([cst.Pass()]), frame.todos, frame.comments)]
         if len(nodes) == 1:
             return nodes[0]
         return cst.FlattenSentinel(nodes)
@@ -207,7 +207,7 @@ class Dispatcher(cst.CSTTransformer):
         for dotted in dict.fromkeys(finder.found):
             qualified = self.ctx.imports.resolve_dotted(dotted) or dotted
             code, message = self.manual_messages(qualified)
-            message = message.replace("{name}", dotted)
+            message = message.replace("{name}", dotted) if "{name}" in message else f"`{dotted}`: {message}"
             if (code, message) not in frame.todos:
                 frame.todos.append((code, message))
 
@@ -231,8 +231,9 @@ def sweep_block(
     """Drop removed statements; their comments move to the next statement, or to the footer."""
     if not any(id(s) in removed for s in node.body):
         return node
-    body: list[cst.BaseStatement] = []
+    body: list[Any] = []
     carried: list[cst.EmptyLine] = []
+    statement: Any
     for statement in node.body:
         if id(statement) in removed:
             carried.extend(getattr(statement, "leading_lines", ()))
