@@ -28,6 +28,7 @@ from neuron_migrate.files import (
     write_back,
 )
 from neuron_migrate.findings import FileResult
+from neuron_migrate.notebook import rewrite_notebook
 from neuron_migrate.report import as_json, as_markdown, manual_lines, summary, unified_diff
 from neuron_migrate.rules import render_rule, rule_codes, rules_table
 
@@ -101,7 +102,12 @@ def process(job: Job) -> FileResult:
         source = read_source(job.path)
     except SourceError as exc:
         return FileResult(path=str(job.path), error=str(exc))
-    result = rewrite_source(source.text, str(job.path), job.options)
+    if job.path.suffix == ".ipynb":
+        notebook = rewrite_notebook(source.text, str(job.path), job.options)
+        result = notebook.result
+        result.cells = notebook.cells
+    else:
+        result = rewrite_source(source.text, str(job.path), job.options)
     if result.error:
         return result
     try:
@@ -155,7 +161,7 @@ def run_rewrite(args: argparse.Namespace) -> int:
             missing.append(f"{given}: no such file or directory")
             continue
         root = given if given.is_dir() else None
-        for path in discover([given]):
+        for path in discover([given], (".py", ".ipynb")):
             output = _output_path(path, root, args.output_dir) if args.output_dir else None
             jobs.append(Job(path, mode, options, output))
     results = _run_jobs(jobs, args.jobs)

@@ -19,8 +19,9 @@ class ManualItem:
 
     code: str
     message: str
-    line: int = 0  # 1-based line of the TODO marker in the migrated file
+    line: int = 0  # 1-based line of the TODO marker in the migrated file (or cell)
     column: int = 0
+    cell: int | None = None  # 1-based cell number, in a notebook
 
     @property
     def marker(self) -> str:
@@ -48,6 +49,7 @@ class FileResult:
     error: str | None = None  # one line, "path:line:col: message"
     skipped: bool = False  # the prefilter found nothing to do
     written: bool = False
+    cells: list[tuple[int, str, str]] = field(default_factory=list)  # notebook: (index, old, new)
 
     @property
     def changed(self) -> bool:

@@ -14,16 +14,27 @@ from neuron_migrate.findings import FileResult
 RULES_HINT = "neuron-migrate rules {code}"
 
 
+def _diff(old: str, new: str, name: str) -> str:
+    a = old.splitlines(keepends=True)
+    b = new.splitlines(keepends=True)
+    lines = difflib.unified_diff(a, b, fromfile=f"a/{name}", tofile=f"b/{name}")
+    return "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
 def unified_diff(result: FileResult) -> str:
-    a = result.original.splitlines(keepends=True)
-    b = result.migrated.splitlines(keepends=True)
-    lines = difflib.unified_diff(a, b, fromfile=f"a/{result.path}", tofile=f"b/{result.path}")
-    text = "".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n" for line in lines)
-    return text
+    """The change as a unified diff; for a notebook, one diff per changed cell (`nb.ipynb:cell 4`)."""
+    if result.cells:
+        return "".join(_diff(old, new, f"{result.path}:cell {index + 1}") for index, old, new in result.cells)
+    return _diff(result.original, result.migrated, result.path)
+
+
+def location(result: FileResult, line: int, column: int, cell: int | None) -> str:
+    where = f"{result.path}:cell {cell}" if cell is not None else result.path
+    return f"{where}:{line}:{column}"
 
 
 def manual_lines(result: FileResult) -> list[str]:
-    return [f"{result.path}:{item.line}:{item.column}: {item.code} {item.message}" for item in result.manual]
+    return [f"{location(result, m.line, m.column, m.cell)}: {m.code} {m.message}" for m in result.manual]
 
 
 def summary(results: Sequence[FileResult], *, applied: bool) -> str:
@@ -56,7 +67,12 @@ def as_json(results: Sequence[FileResult], target: str) -> str:
                 "error": r.error,
                 "changes": [{"code": c.code, "message": c.message} for c in r.changes],
                 "manual": [
-                    {"code": m.code, "message": m.message, "location": {"row": m.line, "column": m.column}}
+                    {
+                        "code": m.code,
+                        "message": m.message,
+                        "location": {"row": m.line, "column": m.column},
+                        **({"cell": m.cell} if m.cell is not None else {}),
+                    }
                     for m in r.manual
                 ],
                 "notes": [{"code": n.code, "message": n.message} for n in r.notes],
@@ -87,7 +103,8 @@ def as_markdown(results: Sequence[FileResult], target: str) -> str:
         out += ["## Needs attention", "", "| where | code | what |", "|---|---|---|"]
         for r, m in manual:
             message = m.message.replace("|", "\\|")
-            out.append(f"| `{r.path}:{m.line}` | {m.code} | {message} |")
+            where = location(r, m.line, m.column, m.cell).rsplit(":", 1)[0]
+            out.append(f"| `{where}` | {m.code} | {message} |")
         out.append("")
     notes = [(r, n) for r in results for n in r.notes]
     if notes:

@@ -1,0 +1,163 @@
+"""Notebooks: migrate the code cells, keep every other byte of the JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from neuron_migrate.cli import main
+from neuron_migrate.engine import Options
+from neuron_migrate.notebook import rewrite_notebook
+
+CELLS = [
+    ("markdown", "# Train on Trainium\nWe use the XLA device."),
+    ("code", "%env PJRT_DEVICE=NEURON\n!pip list | grep torch\nimport torch\nimport torch_xla.core.xla_model as xm"),
+    ("code", "device = xm.xla_device()  # the NeuronCore\nx = torch.ones(3, device=device)"),
+    ("code", "%%time\nfor _ in range(2):\n    y = x * 2\n    xm.mark_step()"),
+    ("code", "%%bash\necho xm.mark_step()"),
+    ("code", "print(y)"),
+]
+
+
+def build(cells: list[tuple[str, str]] = CELLS) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for kind, source in cells:
+        nb.cells.append(nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source))
+    if cells is CELLS:
+        nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="torch 2.9.0\n")]
+    return nb
+
+
+def rewrite(raw: str) -> tuple[str, object]:
+    outcome = rewrite_notebook(raw, "nb.ipynb", Options())
+    assert outcome.result.error is None, outcome.result.error
+    return outcome.result.migrated, outcome
+
+
+def test_cells_are_migrated_together() -> None:
+    raw = nbformat.writes(build())
+    new, _ = rewrite(raw)
+    nb = json.loads(new)
+    sources = ["".join(c["source"]) for c in nb["cells"]]
+    assert sources[1] == "%env PJRT_DEVICE=NEURON\n!pip list | grep torch\nimport torch"
+    assert sources[2] == (
+        'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")  # the NeuronCore\n'
+        "x = torch.ones(3, device=device)"
+    )
+    assert sources[3] == "%%time\nfor _ in range(2):\n    y = x * 2"
+    assert sources[4] == "%%bash\necho xm.mark_step()"  # not Python: untouched
+    assert "".join(nb["cells"][1]["outputs"][0]["text"]) == "torch 2.9.0\n"
+
+
+def test_only_changed_sources_are_rewritten() -> None:
+    raw = nbformat.writes(build())
+    new, outcome = rewrite(raw)
+    assert [index for index, _, _ in outcome.cells] == [1, 2, 3]  # type: ignore[attr-defined]
+    old_nb, new_nb = json.loads(raw), json.loads(new)
+    for old, cell in zip(old_nb["cells"], new_nb["cells"], strict=True):
+        assert {k: v for k, v in old.items() if k != "source"} == {k: v for k, v in cell.items() if k != "source"}
+    assert new.endswith("\n") == raw.endswith("\n")
+
+
+def test_no_op_rewrite_is_byte_identical() -> None:
+    raw = nbformat.writes(build([("code", "import torch\nprint(torch.ones(2))"), ("markdown", "done")]))
+    new, _ = rewrite(raw)
+    assert new == raw
+
+
+COLAB = (
+    '{\n  "nbformat": 4,\n  "nbformat_minor": 0,\n  "metadata": {\n    "colab": {"provenance": []},\n'
+    '    "kernelspec": {"name": "python3", "display_name": "Python 3"}\n  },\n  "cells": [\n'
+    '    {\n      "cell_type": "code",\n      "source": [\n        "import torch_xla.core.xla_model as xm\\n",\n'
+    '        "# caf\\u00e9 \\u2014 accents stay escaped\\n",\n        "xm.mark_step()"\n      ],\n'
+    '      "metadata": {"id": "abc"},\n      "execution_count": null,\n      "outputs": []\n    }\n  ]\n}'
+)
+
+
+def test_colab_layout_is_kept() -> None:
+    new, _ = rewrite(COLAB)
+    expected = COLAB.replace(
+        '"source": [\n        "import torch_xla.core.xla_model as xm\\n",\n        "# caf\\u00e9 \\u2014 accents stay escaped\\n",\n        "xm.mark_step()"\n      ]',
+        '"source": [\n        "# caf\\u00e9 \\u2014 accents stay escaped"\n      ]',
+    )
+    assert new == expected
+
+
+def test_crlf_and_string_source() -> None:
+    raw = json.dumps(
+        {
+            "nbformat": 4,
+            "nbformat_minor": 2,
+            "metadata": {},
+            "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1, "source": "import torch_xla\ntorch_xla.sync()\nprint(1)"}],
+        },
+        indent=1,
+    ).replace("\n", "\r\n")
+    new, _ = rewrite(raw)
+    assert "\r\n" in new and "\n" not in new.replace("\r\n", "")
+    assert json.loads(new)["cells"][0]["source"] == "print(1)"
+
+
+def test_writefile_cell_is_a_file_of_its_own() -> None:
+    raw = nbformat.writes(
+        build([("code", "%%writefile train.py\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n")])
+    )
+    new, _ = rewrite(raw)
+    source = "".join(json.loads(new)["cells"][0]["source"])
+    assert source.startswith("%%writefile train.py\nimport torch\n")
+    assert "xm." not in source
+
+
+def test_manual_items_point_at_cells(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nb = build([("code", "import torch_xla.core.xla_model as xm"), ("markdown", "gather"), ("code", "x = 1\ny = xm.all_gather(x)")])
+    path = tmp_path / "nb.ipynb"
+    path.write_text(nbformat.writes(nb))
+    assert main(["rewrite", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:cell 3:2:1: NM006 " in err
+    assert main(["rewrite", str(path)]) == 1  # idempotent: the TODO is not added twice
+    assert "".join(json.loads(path.read_text())["cells"][2]["source"]).count("TODO(neuron-migrate") == 1
+
+
+def test_diff_is_per_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nb.ipynb"
+    path.write_text(nbformat.writes(build()))
+    assert main(["rewrite", str(path), "--diff"]) == 1
+    out = capsys.readouterr().out
+    assert f"--- a/{path}:cell 3\n" in out and f"+++ b/{path}:cell 3\n" in out
+    assert "-device = xm.xla_device()  # the NeuronCore" in out
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("{not json", "not a valid notebook (invalid JSON"),
+        ('{"nbformat": 3, "worksheets": [], "cells": []}', "nbformat 3 is not supported"),
+        ("[]", "not a notebook"),
+    ],
+)
+def test_bad_notebooks_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: str, message: str) -> None:
+    path = tmp_path / "bad.ipynb"
+    path.write_text(raw)
+    assert main(["rewrite", str(path)]) == 2
+    assert message in capsys.readouterr().err
+    assert path.read_text() == raw
+
+
+def test_syntax_error_is_located_in_its_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nb.ipynb"
+    path.write_text(nbformat.writes(build([("code", "import torch_xla"), ("code", "x = (1,\ndef f(:")])))
+    assert main(["rewrite", str(path)]) == 2
+    assert f"{path}:cell 2:" in capsys.readouterr().err
+
+
+def test_other_languages_are_skipped(tmp_path: Path) -> None:
+    nb = build([("code", "library(torch_xla)")])
+    nb.metadata["kernelspec"]["language"] = "R"
+    path = tmp_path / "r.ipynb"
+    path.write_text(nbformat.writes(nb))
+    assert main(["rewrite", str(path)]) == 0
