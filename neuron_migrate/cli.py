@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,15 +176,25 @@ def _run_jobs(jobs: Sequence[Job], workers: int) -> list[FileResult]:
     if workers == 1 or len(jobs) < 8:
         return [process(job) for job in jobs]
     # Order-preserving, so output and reports do not depend on the number of workers.
+    results: list[FileResult | None] = [None] * len(jobs)
+    retry: list[int] = []
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
         futures = [pool.submit(process, job) for job in jobs]
-        results = []
-        for job, future in zip(jobs, futures, strict=True):
+        for i, (job, future) in enumerate(zip(jobs, futures, strict=True)):
             try:
-                results.append(future.result())
-            except Exception as exc:  # a worker died on this file: report it, keep the rest
-                results.append(FileResult(path=str(job.path), error=f"{job.path}:1:1: internal error: {exc!r}"))
-        return results
+                results[i] = future.result()
+            except BrokenProcessPool:
+                retry.append(i)  # a worker died: find out which file killed it, one at a time
+            except Exception as exc:
+                results[i] = FileResult(path=str(job.path), error=f"{job.path}:1:1: internal error: {exc!r}")
+    for i in retry:
+        with ProcessPoolExecutor(max_workers=1) as solo:
+            try:
+                results[i] = solo.submit(process, jobs[i]).result()
+            except Exception as exc:
+                path = jobs[i].path
+                results[i] = FileResult(path=str(path), error=f"{path}:1:1: internal error: the worker died ({exc!r})")
+    return [r for r in results if r is not None]
 
 
 def _finish(results: list[FileResult], args: argparse.Namespace, mode: str) -> int:

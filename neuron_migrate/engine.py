@@ -16,13 +16,17 @@ import libcst as cst
 
 from neuron_migrate.codemods import CODEMODS, OLD_STACK_PACKAGES, manual_message
 from neuron_migrate.codemods.base import PORTABLE, FileFacts, MigrationContext, Target
-from neuron_migrate.codemods.cleanup import add_module_level, remove_dead_imports
+from neuron_migrate.codemods.cleanup import add_module_level, remove_dead_imports, used_names
 from neuron_migrate.codemods.dispatch import Dispatcher
 from neuron_migrate.codemods.imports import ImportTable, qualified_names_used
 from neuron_migrate.findings import FileResult, ManualItem
 
 # A file that contains none of these cannot need a migration.
-PREFILTER = re.compile(r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://")
+PREFILTER = re.compile(
+    r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://"
+    r"|optimum\.neuron|from optimum import neuron|optimum-cli|torch_neuron|neuronx_distributed"
+    r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
+)
 
 _TODO = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
 
@@ -78,8 +82,13 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     table = ImportTable.from_ast(tree)
     facts = FileFacts(used=qualified_names_used(tree, table))
-    selected = [c for c in CODEMODS if options.enabled(c.code) and c.applies(facts, text)]
     old_names = table.names_under(OLD_STACK_PACKAGES)
+    gate = old_names or table.names_under(("optimum.neuron",))
+    selected = [
+        c
+        for c in CODEMODS
+        if options.enabled(c.code) and (gate or not c.needs_old_stack_import) and c.applies(facts, text)
+    ]
     if not selected and not old_names:
         result.manual = manual_items(text)
         return result
@@ -93,7 +102,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         result.error = f"{path}:1:1: cannot parse: nesting too deep"
         return result
 
-    ctx = MigrationContext(target=options.target, imports=table, facts=facts, path=path, source=text)
+    ctx = MigrationContext(target=options.target, imports=table, facts=facts, path=path, source=text, old_stack_file=bool(old_names))
     codemods = [c(ctx) for c in selected]
     report_leftovers = options.enabled("NM090")
 
@@ -106,10 +115,15 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         after = ast.parse(migrated.code)
         if options.enabled("NM012"):
             migrated = remove_dead_imports(migrated, ctx, tree, after, old_names)
-        if ctx.new_imports or ctx.helpers or ctx.module_prologue:
+        # Only what the final code uses: a rewrite may ask for an import, then lose its statement.
+        used = used_names(after)
+        helpers = [source for name, source in ctx.helpers.items() if name in used]
+        for source in [*ctx.module_prologue, *helpers]:
+            used |= used_names(ast.parse(source))
+        imports = {m: a for m, a in ctx.new_imports.items() if (a or m.split(".")[0]) in used}
+        if imports or helpers or ctx.module_prologue:
             existing = {(b.qualified, b.local if b.local != b.qualified else None) for b in table.all_bindings}
-            blocks = [*ctx.module_prologue, *ctx.helpers.values()]
-            migrated = add_module_level(migrated, ctx.new_imports, existing, blocks)
+            migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
         code = migrated.code
         ast.parse(code)
     except SyntaxError as exc:
@@ -117,6 +131,9 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         return result
     except RecursionError:
         result.error = f"{path}:1:1: internal error: nesting too deep to migrate; file left unchanged"
+        return result
+    except Exception as exc:  # a codemod bug must cost one file, never the run
+        result.error = f"{path}:1:1: internal error: {type(exc).__name__}: {exc}; file left unchanged"
         return result
 
     result.migrated = code

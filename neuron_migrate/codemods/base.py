@@ -161,6 +161,7 @@ class MigrationContext:
     facts: FileFacts
     path: str = ""
     source: str = ""
+    old_stack_file: bool = True  # the file imports an old-stack package
     changes: list[Change] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     frames: list[Frame] = field(default_factory=list)
@@ -281,6 +282,9 @@ class Codemod(cst.CSTTransformer):
     manual: ClassVar[dict[str, str]] = {}
     # The codemod runs only if the raw text contains one of these (cheap prefilter).
     markers: ClassVar[tuple[str, ...]] = ()
+    # Most codemods only touch files that import the old stack: an `"xla"` string or an
+    # `XLA_USE_BF16` in a library that merely supports XLA is not a script to migrate.
+    needs_old_stack_import: ClassVar[bool] = True
 
     def __init__(self, ctx: MigrationContext) -> None:
         super().__init__()

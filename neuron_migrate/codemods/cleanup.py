@@ -11,7 +11,8 @@ natively on every device. New imports go next to their kind (standard library fi
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import libcst as cst
@@ -19,7 +20,9 @@ import libcst as cst
 from neuron_migrate.codemods.base import MigrationContext
 from neuron_migrate.codemods.dispatch import sweep_block
 
-STDLIB_FIRST = frozenset({"os", "sys", "time", "math", "functools", "itertools"})
+
+def _is_stdlib(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names
 
 
 def used_names(tree: ast.AST) -> set[str]:
@@ -51,13 +54,29 @@ def _catches_import_error(handler: cst.ExceptHandler) -> bool:
 
 
 class _ImportRemover(cst.CSTTransformer):
-    """Removes dead import aliases; only descends into statements that can hold imports."""
+    """Removes dead import aliases; only descends into statements that can hold imports.
 
-    def __init__(self, ctx: MigrationContext, dead: frozenset[str]) -> None:
+    Liveness is per scope: an import inside a function is dead when that function no longer
+    uses the name, whatever other functions do.
+    """
+
+    def __init__(self, ctx: MigrationContext, is_dead: Callable[[str, int | None], bool]) -> None:
         super().__init__()
         self.ctx = ctx
-        self.dead = dead
+        self.is_dead = is_dead
         self._guard_removed: list[bool] = []
+        self._functions = 0  # pre-order index of the next function
+        self._scopes: list[int] = []
+        self.placeholders: dict[int, cst.CSTNode] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._scopes.append(self._functions)
+        self._functions += 1
+        return True
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        self._scopes.pop()
+        return updated_node
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         return False
@@ -65,6 +84,7 @@ class _ImportRemover(cst.CSTTransformer):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine:
+        scope = self._scopes[-1] if self._scopes else None
         body: list[cst.BaseSmallStatement] = []
         changed = False
         for small in updated_node.body:
@@ -72,7 +92,7 @@ class _ImportRemover(cst.CSTTransformer):
                 small.names, cst.ImportStar
             ):
                 names = list(small.names)
-                kept = [a for a in names if _alias_binding(a) not in self.dead]
+                kept = [a for a in names if not self.is_dead(_alias_binding(a), scope)]
                 if len(kept) != len(names):
                     changed = True
                     if self._guard_removed:
@@ -102,7 +122,11 @@ class _ImportRemover(cst.CSTTransformer):
         if not removed_import or not any(_catches_import_error(h) for h in updated_node.handlers):
             return updated_node
         # The old stack's availability guard: keep the accelerator branch, now native.
-        kept: list[Any] = [s for s in updated_node.body.body if id(s) not in self.ctx.removed]
+        kept: list[Any] = [
+            s
+            for s in updated_node.body.body
+            if id(s) not in self.ctx.removed and id(s) not in self.placeholders
+        ]
         if updated_node.orelse is not None:
             kept += list(updated_node.orelse.body.body)
         if updated_node.finalbody is not None:
@@ -116,10 +140,24 @@ class _ImportRemover(cst.CSTTransformer):
         return cst.FlattenSentinel(kept)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
-        return sweep_block(updated_node, self.ctx.removed)
+        return sweep_block(updated_node, self.ctx.removed, self.placeholders)
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         return sweep_block(updated_node, self.ctx.removed)
+
+
+def _functions_in_order(tree: ast.AST) -> list[ast.AST]:
+    """Function definitions in source (pre-)order, as LibCST visits them."""
+    found: list[ast.AST] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.append(child)
+            walk(child)
+
+    walk(tree)
+    return found
 
 
 def remove_dead_imports(
@@ -132,20 +170,23 @@ def remove_dead_imports(
     """Drop imports the migration left unused (old-stack ones, and any whose uses it rewrote)."""
     used_before = used_names(before)
     used_after = used_names(after)
+    in_function = [used_names(f) for f in _functions_in_order(after)]
+    old = set(old_stack_names)
+
+    def is_dead(name: str, scope: int | None) -> bool:
+        if name not in old and name not in used_before:
+            return False  # the user's own unused import: not ours to touch
+        used = used_after if scope is None or scope >= len(in_function) else in_function[scope]
+        return name not in used
+
     bound_after: set[str] = set()
     for node in ast.walk(after):
         if isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
                 bound_after.add(alias.asname or alias.name.split(".")[0])
-    old = set(old_stack_names)
-    dead = {
-        name
-        for name in bound_after
-        if name not in used_after and (name in old or name in used_before)
-    }
-    if not dead:
+    if not any(is_dead(name, None) or name in old for name in bound_after):
         return module
-    return module.visit(_ImportRemover(ctx, frozenset(dead)))
+    return module.visit(_ImportRemover(ctx, is_dead))
 
 
 # -- adding imports, helpers and set-up statements -------------------------------------------
@@ -164,6 +205,10 @@ def _is_future_or_docstring(statement: cst.CSTNode, index: int) -> bool:
     if index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString | cst.ConcatenatedString):
         return True
     return isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and small.module.value == "__future__"
+
+
+def _is_from(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.ImportFrom)
 
 
 def _import_source(module: str, asname: str | None) -> str:
@@ -205,18 +250,26 @@ def add_module_level(
     anchor = max(last_import + 1, first_code)
 
     additions = [(m, a) for m, a in imports.items() if (m, a) not in existing]
-    for module_name, asname in sorted(additions, key=lambda ma: (ma[0] not in STDLIB_FIRST, ma[0])):
+    for module_name, asname in sorted(additions, key=lambda ma: (not _is_stdlib(ma[0]), ma[0])):
         line = cst.parse_statement(_import_source(module_name, asname))
         top = module_name.split(".")[0]
-        same_kind = [i for i in range(first_code, anchor) if _is_import(body[i]) and _top_module(body[i]) == top]
+        imports_at = [i for i in range(first_code, anchor) if _is_import(body[i])]
+        same_kind = [i for i in imports_at if _top_module(body[i]) == top]
+        stdlib = [i for i in imports_at if _is_stdlib(_top_module(body[i]))]
         if same_kind:
             position = same_kind[-1] + 1
-        elif module_name in STDLIB_FIRST:
-            position = next((i for i in range(first_code, anchor) if _is_import(body[i])), anchor)
-            if position < len(body) and position < anchor:
-                # Take over the blank lines that separated the block from the docstring.
+        elif _is_stdlib(module_name) and stdlib:
+            # As isort orders them: `import x` lines alphabetically, then the `from` imports.
+            later = [i for i in stdlib if _is_from(body[i]) or _top_module(body[i]) > top]
+            position = later[0] if later else stdlib[-1] + 1
+            if later:
                 line = line.with_changes(leading_lines=body[position].leading_lines)
                 body[position] = body[position].with_changes(leading_lines=[])
+        elif _is_stdlib(module_name) and imports_at:
+            # A new standard-library group above the others, separated by a blank line.
+            position = imports_at[0]
+            line = line.with_changes(leading_lines=body[position].leading_lines)
+            body[position] = body[position].with_changes(leading_lines=[cst.EmptyLine()])
         else:
             position = anchor
         body.insert(position, line)
@@ -242,7 +295,11 @@ def add_module_level(
                 insert[j] = statement.with_changes(leading_lines=[*lines, *statement.leading_lines])
             if anchor < len(body) and isinstance(insert[-1], cst.FunctionDef | cst.ClassDef):
                 following = body[anchor]
-                if len([x for x in following.leading_lines if x.comment is None]) < 2:
-                    body[anchor] = following.with_changes(leading_lines=[blank, blank, *following.leading_lines])
+                own = list(following.leading_lines)
+                blanks = 0
+                while blanks < len(own) and own[blanks].comment is None:
+                    blanks += 1
+                if blanks < 2:  # two blank lines after a definition, as PEP 8 has it
+                    body[anchor] = following.with_changes(leading_lines=[blank] * (2 - blanks) + own)
             body[anchor:anchor] = insert
     return module.with_changes(body=body)

@@ -76,6 +76,15 @@ class _LeftoverFinder(cst.CSTVisitor):
         if dotted and dotted.split(".")[0] in self.names:
             self.found.append(dotted)
             return False
+        node.value.visit(self)  # `torch.autocast` is not the old `autocast`: skip `.attr`
+        return False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        """One TODO per call: `xm.all_reduce(xm.REDUCE_SUM, t)` is one item, not two."""
+        dotted = dotted_name(node.func)
+        if dotted and dotted.split(".")[0] in self.names:
+            self.found.append(dotted)
+            return False
         return True
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -238,18 +247,24 @@ def sweep_block(
         if id(statement) in removed:
             carried.extend(getattr(statement, "leading_lines", ()))
             continue
-        if carried:
-            statement = statement.with_changes(
-                leading_lines=_merge_leading(carried, statement.leading_lines)
-            )
+        if carried or not body:
+            own = list(statement.leading_lines)
+            if not body and len(body) != len(node.body) and id(node.body[0]) in removed:
+                # What was first in the block went: no blank line may open the block now.
+                while own and own[0].comment is None and isinstance(node, cst.IndentedBlock):
+                    own.pop(0)
+            statement = statement.with_changes(leading_lines=_merge_leading(carried, own))
             carried = []
         body.append(statement)
     comments = [line for line in carried if line.comment is not None]
     if not body and isinstance(node, cst.IndentedBlock):
+        # Keep every comment of the emptied block above the `pass` that stands in for it.
+        comments += [line for line in node.footer if line.comment is not None]
         placeholder = cst.SimpleStatementLine([cst.Pass()], leading_lines=comments)
         if placeholders is not None and not comments:
             placeholders[id(placeholder)] = placeholder
-        return node.with_changes(body=[placeholder])
+        footer = [line for line in node.footer if line.comment is None]
+        return node.with_changes(body=[placeholder], footer=footer)
     return node.with_changes(body=body, footer=[*comments, *node.footer])
 
 

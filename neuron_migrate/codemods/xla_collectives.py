@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.codemods.base import Codemod, arg_value, code_of, expr, stmt
+from neuron_migrate.codemods.base import Codemod, arg_value, code_of, expr, stmt, string_value
 
 XM = "torch_xla.core.xla_model"
 XR = "torch_xla.runtime"
@@ -31,6 +31,8 @@ REDUCE_OPS = {
     "REDUCE_AND": "BAND",
     "REDUCE_OR": "BOR",
 }
+# The values of those constants, which some scripts pass as literals.
+REDUCE_LITERALS = {"sum": "SUM", "mul": "PRODUCT", "min": "MIN", "max": "MAX", "and": "BAND", "or": "BOR"}
 
 MESH_REDUCE_HELPER = '''\
 def mesh_reduce(data, reduce_fn):
@@ -87,7 +89,12 @@ class XlaCollectives(Codemod):
     ## Fix safety
     Safe for the forms above. Replica `groups=`, `rendezvous` payloads, `all_gather`,
     `reduce_scatter`, `all_to_all`, `send`/`recv` and `RateTracker` get a TODO naming the
-    native call to use.
+    native call to use. `xm.all_reduce(op, tensors)` whose result is dropped reduced a list in
+    place: it becomes a loop over `tensors`, with a TODO to confirm it is a list. In a file
+    that creates no process group, collectives run only once one exists (torch_xla skipped
+    them in a single process) and a TODO says where ranks fall back to a single process.
+    `torch.save` keeps tensors on their device, where `xm.save` moved them to the CPU (the
+    report says so).
     """
 
     code = "NM006"
@@ -98,7 +105,7 @@ class XlaCollectives(Codemod):
         *RENDEZVOUS, *ALL_REDUCE, *MESH_REDUCE, *SAVE, *MANUAL_SEED,
         *(f"{XM}.{op}" for op in REDUCE_OPS),
     )
-    manual = {
+    manual: ClassVar[dict[str, str]] = {
         f"{XM}.all_gather": "returns the concatenation over processes; use `dist.all_gather_into_tensor(out, x)` (or `torch.cat` of `dist.all_gather`)",
         f"{XM}.all_gather_bucketized": "use `dist.all_gather_into_tensor` per tensor",
         f"{XM}.reduce_scatter": "use `dist.reduce_scatter_tensor(out, x, op=...)`",
@@ -109,8 +116,8 @@ class XlaCollectives(Codemod):
         f"{XM}.broadcast_master_param": "DDP broadcasts parameters at construction; otherwise `dist.broadcast(p.data, src=0)` for each parameter",
         f"{XM}.send": "use `dist.send(tensor, dst)`",
         f"{XM}.recv": "use `dist.recv(tensor, src)`",
-        f"{XM}.all_reduce": "`xm.all_reduce` returns a new tensor here; use `dist.all_reduce(t, op=...)` (in place) on a clone, or `torch.distributed.nn.functional.all_reduce`",
-        f"{XM}.rendezvous": "a rendezvous with a payload exchanges bytes; use `dist.all_gather_object`",
+        f"{XM}.all_reduce": "`{name}` returns a new tensor (a list is reduced in place); use `dist.all_reduce(t, op=...)` on a clone, with `group=dist.new_group(ranks)` for replica `groups=`",
+        f"{XM}.rendezvous": "`{name}(tag, payload)` returned every process's payload; use `replies = [None] * dist.get_world_size()` and `dist.all_gather_object(replies, payload)`",
         f"{XM}.do_on_ordinals": "run the function under `if dist.get_rank() in ordinals:` followed by `dist.barrier()`",
         f"{XM}.RateTracker": "torch_xla's throughput tracker; count samples and divide by `time.perf_counter()` deltas",
         f"{XM}.get_rng_state": "use `torch.get_rng_state()` (host) or the accelerator's generator state",
@@ -118,7 +125,28 @@ class XlaCollectives(Codemod):
         f"{XM}.master_print": "use `print(...)` under `if dist.get_rank() == 0:`",
         f"{XM}.save": "use `torch.save` under `if int(os.environ.get(\"LOCAL_RANK\", 0)) == 0:`",
         "torch_xla.distributed.xla_multiprocessing.create_optimized_replica_groups": "replica groups become `dist.new_group(ranks)`",
+        # Left only where the torch_xla call they are passed to is left for a person.
+        **{
+            f"{XM}.{constant}": f"`{{name}}` is a torch_xla reduce type; native collectives take `dist.ReduceOp.{op}`"
+            for constant, op in REDUCE_OPS.items()
+        },
     }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._xla_arguments: dict[int, cst.CSTNode] = {}
+        self._warned_no_group = False
+
+    def _single_process_fallback(self) -> None:
+        """Ranks and sizes fall back to one process in a file that creates no process group:
+        say so once, since torch_xla knew the processes of a torchrun launch without one."""
+        if self.ctx.facts.distributed or self._warned_no_group:
+            return
+        self._warned_no_group = True
+        self.todo(
+            "no process group is created in this file: when it runs as several processes (torchrun), "
+            "call `dist.init_process_group()` at start-up, or ranks, sizes and collectives act as one process"
+        )
 
     # -- expressions ---------------------------------------------------------------------------
     def _is_master(self, local: bool) -> str:
@@ -136,9 +164,11 @@ class XlaCollectives(Codemod):
         old = code_of(updated_node.func)
         if name in WORLD_SIZE:
             self.changed(f"`{old}()` -> `dist.get_world_size()`")
+            self._single_process_fallback()
             return self.ctx.group(expr(self.ctx.world_size_expr()))
         if name in RANK:
             self.changed(f"`{old}()` -> `dist.get_rank()`")
+            self._single_process_fallback()
             return self.ctx.group(expr(self.ctx.rank_expr()))
         if name in LOCAL_RANK:
             self.changed(f"`{old}()` -> `LOCAL_RANK`")
@@ -166,7 +196,27 @@ class XlaCollectives(Codemod):
             return expr(f"{self.ctx.torch()}.manual_seed({code_of(updated_node.args[0].value)})")
         return updated_node
 
+    def visit_Call(self, node: cst.Call) -> None:
+        # A reduce constant handed to a torch_xla call keeps its torch_xla spelling: the call is
+        # either rewritten as a whole (which maps the constant itself) or left for a person.
+        name = self.qualify(node.func)
+        if name and name.startswith("torch_xla."):
+            for arg in node.args:
+                self._xla_arguments[id(arg.value)] = arg.value
+
+    def _reduce_op(self, node: cst.BaseExpression) -> str:
+        """The `dist.ReduceOp` for a torch_xla reduce type (a constant, a literal, or a name)."""
+        name = self.qualify(node)
+        if name and name.startswith(XM + ".") and name.rsplit(".", 1)[-1] in REDUCE_OPS:
+            return f"{self.ctx.dist()}.ReduceOp.{REDUCE_OPS[name.rsplit('.', 1)[-1]]}"
+        literal = string_value(node)
+        if literal in REDUCE_LITERALS:
+            return f"{self.ctx.dist()}.ReduceOp.{REDUCE_LITERALS[literal]}"
+        return code_of(node)
+
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if id(original_node) in self._xla_arguments:
+            return updated_node
         name = self.qualify(updated_node)
         if name and name.startswith(XM + ".") and name.rsplit(".", 1)[-1] in REDUCE_OPS:
             op = REDUCE_OPS[name.rsplit(".", 1)[-1]]
@@ -181,6 +231,8 @@ class XlaCollectives(Codemod):
         if len(updated_node.body) != 1:
             return updated_node
         small = updated_node.body[0]
+        if id(small) in self.ctx.removed:
+            return updated_node  # another codemod dropped it (a metrics report, say)
         call = small.value if isinstance(small, cst.Expr | cst.Assign) else None
         if not isinstance(call, cst.Call):
             return updated_node
@@ -228,6 +280,7 @@ class XlaCollectives(Codemod):
         self.changed("`xm.rendezvous(tag)` -> `dist.barrier()`")
         if self.ctx.facts.distributed:
             return line.with_changes(body=[cst.Expr(expr(f"{dist}.barrier()"))])
+        self._single_process_fallback()
         return self._guarded(line, f"{dist}.is_initialized()", f"{dist}.barrier()")
 
     def _save(self, line: cst.SimpleStatementLine, call: cst.Call) -> Any:
@@ -238,6 +291,11 @@ class XlaCollectives(Codemod):
         global_master = arg_value(call, 3, "global_master")
         save = f"{self.ctx.torch()}.save({code_of(data.value)}, {code_of(path.value)})"
         self.changed("`xm.save(obj, path)` -> `torch.save` on the master process")
+        self.ctx.note(
+            self.code,
+            "`torch.save` writes tensors on the device they live on, where `xm.save` moved them to the CPU "
+            'first: load such checkpoints on another machine with `torch.load(path, map_location="cpu")`',
+        )
         if master_only is not None and code_of(master_only.value) == "False":
             return line.with_changes(body=[cst.Expr(expr(save))])
         is_global = global_master is not None and code_of(global_master.value) == "True"
@@ -248,34 +306,57 @@ class XlaCollectives(Codemod):
         if reduce_type is None or inputs is None or arg_value(call, None, "groups") is not None:
             return line
         scale = arg_value(call, 2, "scale")
+        scaling = scale is not None and code_of(scale.value) not in ("1.0", "1")
         dist = self.ctx.dist()
-        op = code_of(reduce_type.value)
+        op = self._reduce_op(reduce_type.value)
         op_kw = "" if op.endswith("ReduceOp.SUM") else f", op={op}"
-        statements: list[str] = []
+        before: list[str] = []
+        reduce: list[str] = []  # the collective, which needs a process group
         if isinstance(inputs.value, cst.List | cst.Tuple):
-            # A list is reduced in place by torch_xla too.
-            if isinstance(small, cst.Assign):
+            # torch_xla reduces a list in place too.
+            if isinstance(small, cst.Assign) or any(isinstance(e, cst.StarredElement) for e in inputs.value.elements):
                 return line
-            targets = [code_of(e.value) for e in inputs.value.elements]
+            for element in inputs.value.elements:
+                target = code_of(element.value)
+                reduce.append(f"{dist}.all_reduce({target}{op_kw})")
+                if scaling:
+                    reduce.append(f"{target} *= {code_of(scale.value)}")  # type: ignore[union-attr]
+        elif isinstance(small, cst.Assign):
+            # One tensor: torch_xla returned the result and left the input alone.
+            if len(small.targets) != 1:
+                return line
+            tensor = inputs.value
+            result = code_of(small.targets[0].target)
+            if result != code_of(tensor):
+                source = code_of(tensor) if _is_atom(tensor) else f"({code_of(tensor)})"
+                before.append(f"{result} = {source}.clone()")
+            reduce.append(f"{dist}.all_reduce({result}{op_kw})")
+            if scaling:
+                reduce.append(f"{result} *= {code_of(scale.value)}")  # type: ignore[union-attr]
         else:
-            tensor = code_of(inputs.value)
-            if isinstance(small, cst.Assign):
-                if len(small.targets) != 1:
-                    return line
-                result = code_of(small.targets[0].target)
-                if result != tensor:
-                    statements.append(f"{result} = {tensor}.clone()")
-                targets = [result]
-            else:
-                targets = [tensor]
-                self.todo("`xm.all_reduce` on one tensor returned the result and left its input alone; `dist.all_reduce` now reduces it in place")
-        for target in targets:
-            statements.append(f"{dist}.all_reduce({target}{op_kw})")
-            if scale is not None and code_of(scale.value) != "1.0":
-                statements.append(f"{target} *= {code_of(scale.value)}")
+            # The result is dropped, so the input is a list of tensors, reduced in place.
+            tensors = code_of(inputs.value)
+            self.todo(
+                f"`xm.all_reduce` reduced the tensors of `{tensors}` in place; "
+                "if it is one tensor, the old call did nothing (its result was dropped): delete this"
+            )
+            body = f"    {dist}.all_reduce(tensor{op_kw})\n"
+            if scaling:
+                body += f"    tensor *= {code_of(scale.value)}\n"  # type: ignore[union-attr]
+            reduce.append(f"for tensor in {tensors}:\n{body}")
+        if not self.ctx.facts.distributed:
+            # torch_xla skipped the collective (and the scaling) in a single process.
+            self._single_process_fallback()
+            inner = "".join(f"    {line_}\n" for part in reduce for line_ in part.rstrip("\n").split("\n"))
+            reduce = [f"if {dist}.is_initialized():\n{inner}"]
         self.changed("`xm.all_reduce(...)` -> `dist.all_reduce(...)` (in place)")
-        new = [stmt(s + "\n") for s in statements]
+        new = [stmt(source if source.endswith("\n") else source + "\n") for source in [*before, *reduce]]
         new[0] = new[0].with_changes(leading_lines=line.leading_lines)
         for extra in new[1:]:
             self.ctx.insert_after(extra)
         return new[0]
+
+
+def _is_atom(node: cst.BaseExpression) -> bool:
+    """Can `.clone()` follow `node` without parentheses?"""
+    return isinstance(node, cst.Name | cst.Attribute | cst.Call | cst.Subscript) or bool(node.lpar)

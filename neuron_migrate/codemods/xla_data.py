@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.codemods.base import Codemod, arg_value, code_of, expr
@@ -77,7 +79,7 @@ class XlaData(Codemod):
     name = "xla-device-loader"
     summary = "`MpDeviceLoader`/`ParallelLoader` -> a `DeviceLoader` that moves batches"
     triggers = (*MP_DEVICE_LOADER, *PARALLEL_LOADER)
-    manual = {
+    manual: ClassVar[dict[str, str]] = {
         "torch_xla.distributed.parallel_loader.PerDeviceLoader": "build a `DeviceLoader(loader, device)` instead",
         "torch_xla.utils.utils.SampleGenerator": "fake-data generator of torch_xla; use a `TensorDataset` of random tensors in a `DataLoader`",
     }
@@ -85,6 +87,8 @@ class XlaData(Codemod):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.parallel_loaders: set[str] = set()
+        # `ParallelLoader(...)` calls already rewritten: `.per_device_loader(d)` on one is the loader.
+        self.rewritten: dict[int, cst.CSTNode] = {}
 
     def _loader(self, loader: cst.BaseExpression, device: cst.BaseExpression, call: cst.Call) -> cst.BaseExpression:
         if arg_value(call, None, "input_sharding") is not None:
@@ -103,13 +107,9 @@ class XlaData(Codemod):
         func = updated_node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "per_device_loader":
             receiver = func.value
-            if isinstance(receiver, cst.Call) and self.qualify(receiver.func) in PARALLEL_LOADER:
-                loader = arg_value(receiver, 0, "loader")
-                device = arg_value(updated_node, 0, "device")
-                if loader is None or device is None:
-                    return updated_node
-                self.changed("`ParallelLoader(...).per_device_loader(device)` -> `DeviceLoader(loader, device)`")
-                return self._loader(loader.value, device.value, receiver)
+            if id(receiver) in self.rewritten:
+                # The receiver already moves batches to the device `ParallelLoader` was given.
+                return receiver
             if isinstance(receiver, cst.Name) and receiver.value in self.parallel_loaders:
                 self.changed("`.per_device_loader(device)` -> the `DeviceLoader` itself")
                 return receiver
@@ -118,12 +118,15 @@ class XlaData(Codemod):
             if loader is None or devices is None:
                 return updated_node
             value = devices.value
+            first: cst.BaseExpression
             if isinstance(value, cst.List | cst.Tuple) and len(value.elements) == 1:
-                device = value.elements[0].value
+                first = value.elements[0].value
             else:
-                device = expr(f"{code_of(value)}[0]")
+                first = expr(f"{code_of(value)}[0]")
             self.changed("`ParallelLoader(loader, [device])` -> `DeviceLoader(loader, device)`")
-            return self._loader(loader.value, device, updated_node)
+            new = self._loader(loader.value, first, updated_node)
+            self.rewritten[id(new)] = new
+            return new
         return updated_node
 
     def visit_Assign(self, node: cst.Assign) -> None:

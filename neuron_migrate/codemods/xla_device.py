@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import libcst as cst
 
 from neuron_migrate.codemods.base import (
@@ -62,7 +64,9 @@ class XlaDevice(Codemod):
     ## Fix safety
     Safe. The portable spelling falls back to the CPU where no accelerator is present;
     `torch.accelerator.device_count()` is 0 on a CPU-only machine, so device counts become
-    `max(torch.accelerator.device_count(), 1)`.
+    `max(torch.accelerator.device_count(), 1)`. Device 0 (`"xla:0"`, `xm.xla_device(0)`) was
+    the first device of the calling process, so the portable spelling is the current device
+    rather than device 0 of the host, which on CUDA would put every process on the first GPU.
     """
 
     code = "NM001"
@@ -70,7 +74,8 @@ class XlaDevice(Codemod):
     summary = "XLA devices become native devices (`neuron`, or the current accelerator)"
     triggers = (*XLA_DEVICE, *DEVICE_COUNT, *DEVICE_TYPE, *DEVICE_HW)
     markers = ("'xla", '"xla')
-    manual = {
+    needs_old_stack_import = False  # "xla" device strings only mean torch_xla
+    manual: ClassVar[dict[str, str]] = {
         "torch_xla.core.xla_model.get_xla_supported_devices": "lists XLA device strings; use `range(torch.accelerator.device_count())` or one device per process under torchrun",
         "torch_xla.core.xla_model.xla_real_devices": "maps XLA devices to runtime devices; there is no native equivalent",
         "torch_xla.devices": "lists XLA devices; use one device per process under torchrun",
@@ -88,6 +93,8 @@ class XlaDevice(Codemod):
             return expr(f"max({self.ctx.torch()}.accelerator.device_count(), 1)")
         if name in DEVICE_TYPE:
             self.changed("`xr.device_type()` -> the accelerator's type")
+            if self.ctx.target.neuron:
+                return cst.SimpleString('"NEURON"')
             return expr(f"({self.ctx.device_expr()}).type.upper()")
         if name in DEVICE_HW and updated_node.args:
             self.changed("`xm.xla_device_hw(d)` -> `torch.device(d).type.upper()`")
@@ -97,8 +104,10 @@ class XlaDevice(Codemod):
         if isinstance(updated_node.func, cst.Attribute) and updated_node.func.attr.value == "to":
             first = arg_value(updated_node, 0, "device")
             if first is not None and _is_xla_string(string_value(first.value)):
+                # An argument needs no parentheses around `a or b`.
+                new = self._device_for(first.value, grouped=False)
                 return updated_node.with_changes(
-                    args=[a.with_changes(value=self._device_for(a.value)) if a is first else a for a in updated_node.args]
+                    args=[a.with_changes(value=new) if a is first else a for a in updated_node.args]
                 )
         return updated_node
 
@@ -106,7 +115,7 @@ class XlaDevice(Codemod):
         index = arg_value(call, 0, "n" if name.endswith("xla_device") else "index")
         torch = self.ctx.torch()
         self.changed(f"`{code_of(call.func)}()` -> native device")
-        if index is None:
+        if index is None or (code_of(index.value) == "0" and not self.ctx.target.neuron):
             return self.ctx.group(expr(self.ctx.device_expr()))
         return expr(f"{torch}.device({self.ctx.target.device_type(torch)}, {code_of(index.value)})")
 
@@ -117,8 +126,15 @@ class XlaDevice(Codemod):
             return call
         return self._device_for(first.value, whole_call=call)
 
-    def _device_for(self, node: cst.BaseExpression, whole_call: cst.Call | None = None) -> cst.BaseExpression:
-        """The native spelling for the device string `node` ("xla" or "xla:N")."""
+    def _device_for(
+        self, node: cst.BaseExpression, whole_call: cst.Call | None = None, grouped: bool = True
+    ) -> cst.BaseExpression:
+        """The native spelling for the device string `node` ("xla" or "xla:N").
+
+        `xla:0` is the first device of this process, which under torch_xla is the one device a
+        replica owns: natively that is the current device, not device 0 of the host (on CUDA,
+        `cuda:0` would put every process on the first GPU).
+        """
         assert isinstance(node, cst.SimpleString)
         value = string_value(node) or "xla"
         torch = self.ctx.torch()
@@ -131,9 +147,10 @@ class XlaDevice(Codemod):
         _, _, index = value.partition(":")
         if whole_call is not None and len(whole_call.args) > 1:
             index = code_of(whole_call.args[1].value)
-        if index:
+        if index and index != "0":
             return expr(f"{torch}.device({self.ctx.target.device_type(torch)}, {index})")
-        return self.ctx.group(expr(self.ctx.device_expr()))
+        device = expr(self.ctx.device_expr())
+        return self.ctx.group(device) if grouped else device
 
     # -- keywords and assignments ----------------------------------------------------------------
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
@@ -155,6 +172,8 @@ class XlaDevice(Codemod):
 
     def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.Comparison:
         """`x.device.type == "xla"` asks "is it on the accelerator?"."""
+        if not self.ctx.old_stack_file:
+            return updated_node  # a library that merely supports XLA among other devices
         left = updated_node.left
         if not (isinstance(left, cst.Attribute) and left.attr.value == "type") or len(updated_node.comparisons) != 1:
             return updated_node

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.codemods.base import Codemod, code_of, expr, string_value, stmt
+from neuron_migrate.codemods.base import (
+    Codemod,
+    code_of,
+    expr,
+    fix_trailing_comma,
+    stmt,
+    string_value,
+)
 
 ENVIRON = "os.environ"
 GETENV = ("os.getenv", "os.environ.get")
@@ -22,6 +29,8 @@ PRECISION = {
     "XLA_USE_FP16": "float16",
     "XLA_DOWNCAST_FP16": "float16",
 }
+# An XLA variable being set in this file: `env["XLA_X"] = ...`, `("XLA_X", ...)`, `{"XLA_X": ...}`, `XLA_X=...`.
+SETTING = re.compile(r"""['"](?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)['"]\s*(?:\]\s*=[^=]|,|:)|\b(?:XLA_\w+|PJRT_\w+)=""")
 TRUE_VALUES = frozenset({"1", "true", "True", "TRUE", "yes"})
 
 
@@ -35,7 +44,8 @@ class XlaEnv(Codemod):
 
     ## What it does
     Deletes assignments of `XLA_*`, `PT_XLA_*` and `PJRT_*` variables (`os.environ[...] = ...`,
-    `setdefault`, `update`, `putenv`, entries of env dicts handed to subprocesses).
+    `setdefault`, `update`, `putenv`, entries of env dicts handed to subprocesses, written as
+    literals or as `dict(os.environ, NAME=value)`).
     `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` become `torch.set_default_dtype(torch.bfloat16)`
     after the imports, and code that read them to choose behaviour now asks
     `torch.get_default_dtype() == torch.bfloat16`.
@@ -75,7 +85,8 @@ class XlaEnv(Codemod):
     name = "xla-env"
     summary = "XLA env vars removed; `XLA_USE_BF16`/`XLA_DOWNCAST_BF16` -> explicit dtype policy"
     markers = ("XLA_", "PJRT_", "CPU_NUM_DEVICES", "TPU_NUM_DEVICES")
-    manual = {}
+    needs_old_stack_import = False  # XLA_*/PJRT_* variables configure only the XLA runtime
+    manual: ClassVar[dict[str, str]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -158,11 +169,29 @@ class XlaEnv(Codemod):
             if variable is not None:
                 self._removed_setting(variable, call.args[1].value)
                 return self.ctx.remove(updated_node)
-        if name in UPDATE and len(call.args) == 1 and isinstance(call.args[0].value, cst.Dict):
-            if not call.args[0].value.elements:
-                self.changed("removed an `os.environ.update` left empty")
-                return self.ctx.remove(updated_node)
+        if (
+            name in UPDATE
+            and len(call.args) == 1
+            and isinstance(call.args[0].value, cst.Dict)
+            and not call.args[0].value.elements
+        ):
+            self.changed("removed an `os.environ.update` left empty")
+            return self.ctx.remove(updated_node)
         return updated_node
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        """`dict(os.environ, PJRT_DEVICE="NEURON")`: an env built with keywords."""
+        if not (isinstance(updated_node.func, cst.Name) and updated_node.func.value == "dict"):
+            return updated_node
+        kept = []
+        for arg in updated_node.args:
+            if arg.keyword is not None and XLA_VARIABLE.match(arg.keyword.value):
+                self._removed_setting(arg.keyword.value, arg.value)
+            else:
+                kept.append(arg)
+        if len(kept) == len(updated_node.args):
+            return updated_node
+        return updated_node.with_changes(args=fix_trailing_comma(kept))
 
     def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.Dict:
         kept = []
@@ -171,12 +200,14 @@ class XlaEnv(Codemod):
             if variable is None:
                 kept.append(element)
             else:
-                self._removed_setting(variable, element.value)  # type: ignore[union-attr]
+                assert isinstance(element, cst.DictElement)
+                self._removed_setting(variable, element.value)
         if len(kept) == len(updated_node.elements):
             return updated_node
         if kept:
+            # The new last element takes the old one's trailing comma, or none.
             last = updated_node.elements[-1]
-            kept[-1] = kept[-1].with_changes(comma=last.comma if kept[-1] is last else cst.MaybeSentinel.DEFAULT)
+            kept[-1] = kept[-1].with_changes(comma=last.comma)
         return updated_node.with_changes(elements=kept)
 
     # -- readers --------------------------------------------------------------------------------
@@ -189,7 +220,16 @@ class XlaEnv(Codemod):
             return _key(index.value) if isinstance(index, cst.Index) else None
         return None
 
+    def _migrating_readers(self) -> bool:
+        """Readers need attention in old-stack code, or where this file's own settings went.
+
+        A library that merely reads a user's XLA setting (among other devices) is left alone.
+        """
+        return self.ctx.old_stack_file or bool(SETTING.search(self.ctx.source))
+
     def _policy_test(self, variable: str, negate: bool = False) -> cst.BaseExpression | None:
+        if not self._migrating_readers():
+            return None
         if variable not in PRECISION:
             self.todo(f"`{variable}` configured the XLA runtime; natively it is never set, so this test is always false")
             return None
@@ -237,6 +277,8 @@ class XlaEnv(Codemod):
         return updated_node
 
     def _policy_test_todo(self, variable: str) -> None:
+        if not self._migrating_readers():
+            return
         if variable in PRECISION:
             self.todo(f"`{variable}` no longer changes precision natively; test `torch.get_default_dtype()` or your own flag instead")
         else:
@@ -252,4 +294,8 @@ class XlaEnv(Codemod):
         return updated_node.with_changes(test=self._bare_test(updated_node.test))
 
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.IfExp:
-        return updated_node.with_changes(test=self._bare_test(updated_node.test))
+        test = self._bare_test(updated_node.test)
+        if id(test) in self.ctx.grouped and len(test.lpar) == 1:
+            # A comparison binds tighter than `x if test else y`: no parentheses needed.
+            test = test.with_changes(lpar=[], rpar=[])
+        return updated_node.with_changes(test=test)

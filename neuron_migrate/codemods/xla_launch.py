@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.codemods.base import Codemod, arg_value, code_of, string_value, stmt, without_args
+from neuron_migrate.codemods.base import (
+    Codemod,
+    arg_value,
+    code_of,
+    fix_trailing_comma,
+    stmt,
+    string_value,
+    with_string_value,
+)
 
 SPAWN = (
     "torch_xla.distributed.xla_multiprocessing.spawn",
@@ -41,6 +49,7 @@ class XlaLaunch(Codemod):
         # Launch with: torchrun --nproc_per_node=8 train.py
         dist.init_process_group()
         _mp_fn(int(os.environ.get("LOCAL_RANK", 0)), flags)
+        dist.barrier()
         dist.destroy_process_group()
     ```
     `--target neuron` writes `dist.init_process_group(backend="neuron")`. Without a backend,
@@ -58,7 +67,7 @@ class XlaLaunch(Codemod):
     summary = "`xmp.spawn`/`torch_xla.launch` -> torchrun entry point; `xla` process group -> native"
     triggers = (*SPAWN, *INIT_PROCESS_GROUP)
     markers = ("xla://",)
-    manual = {
+    manual: ClassVar[dict[str, str]] = {
         "torch_xla.distributed.xla_multiprocessing.MpModelWrapper": "shares the model across spawned processes; under torchrun each process builds its own model",
         "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor": "serialized per-process work; use `dist.barrier()` around rank-ordered work instead",
         "torch_xla.runtime.use_spmd": "SPMD has no native switch; shard with DTensor (`init_device_mesh`, `distribute_tensor`)",
@@ -109,7 +118,10 @@ class XlaLaunch(Codemod):
         self.ctx.comment(f"# Launch with: {launch}")
         self.ctx.insert_before(*before)
         if not self.ctx.facts.inits_process_group:
-            self.ctx.insert_after(stmt(f"{self.ctx.dist()}.destroy_process_group()\n"))
+            # Wait for every rank before tearing down: gloo can abort a process that exits
+            # while a peer is still finishing its last collective.
+            dist = self.ctx.dist()
+            self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), stmt(f"{dist}.destroy_process_group()\n"))
         self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
         self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
         return updated_node.with_changes(value=cst.parse_expression(f"{code_of(fn.value)}({', '.join(call_args)})"))
@@ -123,13 +135,27 @@ class XlaLaunch(Codemod):
         xla_init = init_method is not None and (string_value(init_method.value) or "").startswith("xla://")
         if not (xla_backend or xla_init):
             return updated_node
-        drop = [a for a in (backend if xla_backend else None, init_method if xla_init else None) if a is not None]
-        kept = [a for a in updated_node.args if all(a is not d for d in drop)]
-        new = without_args(updated_node.with_changes(args=kept), ())
-        if xla_backend and self.ctx.target.neuron:
-            new = new.with_changes(args=[cst.Arg(keyword=cst.Name("backend"), value=cst.SimpleString('"neuron"')), *new.args])
-            if len(new.args) > 1:
-                new = new.with_changes(args=[new.args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *new.args[1:]])
+        rename = xla_backend and self.ctx.target.neuron
+        drop = [
+            a
+            for a in (backend if xla_backend and not rename else None, init_method if xla_init else None)
+            if a is not None
+        ]
+        positional = [a for a in updated_node.args if a.keyword is None and not a.star]
+        args: list[cst.Arg] = []
+        for arg in updated_node.args:
+            if rename and arg is backend:
+                assert isinstance(arg.value, cst.SimpleString)
+                arg = arg.with_changes(value=with_string_value(arg.value, "neuron"))
+            elif any(arg is d for d in drop):
+                later = positional[next((k for k, p in enumerate(positional) if p is arg), len(positional)) + 1 :]
+                if any(all(p is not d for d in drop) for p in later):
+                    # A positional argument after it must keep its place: pass the default.
+                    arg = arg.with_changes(value=cst.Name("None"))
+                else:
+                    continue
+            args.append(arg)
+        new = updated_node.with_changes(args=fix_trailing_comma(args))
         if xla_backend:
             pin = self._pin_device()
             if pin is not None:

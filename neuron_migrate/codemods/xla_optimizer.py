@@ -68,7 +68,10 @@ class XlaOptimizer(Codemod):
 
     ## Fix safety
     Safe. `optimizer_args` becomes keyword arguments of `step()`; `barrier=True` is dropped
-    (eager execution); replica `groups=` get a TODO.
+    (eager execution); replica `groups=` get a TODO. A file that shards its data by rank but
+    never creates a process group (torch_xla joined torchrun's processes by itself) gets a TODO
+    at the step: until `dist.init_process_group()` is called, the helper has nothing to average
+    over.
     """
 
     code = "NM003"
@@ -84,9 +87,19 @@ class XlaOptimizer(Codemod):
         """Ask for the all-reduce before the step; False when nothing is needed."""
         if self.ctx.facts.syncs_gradients or not self._multi_process():
             return False
+        self._check_process_group()
         helper = self.ctx.need_helper("average_gradients", AVERAGE_GRADIENTS.format(dist=self.ctx.dist()))
         self.ctx.insert_before(stmt(f"{helper}({optimizer})\n"))
         return True
+
+    def _check_process_group(self) -> None:
+        """Under torchrun, torch_xla joined the processes without a process group; native
+        collectives need one, and without it the gradient average silently does nothing."""
+        if not self.ctx.facts.distributed:
+            self.todo(
+                "this file runs as several processes but creates no process group: call "
+                "`dist.init_process_group()` at start-up (torchrun provides the rendezvous), or gradients are not averaged"
+            )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         name = self.qualify(updated_node.func)
@@ -113,16 +126,13 @@ class XlaOptimizer(Codemod):
                 isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) for e in value.elements
             ):
                 step_args = ", ".join(
-                    f"{e.key.evaluated_value}={code_of(e.value)}"  # type: ignore[union-attr]
+                    f"{e.key.evaluated_value}={code_of(e.value)}"  # type: ignore[attr-defined]
                     for e in value.elements
                     if isinstance(e, cst.DictElement)
                 )
             else:
                 step_args = f"**{code_of(value)}"
-        if isinstance(optimizer.value, cst.Name | cst.Attribute):
-            target = opt
-        else:
-            target = f"({opt})"
+        target = opt if isinstance(optimizer.value, cst.Name | cst.Attribute) else f"({opt})"
         synced = self._sync_gradients(target)
         what = " after averaging gradients across processes" if synced else ""
         self.changed(f"`xm.optimizer_step({opt})` -> `{target}.step()`{what}")
@@ -138,6 +148,8 @@ class XlaOptimizer(Codemod):
         if self.ctx.facts.syncs_gradients:
             self.changed("removed `xm.reduce_gradients`: DDP/FSDP already averages gradients")
             return self.ctx.remove(updated_node)
+        if self._multi_process():
+            self._check_process_group()
         helper = self.ctx.need_helper("average_gradients", AVERAGE_GRADIENTS.format(dist=self.ctx.dist()))
         self.changed("`xm.reduce_gradients(opt)` -> `average_gradients(opt)`")
         return updated_node.with_changes(value=expr(f"{helper}({code_of(optimizer.value)})"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import libcst as cst
 
@@ -23,13 +23,20 @@ EAGER_TOGGLES = (
 COMPILE = ("torch_xla.compile", "torch_xla.experimental.compile")
 
 
+def _takes_nothing(fn: cst.Lambda) -> bool:
+    params = fn.params
+    return not (params.params or params.posonly_params or params.kwonly_params) and isinstance(
+        params.star_arg, cst.MaybeSentinel
+    ) and params.star_kwarg is None
+
+
 class XlaSync(Codemod):
     """Removes lazy-tensor step boundaries and turns step closures into plain calls.
 
     ## What it does
     Deletes `xm.mark_step()` / `torch_xla.sync()` statements and eager-mode toggles
     (`torch_xla.experimental.eager_mode(True)`); unwraps `with torch_xla.step():`; turns
-    `xm.add_step_closure(fn, args=(a, b))` into `fn(a, b)`; `xm.wait_device_ops()` into
+    `xm.add_step_closure(fn, args=(a, b))` into `fn(a, b)` (a closure `lambda: f(x)` into `f(x)`); `xm.wait_device_ops()` into
     `torch.accelerator.synchronize()`; `torch_xla.compile(fn)` into
     `torch.compile(fn, dynamic=False)`.
 
@@ -62,7 +69,7 @@ class XlaSync(Codemod):
     name = "xla-step"
     summary = "`mark_step`/`sync` go, step closures become calls, `torch_xla.step()` unwraps"
     triggers = (*MARK_STEP, *WAIT_DEVICE_OPS, *STEP_CLOSURE, *STEP_CONTEXT, *EAGER_TOGGLES, *COMPILE)
-    manual = {
+    manual: ClassVar[dict[str, str]] = {
         "torch_xla.core.xla_model.mark_step": "`{name}` is used as a value (a callback?); eager execution needs no step boundary, remove it",
         "torch_xla.sync": "`{name}` is used as a value (a callback?); eager execution needs no step boundary, remove it",
         "torch_xla.core.xla_model.optimization_barrier_": "no native equivalent; remove it and check the memory behaviour",
@@ -121,6 +128,9 @@ class XlaSync(Codemod):
             "step closures now run synchronously inside the step; `.item()` in them waits for the device",
         )
         callee = fn.value
+        if isinstance(callee, cst.Lambda) and not new_args and _takes_nothing(callee):
+            # `add_step_closure(lambda: f(x))` runs `f(x)`: call it directly, not through a lambda.
+            return self.ctx.group(callee.body)
         if isinstance(callee, cst.Lambda | cst.BooleanOperation | cst.IfExp):
             callee = callee.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return cst.Call(func=callee, args=new_args)
@@ -153,13 +163,16 @@ class XlaSync(Codemod):
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return updated_node.with_changes(items=kept)
         body = updated_node.body
+        statements: list[cst.BaseStatement]
         if isinstance(body, cst.SimpleStatementSuite):
-            statements: list[cst.BaseStatement] = [cst.SimpleStatementLine(body=body.body)]
+            statements = [cst.SimpleStatementLine(body=body.body)]
         else:
-            statements = list(body.body)
+            statements = [s for s in body.body if isinstance(s, cst.BaseStatement)]
         # Comments at the end of the block move up rather than vanish.
         footer = [line for line in getattr(body, "footer", ()) if line.comment is not None]
-        statements[0] = statements[0].with_changes(
-            leading_lines=[*updated_node.leading_lines, *footer, *statements[0].leading_lines]
+        first = statements[0]
+        assert isinstance(first, cst.SimpleStatementLine | cst.BaseCompoundStatement)
+        statements[0] = first.with_changes(
+            leading_lines=[*updated_node.leading_lines, *footer, *first.leading_lines]
         )
         return cst.FlattenSentinel(statements)

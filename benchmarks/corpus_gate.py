@@ -1,0 +1,113 @@
+"""Corpus gate: `rewrite` over every Python file of the installed packages, nobody's code but theirs.
+
+    python benchmarks/corpus_gate.py [SITE_PACKAGES] [--json out.json]
+
+For each file: the rewrite must not crash, its output must parse, a file that refers to no
+old-stack package must come back byte-identical, and rewriting the output again must change
+nothing. Exit status 1 if any of that fails, with the offending files listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+import sysconfig
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from neuron_migrate.codemods import OLD_STACK_PACKAGES
+from neuron_migrate.codemods.imports import ImportTable
+from neuron_migrate.engine import Options, rewrite_source
+from neuron_migrate.files import SourceError, read_source
+
+
+@dataclass
+class Outcome:
+    path: str
+    status: str  # skipped | unchanged | changed | error (input) | crash | invalid | changed-unrelated | unstable
+    detail: str = ""
+
+
+def _uses_old_stack(text: str) -> bool:
+    try:
+        table = ImportTable.from_ast(ast.parse(text))
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    return bool(table.names_under(OLD_STACK_PACKAGES))
+
+
+def judge(path: Path) -> Outcome:
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        return Outcome(str(path), "error", str(exc))
+    try:
+        result = rewrite_source(source.text, str(path), Options())
+    except Exception:
+        return Outcome(str(path), "crash", traceback.format_exc(limit=3))
+    if result.error:
+        return Outcome(str(path), "error", result.error)
+    if result.skipped:
+        return Outcome(str(path), "skipped")
+    if not result.changed:
+        return Outcome(str(path), "unchanged")
+    try:
+        ast.parse(result.migrated)
+    except SyntaxError as exc:
+        return Outcome(str(path), "invalid", f"{exc.lineno}: {exc.msg}")
+    if not _uses_old_stack(source.text):
+        return Outcome(str(path), "changed-unrelated", "; ".join(f"{c.code} {c.message}" for c in result.changes[:5]))
+    again = rewrite_source(result.migrated, str(path), Options())
+    if again.migrated != result.migrated:
+        return Outcome(str(path), "unstable", "a second rewrite changed the output")
+    return Outcome(str(path), "changed")
+
+
+@dataclass
+class Summary:
+    files: int = 0
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    failures: list[Outcome] = field(default_factory=list)
+
+
+FAILING = ("crash", "invalid", "changed-unrelated", "unstable")
+
+
+def run(root: Path, jobs: int = 2) -> Summary:
+    files = sorted(p for p in root.rglob("*.py") if p.is_file())
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        outcomes = list(pool.map(judge, files, chunksize=64))
+    summary = Summary(files=len(files), seconds=time.perf_counter() - start)
+    for outcome in outcomes:
+        summary.counts[outcome.status] = summary.counts.get(outcome.status, 0) + 1
+        if outcome.status in FAILING:
+            summary.failures.append(outcome)
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("root", nargs="?", type=Path, default=Path(sysconfig.get_paths()["purelib"]))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    summary = run(args.root, args.jobs)
+    print(f"{summary.files} files under {args.root} in {summary.seconds:.1f} s")
+    for status, count in sorted(summary.counts.items()):
+        print(f"  {status:18} {count}")
+    for failure in summary.failures[:50]:
+        print(f"FAIL {failure.status}: {failure.path}: {failure.detail}")
+    if args.json:
+        args.json.write_text(json.dumps({**asdict(summary), "failures": [asdict(f) for f in summary.failures]}, indent=2))
+    return 1 if summary.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
