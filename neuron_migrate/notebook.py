@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]
 
 from neuron_migrate.engine import Options, rewrite_source
-from neuron_migrate.findings import FileResult, ManualItem
+from neuron_migrate.findings import Change, FileResult, ManualItem, Note
+from neuron_migrate.shell import rewrite_shell_line
 
 PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"})
 _MAGIC_LINE = re.compile(r"^\s*(?:!(?!=)|%(?!=)|\w+\s*=\s*[!%](?!=))|^[^#]*\?\s*$")
@@ -249,6 +250,7 @@ def rewrite_notebook(raw: str, path: str, options: Options) -> NotebookResult:
             result.error = f"{path}:1:1: internal error: cell boundaries were not preserved; notebook left unchanged"
             return NotebookResult(result)
         restore = {k: v for _, masked in joined for k, v in masked.restore.items()}
+        _rewrite_shell_lines(restore, options, result)
         for (cell, _masked), text in zip(joined, parts[1:], strict=True):
             text = text[:-1] if text.endswith("\n") else text
             new = _unmask(text, restore)
@@ -279,6 +281,26 @@ def rewrite_notebook(raw: str, path: str, options: Options) -> NotebookResult:
         result.migrated = raw
         return NotebookResult(result)
     return NotebookResult(result, changed)
+
+
+def _rewrite_shell_lines(restore: dict[str, str], options: Options, result: FileResult) -> None:
+    """`!`/`%env` lines that configure or launch old-stack work (see neuron_migrate.shell)."""
+    for placeholder, line in restore.items():
+        rewrite = rewrite_shell_line(line)
+        if rewrite is None:
+            continue
+        if not options.enabled(rewrite.code):
+            continue
+        restore[placeholder] = rewrite.line
+        result.changes.append(Change(rewrite.code, rewrite.message))
+        if rewrite.precision:
+            note = Note(
+                "NM009",
+                "precision policy changed: an XLA bf16 switch was removed from a shell line; "
+                "set the dtype in the training code (`torch.set_default_dtype` or `torch.autocast`)",
+            )
+            if note not in result.notes:
+                result.notes.append(note)
 
 
 def _writefile_cell(cell: _Cell, path: str, options: Options, result: FileResult, out: dict[int, str]) -> None:

@@ -43,7 +43,9 @@ def test_cells_are_migrated_together() -> None:
     new, _ = rewrite(raw)
     nb = json.loads(new)
     sources = ["".join(c["source"]) for c in nb["cells"]]
-    assert sources[1] == "%env PJRT_DEVICE=NEURON\n!pip list | grep torch\nimport torch"
+    assert sources[1] == (
+        "# (removed `%env PJRT_DEVICE`: it configured the XLA runtime)\n!pip list | grep torch\nimport torch"
+    )
     assert sources[2] == (
         'device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")  # the NeuronCore\n'
         "x = torch.ones(3, device=device)"
@@ -161,3 +163,22 @@ def test_other_languages_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "r.ipynb"
     path.write_text(nbformat.writes(nb))
     assert main(["rewrite", str(path)]) == 0
+
+
+def test_shell_lines_that_configure_or_launch_old_stack_work() -> None:
+    cells = [
+        ("code", "%env XLA_USE_BF16=1\n%env NEURON_RT_NUM_CORES=2"),
+        ("code", "!neuron_parallel_compile torchrun --nproc_per_node=2 train.py"),
+        ("code", "!XLA_USE_BF16=1 NEURON_CC_FLAGS='--model-type=transformer' torchrun --nproc_per_node=2 train.py"),
+        ("code", "!optimum-cli export neuron --model gpt2 --batch_size 1 --sequence_length 128 out/"),
+    ]
+    new, outcome = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert sources[0] == "# (removed `%env XLA_USE_BF16`: it configured the XLA runtime)\n%env NEURON_RT_NUM_CORES=2"
+    assert sources[1].startswith("# (removed: neuron_parallel_compile pre-compilation")
+    assert sources[2] == "!NEURON_CC_FLAGS='--model-type=transformer' torchrun --nproc_per_node=2 train.py"
+    assert sources[3].startswith("# (removed: ahead-of-time `optimum-cli export neuron`")
+    result = outcome.result  # type: ignore[attr-defined]
+    assert any("precision policy changed" in n.message for n in result.notes)
+    again, _ = rewrite(new)
+    assert again == new
