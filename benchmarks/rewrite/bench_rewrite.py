@@ -68,8 +68,8 @@ assert result.failures == 0, result
 
 def prefilter_ratio(limit: int = 400) -> dict[str, float]:
     import libcst
-
     import torch
+
     from neuron_migrate.engine import PREFILTER
 
     texts = []

@@ -8,6 +8,11 @@ reads the device.
 from __future__ import annotations
 
 from neuron_migrate.codemods.base import Codemod
+from neuron_migrate.codemods.neuronx_distributed import NeuronxDistributed
+from neuron_migrate.codemods.neuronx_trace import NeuronxTrace
+from neuron_migrate.codemods.optimum_diffusion import OptimumDiffusion
+from neuron_migrate.codemods.optimum_inference import OptimumInference
+from neuron_migrate.codemods.optimum_training import OptimumTraining
 from neuron_migrate.codemods.xla_autocast import XlaAutocast
 from neuron_migrate.codemods.xla_collectives import XlaCollectives
 from neuron_migrate.codemods.xla_compile import XlaCompileBackend
@@ -30,11 +35,22 @@ CODEMODS: tuple[type[Codemod], ...] = (
     XlaCollectives,
     XlaAutocast,
     XlaCompileBackend,
+    OptimumTraining,
+    OptimumInference,
+    OptimumDiffusion,
+    NeuronxTrace,
+    NeuronxDistributed,
 )
 
 # Packages of the old stack: their imports are removed once unused, and any use left behind
 # gets a TODO.
-OLD_STACK_PACKAGES: tuple[str, ...] = ("torch_xla",)
+OLD_STACK_PACKAGES: tuple[str, ...] = (
+    "torch_xla",
+    "torch_neuronx",
+    "neuronx_distributed",
+    "neuronx_distributed_inference",
+    "transformers_neuronx",
+)
 
 LEFTOVER_CODE = "NM090"
 LEFTOVER_MESSAGE = "`{name}` has no automatic migration; rewrite it for native PyTorch by hand"

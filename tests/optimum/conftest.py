@@ -1,0 +1,179 @@
+"""Tiny local models, tokenizer and data for running the migrated optimum-neuron examples on CPU.
+
+Nothing is downloaded: the models are built from configs with a fixed seed and saved next to a
+word-level tokenizer made with the `tokenizers` library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.codemods.base import TARGETS
+from neuron_migrate.engine import Options, rewrite_source
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "ran",
+    "fast",
+    "slow",
+    "big",
+    "small",
+    "red",
+    "blue",
+    "green",
+    "hello",
+    "world",
+    "neuron",
+    "train",
+    "model",
+    "data",
+    "is",
+    "was",
+    "good",
+    "bad",
+    "happy",
+    "sad",
+    "day",
+    "night",
+]
+SENTENCES = [
+    ("the cat sat on the mat", 1),
+    ("a dog ran fast", 1),
+    ("hello world neuron", 0),
+    ("the big red model is good", 1),
+    ("a small blue cat was sad", 0),
+    ("the dog was bad at night", 0),
+    ("green data is happy", 1),
+    ("the slow model ran on a mat", 0),
+]
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny_llama")
+    _tokenizer().save_pretrained(out)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    LlamaForCausalLM(config).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    out = tmp_path_factory.mktemp("tiny_bert")
+    _tokenizer().save_pretrained(out)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        num_labels=2,
+    )
+    BertForSequenceClassification(config).eval().save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sentences(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "sentences.jsonl"
+    out.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in SENTENCES))
+    return out
+
+
+def migrate_example(name: str, directory: Path, target: str = "portable") -> Path:
+    source = EXAMPLES / name
+    result = rewrite_source(source.read_text(), str(source), Options(target=TARGETS[target]))
+    assert result.error is None, result.error
+    assert result.changed
+    assert not result.manual, [m.marker for m in result.manual]
+    out = directory / name
+    out.write_text(result.migrated)
+    return out
+
+
+def run_script(path: Path, *args: str) -> str:
+    """Run a migrated script in this interpreter (imports are already warm) and return its stdout."""
+    buffer = io.StringIO()
+    argv = sys.argv
+    sys.argv = [str(path), *args]
+    try:
+        with contextlib.redirect_stdout(buffer):
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = argv
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def eager_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`torch.compile` without a backend picks inductor on CPU (a C++ build per graph): use the
+    `eager` backend instead, which keeps dynamo's tracing and shape guards."""
+    import torch
+
+    original_compile = torch.compile
+    original_module_compile = torch.nn.Module.compile
+
+    def compile_(model=None, **kwargs):
+        kwargs.setdefault("backend", "eager")
+        return original_compile(model, **kwargs)
+
+    def module_compile(self, *args, **kwargs):
+        kwargs.setdefault("backend", "eager")
+        return original_module_compile(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(torch.nn.Module, "compile", module_compile)

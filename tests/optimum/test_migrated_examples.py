@@ -1,0 +1,270 @@
+"""The migrated optimum-neuron and torch_neuronx examples run on CPU with tiny local models.
+
+Training examples fine-tune a few steps, save, and the checkpoint reloads with plain
+`from_pretrained`. The generation example (static cache, chunked prefill, prompts padded to the
+chunk) produces the tokens of an uncompiled reference, also through the compiled path
+transformers takes on a Neuron device, emulated here with a stand-in `neuron` backend.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.optimum.conftest import ROOT, SENTENCES, migrate_example, run_script
+
+pytestmark = pytest.mark.slow
+
+
+def test_sft_tensor_parallel_trains_and_reloads(
+    tmp_path: Path, tiny_llama: Path, sentences: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    script = migrate_example("optimum_sft_tensor_parallel.py", tmp_path)
+    text = script.read_text()
+    assert "ModelParallelArguments" in text and "distributed_config=" in text
+    out_dir = tmp_path / "sft"
+    output = run_script(
+        script,
+        "--model_id",
+        str(tiny_llama),
+        "--dataset_path",
+        str(sentences),
+        "--output_dir",
+        str(out_dir),
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "2",
+        "--max_length",
+        "16",
+        "--use_cpu",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--tensor_parallel_size",
+        "1",
+        "--seed",
+        "0",
+    )
+    loss = float(re.search(r"train_loss ([0-9.]+)", output).group(1))  # type: ignore[union-attr]
+    assert 0 < loss < 10
+    assert "tensor_parallel_size 1" in output
+    reloaded = AutoModelForCausalLM.from_pretrained(out_dir)
+    original = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    changed = any(
+        not torch.equal(a, b)
+        for a, b in zip(reloaded.parameters(), original.parameters(), strict=True)
+    )
+    assert changed, "training did not update the weights"
+
+
+def test_trainer_classification_trains_and_reloads(
+    tmp_path: Path, tiny_bert: Path, sentences: Path
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    script = migrate_example("optimum_trainer_classification.py", tmp_path)
+    out_dir = tmp_path / "classifier"
+    output = run_script(
+        script,
+        "--model_dir",
+        str(tiny_bert),
+        "--data",
+        str(sentences),
+        "--output_dir",
+        str(out_dir),
+        "--max_steps",
+        "4",
+        "--max_length",
+        "16",
+    )
+    assert re.search(r"train_loss [0-9.]+", output)
+    model = AutoModelForSequenceClassification.from_pretrained(out_dir)
+    assert model.config.num_labels == 2
+
+
+def _reference_tokens(model_dir: Path, prompts: list[str], new_tokens: int) -> list[list[int]]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    result = []
+    for prompt in prompts:
+        inputs = tokenizer(prompt, return_tensors="pt")  # no padding, dynamic cache, no compile
+        out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+        result.append(out[0, inputs["input_ids"].shape[1] :].tolist())
+    return result
+
+
+def _tokens(output: str) -> list[list[int]]:
+    return [
+        [int(t) for t in line.split()[1:]]
+        for line in output.splitlines()
+        if line.startswith("tokens")
+    ]
+
+
+PROMPTS = ["the cat sat on the mat", "a dog", "hello world neuron train model data the big red cat"]
+
+
+def test_generation_static_cache_matches_reference(tmp_path: Path, tiny_llama: Path) -> None:
+    script = migrate_example("optimum_causal_lm_generation.py", tmp_path)
+    text = script.read_text()
+    assert 'cache_implementation="static"' in text and "pad_to_multiple_of" in text
+    args = ["--model_id", str(tiny_llama), "--max_new_tokens", "6"]
+    for prompt in PROMPTS:
+        args += ["--prompt", prompt]
+    assert _tokens(run_script(script, *args)) == _reference_tokens(tiny_llama, PROMPTS, 6)
+
+
+def test_generation_compiled_as_on_neuron_matches_reference(
+    tmp_path: Path, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a Neuron device transformers compiles `generate` with its default CompileConfig
+    (backend "neuron", dynamic=False); emulate that with a stand-in backend on CPU."""
+    import torch._dynamo
+    from transformers import CompileConfig, GenerationMixin, PreTrainedModel
+
+    graphs: list[tuple[int, ...]] = []
+
+    def stand_in(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        symbolic = [x for x in example_inputs if isinstance(x, torch.SymInt)]
+        assert not symbolic, "the Neuron backend rejects dynamic shapes"
+        graphs.append(tuple(example_inputs[0].shape) if example_inputs else ())
+        return gm.forward
+
+    torch._dynamo.reset()
+    if "neuron_stand_in" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(name="neuron_stand_in")(stand_in)
+    else:
+        monkeypatch.setitem(
+            torch._dynamo.backends.registry._COMPILER_FNS, "neuron_stand_in", stand_in
+        )
+
+    def neuron_default(self: PreTrainedModel) -> CompileConfig:
+        config = CompileConfig(backend="neuron_stand_in", dynamic=False, mode="default")
+        config._compile_all_devices = True
+        return config
+
+    valid = GenerationMixin._valid_auto_compile_criteria
+
+    def as_on_neuron(self, model_kwargs, generation_config):  # type: ignore[no-untyped-def]
+        # The device gate of transformers passes for `neuron`; the cache must still be static.
+        if generation_config.compile_config is None:
+            generation_config.compile_config = neuron_default(self)
+        return valid(self, model_kwargs, generation_config)
+
+    monkeypatch.setattr(PreTrainedModel, "_default_compile_config", neuron_default)
+    monkeypatch.setattr(GenerationMixin, "_valid_auto_compile_criteria", as_on_neuron)
+    script = migrate_example("optimum_causal_lm_generation.py", tmp_path)
+    args = ["--model_id", str(tiny_llama), "--max_new_tokens", "6"]
+    for prompt in PROMPTS:
+        args += ["--prompt", prompt]
+    tokens = _tokens(run_script(script, *args))
+    torch._dynamo.reset()
+    assert tokens == _reference_tokens(tiny_llama, PROMPTS, 6)
+    assert graphs, "generate did not compile"
+    # Prompts of 6, 2 and 10 tokens are padded to 16: one prefill shape, one decode shape.
+    assert len(set(graphs)) <= 2, graphs
+
+
+def test_encoder_classification_matches_eager(
+    tmp_path: Path, tiny_bert: Path, eager_compile: None
+) -> None:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    script = migrate_example("optimum_encoder_classification.py", tmp_path)
+    assert "model.compile(dynamic=False)" in script.read_text()
+    sentences = [s for s, _ in SENTENCES[:3]]
+    args = ["--model_dir", str(tiny_bert)]
+    for sentence in sentences:
+        args += ["--sentence", sentence]
+    output = run_script(script, *args)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    lines = [line for line in output.splitlines() if line.startswith("label")]
+    assert len(lines) == len(sentences)
+    for sentence, line in zip(sentences, lines, strict=True):
+        with torch.no_grad():
+            logits = model(**tokenizer(sentence, return_tensors="pt")).logits[0]  # unpadded
+        printed = [float(v) for v in line.split("logits ")[1].split()]
+        assert printed == pytest.approx(logits.tolist(), abs=1e-3)
+
+
+def test_trace_inference_matches_cpu(
+    tmp_path: Path, tiny_bert: Path, eager_compile: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = migrate_example("neuronx_trace_inference.py", tmp_path)
+    tree = ast.parse(script.read_text())
+    names = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute | ast.Name)}
+    assert not any(n.startswith(("torch_neuronx", "torch.jit")) for n in names)
+    monkeypatch.chdir(tmp_path)
+    output = run_script(
+        script,
+        "--model_dir",
+        str(tiny_bert),
+        "--sentence",
+        "the cat sat",
+        "--sentence",
+        "a dog ran fast",
+    )
+    lines = [line for line in output.splitlines() if line.startswith("label")]
+    assert len(lines) == 2 and all(line.endswith("matches_cpu True") for line in lines), output
+    assert (tmp_path / "model_neuron.pt").exists()
+
+
+def test_sft_tensor_parallel_two_processes(
+    tmp_path: Path, tiny_llama: Path, sentences: Path
+) -> None:
+    """TP=2 under torchrun on CPU. transformers shards the model (DTensor, gloo), but accelerate
+    1.15 refuses a ParallelismConfig on CPU processes (DistributedType.MULTI_CPU), so the Trainer
+    cannot be built; when that changes this test starts passing and says so."""
+    script = migrate_example("optimum_sft_tensor_parallel.py", tmp_path)
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(script),
+        "--model_id",
+        str(tiny_llama),
+        "--dataset_path",
+        str(sentences),
+        "--output_dir",
+        str(tmp_path / "tp2"),
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--max_length",
+        "16",
+        "--use_cpu",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--tensor_parallel_size",
+        "2",
+    ]
+    proc = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    if proc.returncode != 0:
+        known = "ParallelismConfig is only compatible DistributedType.FSDP (version 2) or DistributedType.Multi{Device} or DistributedType.DEEPSPEED, but got DistributedType.MULTI_CPU"
+        assert known in proc.stderr + proc.stdout, proc.stderr[-3000:]
+        pytest.xfail(f"accelerate on CPU: {known}")
+    assert "tensor_parallel_size 2" in proc.stdout
