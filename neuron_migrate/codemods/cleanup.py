@@ -271,7 +271,13 @@ def add_module_level(
             line = line.with_changes(leading_lines=body[position].leading_lines)
             body[position] = body[position].with_changes(leading_lines=[cst.EmptyLine()])
         else:
-            position = anchor
+            # Third-party: alphabetical among the other third-party imports, or after them all.
+            others = [i for i in imports_at if not _is_stdlib(_top_module(body[i])) and _top_module(body[i]) != "__future__"]
+            later = [i for i in others if _top_module(body[i]) > top]
+            position = later[0] if later else anchor
+            if later:
+                line = line.with_changes(leading_lines=body[position].leading_lines)
+                body[position] = body[position].with_changes(leading_lines=[])
         body.insert(position, line)
         anchor += 1
     if blocks:
