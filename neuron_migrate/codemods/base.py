@@ -172,6 +172,9 @@ class MigrationContext:
     module_prologue: list[str] = field(default_factory=list)  # statements placed after imports
     grouped: dict[int, cst.CSTNode] = field(default_factory=dict)  # parentheses we added, maybe needlessly
     placeholders: dict[int, cst.CSTNode] = field(default_factory=dict)  # `pass` we put in emptied blocks
+    # Per scope (module, then each enclosing function): the variable that already holds the
+    # native device, so later uses in that scope say `device` instead of repeating the lookup.
+    device_names: list[str | None] = field(default_factory=lambda: [None])
 
     # -- reporting ------------------------------------------------------------------------------
     def changed(self, code: str, message: str) -> None:
@@ -248,7 +251,12 @@ class MigrationContext:
 
     # -- spellings shared by several codemods ---------------------------------------------------
     def device_expr(self) -> str:
-        return self.target.device(self.torch())
+        return self.device_names[-1] or self.target.device(self.torch())
+
+    def device_type_expr(self) -> str:
+        if self.device_names[-1]:
+            return f"{self.device_names[-1]}.type"
+        return self.target.device_type(self.torch())
 
     def local_rank_expr(self) -> str:
         return f'int({self.os()}.environ.get("LOCAL_RANK", 0))'

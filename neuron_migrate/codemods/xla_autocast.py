@@ -77,7 +77,7 @@ class XlaAutocast(Codemod):
         torch = self.ctx.torch()
         value = device.value
         if string_value(value) is not None:
-            device_type = self.ctx.target.device_type(torch)
+            device_type = self.ctx.device_type_expr()
         elif isinstance(value, cst.Name | cst.Attribute | cst.Call | cst.Subscript) or value.lpar:
             device_type = f"{code_of(value)}.type"
         else:
@@ -105,7 +105,7 @@ class XlaAutocast(Codemod):
             return call
         torch = self.ctx.torch()
         self.changed('autocast `"xla"` -> native device type')
-        new_value = expr(self.ctx.target.device_type(torch))
+        new_value = expr(self.ctx.device_type_expr())
         if isinstance(new_value, cst.SimpleString) and isinstance(device_type.value, cst.SimpleString):
             new_value = with_string_value(device_type.value, "neuron")
         args = [a.with_changes(value=new_value) if a is device_type else a for a in call.args]

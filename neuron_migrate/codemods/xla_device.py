@@ -95,7 +95,7 @@ class XlaDevice(Codemod):
             self.changed("`xr.device_type()` -> the accelerator's type")
             if self.ctx.target.neuron:
                 return cst.SimpleString('"NEURON"')
-            return expr(f"({self.ctx.device_expr()}).type.upper()")
+            return expr(f"{self.ctx.device_type_expr()}.upper()")
         if name in DEVICE_HW and updated_node.args:
             self.changed("`xm.xla_device_hw(d)` -> `torch.device(d).type.upper()`")
             return expr(f"{self.ctx.torch()}.device({code_of(updated_node.args[0].value)}).type.upper()")
@@ -117,7 +117,7 @@ class XlaDevice(Codemod):
         self.changed(f"`{code_of(call.func)}()` -> native device")
         if index is None or (code_of(index.value) == "0" and not self.ctx.target.neuron):
             return self.ctx.group(expr(self.ctx.device_expr()))
-        return expr(f"{torch}.device({self.ctx.target.device_type(torch)}, {code_of(index.value)})")
+        return expr(f"{torch}.device({self.ctx.device_type_expr()}, {code_of(index.value)})")
 
     def _torch_device(self, call: cst.Call) -> cst.BaseExpression:
         first = call.args[0]
@@ -148,9 +148,29 @@ class XlaDevice(Codemod):
         if whole_call is not None and len(whole_call.args) > 1:
             index = code_of(whole_call.args[1].value)
         if index and index != "0":
-            return expr(f"{torch}.device({self.ctx.target.device_type(torch)}, {index})")
+            return expr(f"{torch}.device({self.ctx.device_type_expr()}, {index})")
         device = expr(self.ctx.device_expr())
         return self.ctx.group(device) if grouped else device
+
+    # -- scopes: reuse the variable that holds the device ---------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.ctx.device_names.append(None)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        self.ctx.device_names.pop()
+        return updated_node
+
+    def _remember_device(self, original: cst.Assign) -> None:
+        value = original.value
+        if (
+            len(original.targets) == 1
+            and isinstance(original.targets[0].target, cst.Name)
+            and isinstance(value, cst.Call)
+            and self.qualify(value.func) in XLA_DEVICE
+            and not value.args
+            and self.ctx.device_names[-1] is None
+        ):
+            self.ctx.device_names[-1] = original.targets[0].target.value
 
     # -- keywords and assignments ----------------------------------------------------------------
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
@@ -163,6 +183,7 @@ class XlaDevice(Codemod):
         return updated_node
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        self._remember_device(original_node)
         if _is_xla_string(string_value(updated_node.value)) and any(
             isinstance(t.target, cst.Name | cst.Attribute) and "device" in code_of(t.target).lower()
             for t in updated_node.targets
