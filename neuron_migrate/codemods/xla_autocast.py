@@ -103,7 +103,6 @@ class XlaAutocast(Codemod):
         device_type = arg_value(call, 0, "device_type")
         if device_type is None or string_value(device_type.value) != "xla":
             return call
-        torch = self.ctx.torch()
         self.changed('autocast `"xla"` -> native device type')
         new_value = expr(self.ctx.device_type_expr())
         if isinstance(new_value, cst.SimpleString) and isinstance(device_type.value, cst.SimpleString):
