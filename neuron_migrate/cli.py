@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_migrate import __version__
+from neuron_migrate import config as configuration
 from neuron_migrate.codemods import CODEMODS
 from neuron_migrate.codemods.base import TARGETS
 from neuron_migrate.engine import Options, rewrite_source
@@ -78,12 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     rewrite.add_argument(
         "--target",
         choices=sorted(TARGETS),
-        default="portable",
+        default=None,
         help="portable (default): code that runs on Trainium, CUDA and CPU alike; "
         "neuron: the explicit 'neuron' device and backend spellings",
     )
-    rewrite.add_argument("--select", type=_codes, default=(), metavar="CODES", help="only these rule codes or prefixes (comma-separated)")
-    rewrite.add_argument("--ignore", type=_codes, default=(), metavar="CODES", help="skip these rule codes or prefixes (comma-separated)")
+    rewrite.add_argument("--select", type=_codes, default=None, metavar="CODES", help="only these rule codes or prefixes (comma-separated); overrides `select` in pyproject.toml")
+    rewrite.add_argument("--ignore", type=_codes, default=(), metavar="CODES", help="skip these rule codes or prefixes (comma-separated), on top of `ignore` in pyproject.toml")
+    rewrite.add_argument("--config", type=Path, metavar="PYPROJECT", help="use this pyproject.toml's [tool.neuron-migrate] for every file (default: the nearest one above each file)")
     rewrite.add_argument("--report", type=Path, metavar="FILE", help="write a migration report (.md or .json)")
     rewrite.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
     rewrite.add_argument("-q", "--quiet", action="store_true", help="print only errors and the manual items")
@@ -148,27 +150,46 @@ def _rewrite_stdin(options: Options) -> int:
 
 
 def run_rewrite(args: argparse.Namespace) -> int:
-    options = Options(target=TARGETS[args.target], select=args.select, ignore=args.ignore)
-    if args.paths == ["-"]:
-        return _rewrite_stdin(options)
-    if "-" in args.paths:
-        print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
+    try:
+        configs = configuration.Configs(configuration.load(args.config) if args.config else None)
+        if args.paths == ["-"]:
+            return _rewrite_stdin(_options(args, configs.for_path(Path.cwd()), None))
+        if "-" in args.paths:
+            print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
+            return EXIT_ERROR
+        mode = "diff" if args.diff else "check" if args.check else "output" if args.output_dir else "write"
+        jobs: list[Job] = []
+        missing = []
+        for given in map(Path, args.paths):
+            if not given.exists():
+                missing.append(f"{given}: no such file or directory")
+                continue
+            root = given if given.is_dir() else None
+            for path in discover([given], (".py", ".ipynb")):
+                config = configs.for_path(path)
+                if path != given and config.excluded(path):
+                    continue
+                output = _output_path(path, root, args.output_dir) if args.output_dir else None
+                jobs.append(Job(path, mode, _options(args, config, path), output))
+    except configuration.ConfigError as exc:
+        print(f"neuron-migrate: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    mode = "diff" if args.diff else "check" if args.check else "output" if args.output_dir else "write"
-    jobs: list[Job] = []
-    missing = []
-    for given in map(Path, args.paths):
-        if not given.exists():
-            missing.append(f"{given}: no such file or directory")
-            continue
-        root = given if given.is_dir() else None
-        for path in discover([given], (".py", ".ipynb")):
-            output = _output_path(path, root, args.output_dir) if args.output_dir else None
-            jobs.append(Job(path, mode, options, output))
     results = _run_jobs(jobs, args.jobs)
     for message in missing:
         results.append(FileResult(path=message.split(":")[0], error=message))
     return _finish(results, args, mode)
+
+
+def _options(args: argparse.Namespace, config: configuration.Config, path: Path | None) -> Options:
+    """Command line first, then the nearest pyproject.toml, then the defaults."""
+    rewrite_codes = [code for code in rule_codes() if code.startswith("NM0")]
+    select = args.select if args.select is not None else (config.select_for(rewrite_codes) or ())
+    ignores = config.ignores_for(path) if path is not None else config.ignore
+    return Options(
+        target=TARGETS[args.target or config.target or "portable"],
+        select=tuple(select),
+        ignore=(*args.ignore, *ignores),
+    )
 
 
 def _run_jobs(jobs: Sequence[Job], workers: int) -> list[FileResult]:
@@ -218,7 +239,8 @@ def _finish(results: list[FileResult], args: argparse.Namespace, mode: str) -> i
                 print(f"note: {result.path}: {note.code} {note.message}", file=err)
         print(summary(results, applied=mode in ("write", "output")), file=err)
     if args.report:
-        text = as_json(results, args.target) if args.report.suffix == ".json" else as_markdown(results, args.target)
+        target = args.target or "portable"
+        text = as_json(results, target) if args.report.suffix == ".json" else as_markdown(results, target)
         write_atomic(args.report, text.encode("utf-8"))
     if any(r.error for r in results):
         return EXIT_ERROR

@@ -104,12 +104,12 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     ctx = MigrationContext(target=options.target, imports=table, facts=facts, path=path, source=text, old_stack_file=bool(old_names))
     codemods = [c(ctx) for c in selected]
-    report_leftovers = options.enabled("NM090")
 
-    def leftover(qualified: str) -> tuple[str, str]:
-        return manual_message(qualified)
+    def leftover(qualified: str) -> tuple[str, str] | None:
+        code, message = manual_message(qualified)
+        return (code, message) if options.enabled(code) else None  # an ignored rule stays quiet
 
-    dispatcher = Dispatcher(ctx, codemods, old_names if report_leftovers else (), leftover)
+    dispatcher = Dispatcher(ctx, codemods, old_names, leftover)
     try:
         migrated = module.visit(dispatcher)
         after = ast.parse(migrated.code)

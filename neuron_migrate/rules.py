@@ -1,4 +1,5 @@
-"""Rule documentation, generated from the codemods' docstrings (never written twice).
+"""Rule documentation, generated from the docstrings of the codemods and the check rules (never
+written twice).
 
 `neuron-migrate rules` prints it and `docs/rules.md` is this module's output, kept in sync by a
 test.
@@ -9,6 +10,9 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from neuron_migrate.checks.rules import all_rules as check_rules
+from neuron_migrate.checks.rules.base import GRAPH_BREAK_URL
+from neuron_migrate.checks.rules.base import Rule as CheckRule
 from neuron_migrate.codemods import CODEMODS, LEFTOVER_CODE
 from neuron_migrate.codemods import cleanup as _cleanup
 
@@ -19,6 +23,7 @@ class Rule:
     name: str
     summary: str
     doc: str
+    facts: str = ""  # one line of what `check` knows about the rule (severity, graph breaks, fix)
 
 
 _LEFTOVER_DOC = """Marks old-stack API uses that no codemod could migrate.
@@ -51,7 +56,27 @@ def all_rules() -> list[Rule]:
         )
     )
     rules.append(Rule(LEFTOVER_CODE, "unmigrated-api", "old-stack API with no automatic migration (TODO)", inspect.cleandoc(_LEFTOVER_DOC)))
+    rules += [Rule(r.code, r.name, r.summary, inspect.cleandoc(r.__doc__ or ""), _check_facts(r)) for r in check_rules()]
     return sorted(rules, key=lambda r: r.code)
+
+
+def _check_facts(rule: type[CheckRule]) -> str:
+    severity = rule.severity.label
+    if rule.contextual:
+        where = f"{severity} in `forward`, compiled functions and training loops; info elsewhere"
+    else:
+        where = severity
+    parts = [f"`neuron-migrate check` rule. Severity: {where}."]
+    if rule.graph_breaks:
+        links = ", ".join(f"[{gb}]({GRAPH_BREAK_URL.format(gb=gb.lower())})" for gb in rule.graph_breaks)
+        parts.append(f"Predicts PyTorch graph breaks {links}.")
+    if any(case.fixed is not None for case in rule.INVALID):
+        parts.append("Fix: safe (`--fix`).")
+    elif any(case.unsafe_fixed is not None for case in rule.INVALID):
+        parts.append("Fix: unsafe (`--fix --unsafe-fixes`).")
+    else:
+        parts.append("Fix: none.")
+    return " ".join(parts)
 
 
 def rule_codes() -> list[str]:
@@ -61,7 +86,8 @@ def rule_codes() -> list[str]:
 def render_rule(code: str) -> str | None:
     for rule in all_rules():
         if rule.code == code or rule.name == code.lower():
-            return f"# {rule.code} {rule.name}\n\n{rule.summary}.\n\n{rule.doc}\n"
+            facts = f"{rule.facts}\n\n" if rule.facts else ""
+            return f"# {rule.code} {rule.name}\n\n{rule.summary}.\n\n{facts}{rule.doc}\n"
     return None
 
 
@@ -87,7 +113,8 @@ def rules_markdown() -> str:
     for rule in rules:
         doc = rule.doc.replace("\n## ", "\n#### ")
         doc = doc.replace("## ", "#### ", 1) if doc.startswith("## ") else doc
-        parts += [f"## {rule.code}", "", f"**{rule.name}**: {rule.summary}.", "", doc, ""]
+        facts = [rule.facts, ""] if rule.facts else []
+        parts += [f"## {rule.code}", "", f"**{rule.name}**: {rule.summary}.", "", *facts, doc, ""]
     return "\n".join(parts)
 
 

@@ -337,3 +337,33 @@ def test_unwritable_destination_is_an_error(tree: Path, capsys: pytest.CaptureFi
 def test_no_temporary_files_are_left(tree: Path) -> None:
     main(["rewrite", str(tree), "-q"])
     assert not [p for p in tree.rglob("*") if p.name.endswith(".nm-tmp")]
+
+
+# -- configuration from pyproject.toml ----------------------------------------------------------
+
+
+def test_pyproject_target_exclude_and_per_file_ignores(tree: Path) -> None:
+    (tree / "pyproject.toml").write_text(
+        '[tool.neuron-migrate]\ntarget = "neuron"\nexclude = ["pkg/"]\n'
+        'per-file-ignores = { "keep_sync.py" = ["NM002"] }\n'
+    )
+    (tree / "keep_sync.py").write_text(OLD)
+    assert main(["rewrite", str(tree), "-q"]) == 0
+    assert 'device = torch.device("neuron")' in (tree / "train.py").read_text()
+    assert (tree / "pkg" / "loop.py").read_text() == OLD  # excluded
+    kept = (tree / "keep_sync.py").read_text()
+    assert "xm.mark_step()" in kept and "xm.xla_device()" not in kept
+
+
+def test_command_line_beats_pyproject(tree: Path) -> None:
+    (tree / "pyproject.toml").write_text('[tool.neuron-migrate]\ntarget = "neuron"\n')
+    main(["rewrite", str(tree / "train.py"), "--target", "portable", "-q"])
+    assert (tree / "train.py").read_text() == NEW
+
+
+def test_explicit_config_and_its_errors(tree: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path_factory.mktemp("cfg") / "pyproject.toml"
+    config.write_text('[tool.neuron-migrate]\ntarget = "tpu"\n')
+    assert main(["rewrite", str(tree), "--config", str(config)]) == 2
+    assert "'target' must be one of portable, neuron" in capsys.readouterr().err
+    assert (tree / "train.py").read_text() == OLD

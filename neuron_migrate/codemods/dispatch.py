@@ -98,7 +98,7 @@ class Dispatcher(cst.CSTTransformer):
         ctx: MigrationContext,
         codemods: Sequence[Codemod],
         old_stack_names: Iterable[str],
-        manual_messages: Callable[[str], tuple[str, str]],
+        manual_messages: Callable[[str], tuple[str, str] | None],
     ) -> None:
         super().__init__()
         self.ctx = ctx
@@ -215,7 +215,10 @@ class Dispatcher(cst.CSTTransformer):
             node.visit(finder)
         for dotted in dict.fromkeys(finder.found):
             qualified = self.ctx.imports.resolve_dotted(dotted) or dotted
-            code, message = self.manual_messages(qualified)
+            manual = self.manual_messages(qualified)
+            if manual is None:
+                continue
+            code, message = manual
             message = message.replace("{name}", dotted) if "{name}" in message else f"`{dotted}`: {message}"
             if (code, message) not in frame.todos:
                 frame.todos.append((code, message))

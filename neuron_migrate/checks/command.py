@@ -1,0 +1,318 @@
+"""The `neuron-migrate check` subcommand: find files, check them in parallel, fix, report.
+
+Exit codes follow ruff: 0 nothing found (or everything fixed), 1 findings remain (or, with
+`--diff`, fixes are pending), 2 usage, configuration or internal error, or a file that could
+not be read or parsed (after every other file has been checked). `--exit-zero` turns 1 into 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuron_migrate import config as configuration
+from neuron_migrate.checks import output
+from neuron_migrate.checks.checker import CheckOptions, check_source
+from neuron_migrate.checks.model import FileReport, Severity
+from neuron_migrate.checks.notebooks import check_notebook
+from neuron_migrate.checks.rules import known_codes, resolve_selection, unknown_prefixes
+from neuron_migrate.files import SourceError, decode_source, discover, read_source, write_back
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+PARALLEL_THRESHOLD = 16  # fewer files than this are checked in the main process
+SUFFIXES = (".py", ".ipynb")
+
+
+def _codes(value: str) -> tuple[str, ...]:
+    codes = tuple(c.strip().upper() for c in value.split(",") if c.strip())
+    unknown = unknown_prefixes(codes)
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown rule code {unknown[0]!r} (see `neuron-migrate rules`)"
+        )
+    return codes
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "check",
+        help="lint for static-shape hazards and unsupported ops (and fix the safe ones)",
+        description="Point at the lines that will recompile, break graphs, sync the host or fail on "
+        "Trainium's static-shape compiler. Findings print as `path:line:col: CODE message`; "
+        "`[*]` marks those `--fix` can fix. Settings come from [tool.neuron-migrate] in the "
+        "nearest pyproject.toml above each file.",
+        epilog="Exit status: 0 no findings (or all fixed); 1 findings remain, or --diff has fixes "
+        "to show; 2 usage or configuration error, or a file could not be read or parsed.",
+    )
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or folders (default: .); '-' reads stdin"
+    )
+    parser.add_argument(
+        "--output-format",
+        choices=output.FORMATS,
+        default="text",
+        help="how findings are printed (default: text)",
+    )
+    parser.add_argument(
+        "--statistics",
+        action="store_true",
+        help="print the number of findings per rule instead of each finding",
+    )
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    parser.add_argument("--fix", action="store_true", help="apply the safe fixes")
+    parser.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="with --fix or --diff, apply the unsafe fixes too",
+    )
+    parser.add_argument(
+        "--diff", action="store_true", help="print the fixes as unified diffs; change nothing"
+    )
+    parser.add_argument(
+        "--select",
+        type=_codes,
+        default=None,
+        metavar="CODES",
+        help="only these rule codes or prefixes (comma-separated; ALL)",
+    )
+    parser.add_argument(
+        "--ignore",
+        type=_codes,
+        default=(),
+        metavar="CODES",
+        help="skip these rule codes or prefixes (comma-separated)",
+    )
+    parser.add_argument(
+        "--target",
+        choices=configuration.TARGETS,
+        default=None,
+        help="portable (default) or neuron: the spellings fixes use",
+    )
+    parser.add_argument(
+        "--min-severity",
+        choices=configuration.SEVERITIES,
+        default=None,
+        help="the least severity shown (default: warning; info adds findings outside hot code)",
+    )
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="use this pyproject.toml for every file"
+    )
+    parser.add_argument("--isolated", action="store_true", help="ignore pyproject.toml files")
+    parser.add_argument(
+        "--force-exclude",
+        action="store_true",
+        help="apply `exclude` to files named on the command line too",
+    )
+    parser.add_argument(
+        "--stdin-filename", metavar="PATH", help="the name of the file read from stdin ('-')"
+    )
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="worker processes (default: one per CPU)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    return parser
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path
+    options: CheckOptions
+    mode: str  # "check" | "fix" | "diff"
+
+
+def options_for(args: argparse.Namespace, config: configuration.Config, path: Path) -> CheckOptions:
+    """The settings for one file: the configuration first, then the command line over it."""
+    codes = resolve_selection(config.select_for(known_codes()), config.ignores_for(path))
+    if args.select is not None or args.ignore:
+        codes = resolve_selection(args.select, tuple(args.ignore), base=codes)
+    severity = args.min_severity or config.min_severity or "warning"
+    return CheckOptions(
+        codes=codes,
+        target=args.target or config.target or "portable",
+        min_severity=Severity.parse(severity),
+        fix=args.fix or args.diff,
+        unsafe_fixes=args.unsafe_fixes,
+    )
+
+
+def process(job: Job) -> FileReport:
+    """Read, check and (with --fix) write one file; runs in a worker process."""
+    try:
+        source = read_source(job.path)
+    except SourceError as exc:
+        return FileReport(path=str(job.path), error=str(exc))
+    if job.path.suffix == ".ipynb":
+        return check_notebook(source.text, str(job.path), job.options)  # report only, never fixed
+    report = check_source(source.text, str(job.path), job.options)
+    if job.mode == "fix" and report.changed and report.error is None:
+        try:
+            write_back(source, report.fixed or source.text)
+            report.written = True
+        except SourceError as exc:
+            report.error = str(exc)
+    if job.mode == "diff" and report.changed:
+        report.diff = output.unified_diff(str(job.path), source.text, report.fixed or "")
+    report.original, report.fixed = "", None  # the text need not travel back from the worker
+    return report
+
+
+def _run(jobs: Sequence[Job], workers: int) -> list[FileReport]:
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(jobs) < PARALLEL_THRESHOLD:
+        return [process(job) for job in jobs]
+    chunk = max(1, min(64, len(jobs) // (workers * 8)))
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        try:
+            return list(pool.map(process, jobs, chunksize=chunk))
+        except Exception:  # a worker died: check one by one so the others still get a report
+            pass
+    results = []
+    for job in jobs:
+        try:
+            results.append(process(job))
+        except Exception as exc:
+            results.append(
+                FileReport(path=str(job.path), error=f"{job.path}:1:1: internal error: {exc!r}")
+            )
+    return results
+
+
+def _check_stdin(
+    args: argparse.Namespace, configs: configuration.Configs
+) -> tuple[list[FileReport], str | None]:
+    name = args.stdin_filename or "-"
+    data = sys.stdin.buffer.read()
+    try:
+        text, _, _ = decode_source(data, name)
+    except SourceError as exc:
+        return [FileReport(path=name, error=str(exc))], None
+    path = Path(args.stdin_filename or "stdin.py")
+    config = configs.for_path(path)
+    report = check_source(text, name, options_for(args, config, path))
+    fixed = None
+    if args.fix and not args.diff:
+        fixed = report.fixed if report.fixed is not None else text
+    elif args.diff and report.changed:
+        report.diff = output.unified_diff(name, text, report.fixed or "")
+    return [report], fixed
+
+
+def run(args: argparse.Namespace) -> int:
+    fixing = args.fix and not args.diff
+    mode = "diff" if args.diff else "fix" if args.fix else "check"
+    try:
+        fixed_config = None
+        if args.config is not None:
+            fixed_config = configuration.load(args.config)
+        elif args.isolated:
+            fixed_config = configuration.Config()
+        configs = configuration.Configs(fixed_config)
+        _validate(configs, args.paths or ["."])
+    except configuration.ConfigError as exc:
+        print(f"neuron-migrate: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+    stdin_fixed = None
+    problems: list[str] = []
+    if args.paths == ["-"]:
+        try:
+            reports, stdin_fixed = _check_stdin(args, configs)
+        except configuration.ConfigError as exc:
+            print(f"neuron-migrate: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+    elif "-" in args.paths:
+        print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
+        return EXIT_ERROR
+    else:
+        jobs: list[Job] = []
+        try:
+            for given in map(Path, args.paths or ["."]):
+                if not given.exists():
+                    problems.append(f"{given}: no such file or directory")
+                    continue
+                for path in discover([given], SUFFIXES):
+                    config = configs.for_path(path)
+                    explicit = path == given
+                    if config.excluded(path) and (not explicit or args.force_exclude):
+                        continue
+                    jobs.append(Job(path, options_for(args, config, path), mode))
+        except configuration.ConfigError as exc:
+            print(f"neuron-migrate: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        reports = _run(jobs, args.jobs)
+
+    _print(reports, args, stdin_fixed)
+    for problem in problems:
+        print(f"neuron-migrate: {problem}", file=sys.stderr)
+    if not args.quiet and args.paths != ["-"]:
+        print(output.summary(reports, fixing=fixing, diff=args.diff), end="", file=sys.stderr)
+    if problems or any(r.error for r in reports):
+        return EXIT_ERROR
+    if args.exit_zero:
+        return EXIT_OK
+    if args.diff:
+        return EXIT_FINDINGS if any(r.changed for r in reports) else EXIT_OK
+    return EXIT_FINDINGS if any(r.diagnostics for r in reports) else EXIT_OK
+
+
+def _validate(configs: configuration.Configs, paths: list[str]) -> None:
+    """Load the configuration of each path named, so that a broken one stops the run early."""
+    for given in paths:
+        if given != "-" and os.path.exists(given):
+            config = configs.for_path(Path(given))
+            for codes in (
+                config.select or (),
+                config.ignore,
+                *(c for _, c in config.per_file_ignores),
+            ):
+                unknown = unknown_prefixes(tuple(codes))
+                if unknown:
+                    raise configuration.ConfigError(
+                        f"{config.source}: [tool.neuron-migrate]: unknown rule code {unknown[0]!r}"
+                    )
+
+
+def _print(reports: list[FileReport], args: argparse.Namespace, stdin_fixed: str | None) -> None:
+    out = sys.stdout
+    for report in reports:
+        if report.error:
+            print(report.error, file=sys.stderr)
+    if args.diff:
+        for report in reports:
+            if report.diff:
+                out.write(report.diff)
+        return
+    if stdin_fixed is not None:
+        out.write(stdin_fixed)
+        for report in reports:
+            for d in report.diagnostics:
+                print(output.text_line(report.path, d), file=sys.stderr)
+        return
+    if args.statistics:
+        out.write(output.statistics(reports))
+    elif args.output_format == "json":
+        out.write(output.as_json(reports))
+    elif args.output_format == "sarif":
+        enabled: set[str] = set()
+        for report in reports:
+            enabled.update(d.code for d in report.diagnostics)
+        out.write(output.as_sarif(reports, sorted(enabled | _selected(args))))
+    elif args.output_format == "github":
+        out.write(output.as_github(reports))
+    else:
+        out.write(output.as_text(reports))
+
+
+def _selected(args: argparse.Namespace) -> set[str]:
+    return set(resolve_selection(args.select, tuple(args.ignore)))

@@ -1,0 +1,250 @@
+"""What `check` prints: text (`path:line:col: CODE message`), JSON, SARIF 2.1.0, GitHub annotations,
+statistics, and the closing summary.
+
+JSON uses ruff's field names (`code`, `message`, `location`, `end_location`, `fix.applicability`,
+`fix.edits`, `noqa_row`, `url`), plus `severity`, `context` (why it was raised there) and
+`graph_breaks`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from neuron_migrate import __version__
+from neuron_migrate.checks.model import Diagnostic, FileReport
+from neuron_migrate.checks.rules import by_code
+from neuron_migrate.checks.rules.base import DOCS_URL
+
+FORMATS = ("text", "json", "sarif", "github")
+SARIF_SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
+    return "".join(
+        line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+        for line in lines
+    )
+
+
+def _findings(reports: Sequence[FileReport]) -> list[tuple[str, Diagnostic]]:
+    return [(r.path, d) for r in reports for d in r.diagnostics]
+
+
+def text_line(path: str, d: Diagnostic) -> str:
+    mark = "[*] " if d.fix is not None and d.fix.safe else ""
+    cell = f"cell {d.cell}:" if d.cell is not None else ""
+    return f"{path}:{cell}{d.line}:{d.column}: {d.code} {mark}{d.text}"
+
+
+def as_text(reports: Sequence[FileReport]) -> str:
+    return "".join(text_line(path, d) + "\n" for path, d in _findings(reports))
+
+
+def statistics(reports: Sequence[FileReport]) -> str:
+    counts = Counter(d.code for _, d in _findings(reports))
+    fixable = {d.code for _, d in _findings(reports) if d.fix is not None and d.fix.safe}
+    rules = by_code()
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    lines = []
+    for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        name = rules[code].name if code in rules else ""
+        lines.append(f"{count:>{width}}  {code}  {'[*]' if code in fixable else '   '} {name}")
+    return "".join(line + "\n" for line in lines)
+
+
+def _json_record(path: str, d: Diagnostic) -> dict[str, Any]:
+    rule = by_code().get(d.code)
+    fix = None
+    if d.fix is not None:
+        fix = {
+            "applicability": d.fix.applicability,
+            "message": d.fix.message,
+            "edits": [
+                {
+                    "content": e.content,
+                    "location": {"row": e.row, "column": e.column},
+                    "end_location": {"row": e.end_row, "column": e.end_column},
+                }
+                for e in d.fix.edits
+            ],
+        }
+    return {
+        "code": d.code,
+        "name": rule.name if rule else None,
+        "message": d.message,
+        "context": d.where or None,
+        "severity": d.severity.label,
+        "filename": path,
+        "location": {"row": d.line, "column": d.column},
+        "end_location": {"row": d.end_line, "column": d.end_column},
+        "fix": fix,
+        "noqa_row": d.line,
+        "url": DOCS_URL.format(code=d.code.lower()),
+        "graph_breaks": list(rule.graph_breaks) if rule else [],
+        "cell": d.cell,
+    }
+
+
+def as_json(reports: Sequence[FileReport]) -> str:
+    return json.dumps([_json_record(path, d) for path, d in _findings(reports)], indent=2) + "\n"
+
+
+def _uri(path: str) -> str:
+    from pathlib import PurePath
+
+    posix = PurePath(path).as_posix()
+    return posix[2:] if posix.startswith("./") else posix
+
+
+def as_sarif(reports: Sequence[FileReport], enabled: Sequence[str] | None = None) -> str:
+    rules = by_code()
+    codes = sorted(enabled if enabled is not None else rules)
+    descriptors = []
+    for code in codes:
+        rule = rules[code]
+        doc = (rule.__doc__ or "").strip()
+        descriptor: dict[str, Any] = {
+            "id": code,
+            "name": rule.name,
+            "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": doc.splitlines()[0] if doc else rule.summary},
+            "help": {"text": doc, "markdown": doc},
+            "defaultConfiguration": {"level": SARIF_LEVEL[rule.severity.label]},
+            "properties": {"tags": [rule.name], "graphBreaks": list(rule.graph_breaks)},
+        }
+        descriptors.append(descriptor)
+    index = {code: i for i, code in enumerate(codes)}
+    results = []
+    for path, d in _findings(reports):
+        location = {
+            "physicalLocation": {
+                "artifactLocation": {"uri": _uri(path)},
+                "region": {
+                    "startLine": d.line,
+                    "startColumn": d.column,
+                    "endLine": d.end_line,
+                    "endColumn": d.end_column,
+                },
+            }
+        }
+        result: dict[str, Any] = {
+            "ruleId": d.code,
+            "level": SARIF_LEVEL[d.severity.label],
+            "message": {"text": d.text},
+            "locations": [location],
+        }
+        if d.code in index:
+            result["ruleIndex"] = index[d.code]
+        if d.cell is not None:
+            result["properties"] = {"cell": d.cell}
+        if d.fix is not None:
+            result["fixes"] = [
+                {
+                    "description": {"text": d.fix.message},
+                    "artifactChanges": [
+                        {
+                            "artifactLocation": {"uri": _uri(path)},
+                            "replacements": [
+                                {
+                                    "deletedRegion": {
+                                        "startLine": e.row,
+                                        "startColumn": e.column,
+                                        "endLine": e.end_row,
+                                        "endColumn": e.end_column,
+                                    },
+                                    "insertedContent": {"text": e.content},
+                                }
+                                for e in d.fix.edits
+                            ],
+                        }
+                    ],
+                }
+            ]
+        results.append(result)
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "neuron-migrate",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": descriptors,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(log, indent=2) + "\n"
+
+
+def _escape(value: str, property_value: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if property_value:
+        value = value.replace(":", "%3A").replace(",", "%2C")
+    return value
+
+
+def as_github(reports: Sequence[FileReport]) -> str:
+    lines = []
+    for path, d in _findings(reports):
+        level = GITHUB_LEVEL[d.severity.label]
+        properties = ",".join(
+            f"{key}={_escape(str(value), True)}"
+            for key, value in (
+                ("title", f"neuron-migrate ({d.code})"),
+                ("file", path),
+                ("line", d.line),
+                ("col", d.column),
+                ("endLine", d.end_line),
+                ("endColumn", d.end_column),
+            )
+        )
+        lines.append(f"::{level} {properties}::{_escape(text_line(path, d))}")
+    return "".join(line + "\n" for line in lines)
+
+
+def summary(reports: Sequence[FileReport], *, fixing: bool, diff: bool) -> str:
+    """The closing line(s) for stderr."""
+    remaining = sum(len(r.diagnostics) for r in reports)
+    fixed = sum(r.fixes_applied for r in reports)
+    safe = sum(1 for r in reports for d in r.diagnostics if d.fix is not None and d.fix.safe)
+    unsafe = sum(1 for r in reports for d in r.diagnostics if d.fix is not None and not d.fix.safe)
+    errors = sum(1 for r in reports if r.error)
+    files = len(reports)
+    plural = "s" if files != 1 else ""
+    if diff:
+        changed = sum(1 for r in reports if r.changed)
+        head = f"Would fix {fixed} finding{'s' if fixed != 1 else ''} in {changed} file{'s' if changed != 1 else ''} ({files} checked)."
+    elif remaining == 0 and fixed == 0:
+        head = f"All checks passed ({files} file{plural} checked)."
+    else:
+        total = remaining + fixed
+        head = f"Found {total} finding{'s' if total != 1 else ''} in {files} file{plural}"
+        head += f" ({fixed} fixed, {remaining} remaining)." if fixing else "."
+    lines = [head]
+    if not diff and not fixing and safe:
+        lines.append(f"[*] {safe} fixable with `--fix`.")
+    if not diff and unsafe and not fixing:
+        lines.append(f"{unsafe} more fixable with `--fix --unsafe-fixes`.")
+    if errors:
+        lines.append(f"{errors} file{'s' if errors != 1 else ''} could not be checked.")
+    return "\n".join(lines) + "\n"

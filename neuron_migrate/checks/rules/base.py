@@ -1,0 +1,486 @@
+"""What every check rule shares: the base class, its examples, and the expression tests rules reuse.
+
+A rule is one module `nmNNN_name.py` holding one `Rule` subclass. Its docstring is its user
+documentation (What it does / Why / Example / Use instead / Fix safety); `VALID` and `INVALID`
+are snippets that the tests check (Fixit style); `CONFIRM` names a bad and a good snippet that the
+dynamic tests compile with a stand-in `neuron` backend to show the predicted graph break or
+rejection really happens.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from neuron_migrate.checks.context import FileContext, dotted
+from neuron_migrate.checks.model import Fix, Severity
+
+DOCS_URL = "docs/rules.md#{code}"  # relative to the neuron-migrate repository
+GRAPH_BREAK_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{gb}.html"
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A snippet the rule must flag, and what its fixes must make of it."""
+
+    code: str
+    line: int | None = (
+        None  # line of the first finding of this rule (1-based, of the dedented code)
+    )
+    severity: str | None = None  # "info" | "warning" | "error", when it matters
+    fixed: str | None = None  # the code after the safe fixes; None: no safe fix expected
+    unsafe_fixed: str | None = None  # the code after safe and unsafe fixes
+    target: str = "portable"
+    message: str | None = None  # a substring of the message
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """A dynamic confirmation: both snippets define `forward(...)`; `inputs` builds its arguments.
+
+    `partial` is what the bad snippet does under `fullgraph=False`: "break" (graph breaks with
+    the ids in `breaks`, or more than one graph when `breaks` is empty) or "rejected" (the
+    stand-in Neuron backend refuses a graph). `fullgraph` is what it does under `fullgraph=True`:
+    "rejected" (a symbolic shape or an op the backend refuses) or "unsupported" (Dynamo itself
+    refuses). The good snippet must compile to one graph with static shapes either way.
+    """
+
+    bad: str
+    good: str
+    inputs: str
+    fullgraph: str  # "rejected" | "unsupported"
+    breaks: tuple[str, ...] = ()
+    partial: str = "break"  # "break" | "rejected"
+
+
+class Rule:
+    """Base class: subclasses set the class attributes and the visit methods they need."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.WARNING
+    contextual: ClassVar[bool] = False  # severity drops to info outside hot code
+    graph_breaks: ClassVar[tuple[str, ...]] = ()  # the PyTorch graph-break ids it predicts
+    # For rules that look at common nodes (every call, every function): the rule runs on a file
+    # only if one of these strings occurs in it. Empty: always (dispatch is cheap).
+    requires: ClassVar[tuple[str, ...]] = ()
+    calls: ClassVar[frozenset[str]] = frozenset()  # last name of the callee -> visit_call
+    keywords: ClassVar[frozenset[str]] = frozenset()  # keyword of any call -> visit_keyword
+    attributes: ClassVar[frozenset[str]] = frozenset()  # attribute name -> visit_attribute
+    nodes: ClassVar[tuple[type[ast.AST], ...]] = ()  # node types -> visit
+    VALID: ClassVar[tuple[str, ...]] = ()
+    INVALID: ClassVar[tuple[Invalid, ...]] = ()
+    CONFIRM: ClassVar[Confirm | None] = None
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+
+    def visit_call(self, node: ast.Call, name: str) -> None:
+        pass
+
+    def visit_keyword(self, call: ast.Call, keyword: ast.keyword) -> None:
+        pass
+
+    def visit_attribute(self, node: ast.Attribute) -> None:
+        pass
+
+    def visit(self, node: ast.AST) -> None:
+        pass
+
+    def finish(self) -> None:
+        """Called once after the walk, for rules that need the whole file."""
+
+    def report(
+        self,
+        node: ast.AST,
+        message: str,
+        *,
+        fix: Fix | None = None,
+        severity: Severity | None = None,
+        start: int | None = None,
+    ) -> None:
+        self.ctx.report(self, node, message, fix=fix, severity=severity, start=start)
+
+    @classmethod
+    def url(cls) -> str:
+        return DOCS_URL.format(code=cls.code.lower())
+
+
+# ---- expression tests shared by rules --------------------------------------------------------
+
+
+def callee_name(call: ast.Call) -> str | None:
+    func = call.func
+    if func.__class__ is ast.Attribute:
+        return func.attr
+    if func.__class__ is ast.Name:
+        return func.id
+    return None
+
+
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw
+    return None
+
+
+def argument(call: ast.Call, position: int | None, name: str | None) -> ast.expr | None:
+    if name is not None:
+        kw = keyword(call, name)
+        if kw is not None:
+            return kw.value
+    if position is not None:
+        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+        if position < len(positional) and len(positional) == len(call.args):
+            return positional[position]
+    return None
+
+
+def has_star(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    )
+
+
+def constant(node: ast.AST | None) -> object:
+    """The value of a literal (negative numbers included), else the class `ast.AST` as a sentinel."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+    ):
+        value = node.operand.value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return -value
+    return ast.AST
+
+
+def is_method_call(ctx: FileContext, call: ast.Call) -> bool:
+    """`x.name(...)` where `x` is not a module this file imports (so `torch.unique` is not one)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    return ctx.qualify(func.value) is None
+
+
+# Tensor methods and torch functions whose result depends on tensor values (reductions and
+# predicates): a branch on them is a branch on data.
+VALUE_METHODS = frozenset(
+    {
+        "any",
+        "all",
+        "item",
+        "sum",
+        "max",
+        "min",
+        "mean",
+        "norm",
+        "prod",
+        "std",
+        "var",
+        "amax",
+        "amin",
+        "count_nonzero",
+        "argmax",
+        "argmin",
+        "median",
+        "abs",
+        "isnan",
+        "isinf",
+        "nonzero",
+        "numel_nonzero",
+        "equal",
+        "allclose",
+        "eq",
+        "ne",
+        "gt",
+        "lt",
+        "ge",
+        "le",
+        "logsumexp",
+    }
+)
+# torch.* calls that return Python facts about tensors or the runtime, not tensor values.
+NOT_TENSORS = re.compile(
+    r"torch\.(is_\w+|jit\.\w+|compiler\.\w+|cuda\.\w+|distributed\.\w+|backends\.\w+|_dynamo\.\w+|"
+    r"Size|finfo|iinfo|device|dtype|get_default_dtype|get_default_device|__version__|"
+    r"are_deterministic_algorithms_enabled|version\.\w+|_utils\.\w+|fx\.\w+|utils\.\w+|"
+    r"promote_types|result_type|can_cast|typename|get_num_threads|accelerator\.\w+|library\.\w+)"
+)
+
+
+def is_tensor_call(ctx: FileContext, node: ast.AST) -> bool:
+    """A call that returns a tensor as far as syntax can tell: a `torch.*` op or a value method."""
+    if not isinstance(node, ast.Call):
+        return False
+    qualified = ctx.qualify(node.func)
+    if qualified is not None:
+        return qualified.startswith("torch.") and not NOT_TENSORS.match(qualified)
+    func = node.func
+    return isinstance(func, ast.Attribute) and func.attr in VALUE_METHODS
+
+
+def depends_on_values(ctx: FileContext, node: ast.AST) -> ast.AST | None:
+    """The sub-expression that makes `node` depend on tensor values, if any.
+
+    Shapes (`.shape`, `.size()`, `len()`, `.dim()`) are static and do not count; neither do
+    `is None` tests, `isinstance` and friends.
+    """
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        cls = current.__class__
+        if cls is ast.Call:
+            func = current.func  # type: ignore[attr-defined]
+            if (
+                func.__class__ is ast.Attribute
+                and func.attr in VALUE_METHODS
+                and not numpy_value(ctx, func.value)
+            ):
+                base = dotted(func.value)
+                if (
+                    base is None
+                    or ctx.qualify(func.value) is None
+                    or ctx.qualify(func) in VALUE_FUNCTIONS
+                ):
+                    return current
+            qualified = ctx.qualify(func)
+            if qualified in VALUE_FUNCTIONS:
+                return current
+            if func.__class__ is ast.Name and func.id in (
+                "len",
+                "isinstance",
+                "hasattr",
+                "getattr",
+                "callable",
+                "type",
+            ):
+                continue
+            stack.extend(current.args)  # type: ignore[attr-defined]
+            stack.append(func)
+            continue
+        if cls in (ast.Lambda, ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp):
+            continue
+        if isinstance(current, ast.Attribute):
+            if current.attr in (
+                "shape",
+                "ndim",
+                "dtype",
+                "device",
+                "is_cuda",
+                "requires_grad",
+                "training",
+            ):
+                continue
+            stack.append(current.value)
+            continue
+        for child in ast.iter_child_nodes(current):
+            stack.append(child)
+    return None
+
+
+VALUE_FUNCTIONS = frozenset(
+    {
+        "torch.any",
+        "torch.all",
+        "torch.equal",
+        "torch.allclose",
+        "torch.isin",
+        "torch.count_nonzero",
+        "torch.sum",
+        "torch.max",
+        "torch.min",
+        "torch.mean",
+        "torch.isnan",
+        "torch.isinf",
+        "torch.is_nonzero",
+    }
+)
+
+MASK_NAME = re.compile(r"(?i).*(mask|keep|valid|selected|is_\w+)$")
+BOOL_FUNCTIONS = frozenset(
+    {
+        "isnan",
+        "isinf",
+        "isfinite",
+        "isneginf",
+        "isposinf",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "isin",
+        "bool",
+        "eq",
+        "ne",
+        "gt",
+        "ge",
+        "lt",
+        "le",
+    }
+)
+
+
+def mask_kind(ctx: FileContext, node: ast.AST) -> str | None:
+    """ "certain" when `node` is a boolean tensor by construction (a comparison, `.bool()`,
+    `isnan`...), "named" when only its name says so (`mask`, `keep`), else None."""
+    cls = node.__class__
+    if cls is ast.Compare:
+        # `a < b` on tensors; `x in y` and identity tests are not masks.
+        ops = node.ops  # type: ignore[attr-defined]
+        if all(op.__class__ in (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq) for op in ops):
+            left = node.left  # type: ignore[attr-defined]
+            if isinstance(left, ast.Constant) and all(
+                isinstance(c, ast.Constant)
+                for c in node.comparators  # type: ignore[attr-defined]
+            ):
+                return None
+            return "certain"
+        return None
+    if cls is ast.UnaryOp and node.op.__class__ is ast.Invert:  # type: ignore[attr-defined]
+        return mask_kind(ctx, node.operand)  # type: ignore[attr-defined]
+    if cls is ast.BinOp and node.op.__class__ in (ast.BitAnd, ast.BitOr, ast.BitXor):  # type: ignore[attr-defined]
+        kinds = {mask_kind(ctx, node.left), mask_kind(ctx, node.right)}  # type: ignore[attr-defined]
+        if "certain" in kinds:
+            return "certain"
+        return "named" if "named" in kinds else None
+    if cls is ast.Call:
+        func = node.func  # type: ignore[attr-defined]
+        name = (
+            func.attr
+            if isinstance(func, ast.Attribute)
+            else func.id
+            if isinstance(func, ast.Name)
+            else None
+        )
+        if name in BOOL_FUNCTIONS:
+            if name in ("eq", "ne", "gt", "ge", "lt", "le", "bool") and not isinstance(
+                func, ast.Attribute
+            ):
+                return None
+            if name == "bool" and node.args:  # type: ignore[attr-defined]
+                return None
+            return "certain"
+        if name == "to" and any(ctx.qualify(a) == "torch.bool" for a in node.args):  # type: ignore[attr-defined]
+            return "certain"
+        return None
+    if cls is ast.Name or cls is ast.Attribute:
+        name = node.id if cls is ast.Name else node.attr  # type: ignore[attr-defined]
+        if (
+            MASK_NAME.fullmatch(name)
+            and not name.lower().startswith(("num_", "n_"))
+            and not name.isupper()
+        ):
+            return "named"
+    return None
+
+
+def scalar_literal(ctx: FileContext, node: ast.AST) -> bool:
+    """A number, `float("-inf")`, `math.inf` or `torch.finfo(...).min`: safe as `masked_fill`'s value."""
+    if isinstance(constant(node), int | float) and not isinstance(constant(node), bool):
+        return True
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return scalar_literal(ctx, node.operand)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float":
+        return (
+            len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        )
+    qualified = ctx.qualify(node)
+    if qualified in ("math.inf", "math.nan", "numpy.inf", "numpy.nan", "math.pi"):
+        return True
+    if (
+        isinstance(node, ast.Attribute)
+        and node.attr in ("min", "max", "eps", "tiny")
+        and isinstance(node.value, ast.Call)
+    ):
+        return ctx.qualify(node.value.func) in ("torch.finfo", "torch.iinfo")
+    return False
+
+
+def plain_reference(node: ast.AST) -> bool:
+    """`x`, `self.x`, `a.b.c`: safe to evaluate twice or to call a method on."""
+    return dotted(node) is not None
+
+
+def bound_in_scope(ctx: FileContext, name: str) -> bool:
+    """Whether `name` is a parameter of, or assigned in, the enclosing function or the module."""
+    for function in reversed(ctx.functions):
+        args = function.args  # type: ignore[attr-defined]
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        if any(a.arg == name for a in every):
+            return True
+        start, end = ctx.places.span(function)
+        if re.compile(rf"^[ \t]*{re.escape(name)}\s*(:[^=\n]*)?=(?!=)", re.MULTILINE).search(
+            ctx.text, start, end
+        ):
+            return True
+    pattern = re.compile(rf"^{re.escape(name)}\s*(:[^=\n]*)?=(?!=)", re.MULTILINE)
+    return pattern.search(ctx.text) is not None
+
+
+def self_attribute_assigned(ctx: FileContext, name: str) -> bool:
+    if not ctx.classes:
+        return False
+    start, end = ctx.places.span(ctx.classes[-1])
+    return (
+        re.compile(rf"\bself\.{re.escape(name)}\s*(:[^=\n]*)?=(?!=)").search(ctx.text, start, end)
+        is not None
+    )
+
+
+def is_compile(ctx: FileContext, call: ast.Call) -> bool:
+    """`torch.compile(...)` or `model.compile(...)` (nn.Module.compile takes the same arguments)."""
+    qualified = ctx.qualify(call.func)
+    if qualified is not None:
+        return qualified in ("torch.compile", "torch.compiler.compile")
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "compile":
+        return False
+    return not any(k.arg in ("optimizer", "loss", "metrics") for k in call.keywords)  # not Keras
+
+
+def is_compile_config(ctx: FileContext, call: ast.Call) -> bool:
+    qualified = ctx.qualify(call.func)
+    return (
+        qualified is not None
+        and qualified.startswith("transformers")
+        and qualified.endswith("CompileConfig")
+    )
+
+
+def numpy_value(ctx: FileContext, node: ast.AST) -> bool:
+    """Whether `node` is a NumPy value by syntax: a `np.*(...)` call (or a method chain on one), or
+    a local name last assigned from one in the enclosing function. NumPy runs on the host, so
+    `.item()`, `.max()` and masks on it are no device hazard."""
+    numpy = ctx.aliases.local_for("numpy") if "numpy" in ctx.text else None
+    if numpy is None:
+        return False
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if (ctx.qualify(node.func) or "").startswith("numpy."):
+            return True
+        node = node.func.value
+    if isinstance(node, ast.Call):
+        return (ctx.qualify(node.func) or "").startswith("numpy.")
+    if not isinstance(node, ast.Name) or not ctx.functions:
+        return False
+    start, _ = ctx.places.span(ctx.functions[-1])
+    end = (
+        ctx.positions.starts[node.lineno - 1]
+        if node.lineno <= len(ctx.positions.starts)
+        else len(ctx.text)
+    )
+    pattern = re.compile(rf"^[ \t]*{re.escape(node.id)}\s*=\s*(\S+)", re.MULTILINE)
+    last = None
+    for match in pattern.finditer(ctx.text, start, end):
+        last = match.group(1)
+    return last is not None and last.startswith(f"{numpy}.")

@@ -1,0 +1,129 @@
+"""NM103: assigning through a boolean mask (`x[mask] = v`), which Neuron's compiler refuses."""
+
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.checks.model import SAFE, UNSAFE, Severity
+from neuron_migrate.checks.rules.base import (
+    Confirm,
+    Invalid,
+    Rule,
+    mask_kind,
+    plain_reference,
+    scalar_literal,
+)
+
+BAD = """
+def forward(x):
+    y = x * 2
+    y[y < 0] = 0
+    return y
+"""
+GOOD = """
+def forward(x):
+    y = x * 2
+    y.masked_fill_(y < 0, 0)
+    return y
+"""
+
+
+class MaskWrite(Rule):
+    """Flags `x[mask] = value` and `x[mask] += value` with a boolean mask.
+
+    ## What it does
+    Finds assignments whose target is indexed by a boolean tensor (a comparison, `.bool()`,
+    `isnan`, or a name such as `mask`). An error in `forward`, compiled functions and
+    training loops; informational in data preparation.
+
+    ## Why
+    A boolean-index write is `aten.index_put` with a bool index. Neuron's compiler refuses it:
+    "Boolean index_put is not supported in torch.compile on Neuron. Boolean indices require
+    nonzero() which produces dynamic shapes."
+
+    ## Example
+    ```python
+    scores[scores < threshold] = float("-inf")
+    ```
+
+    ## Use instead
+    ```python
+    scores.masked_fill_(scores < threshold, float("-inf"))
+    ```
+
+    ## Fix safety
+    Safe when the mask is a comparison (or `.bool()`, `isnan`, ...) and the value is a number
+    literal, `float("inf")`, `math.inf` or `torch.finfo(...).min`: `masked_fill_` writes the same
+    values in place, so aliases see the change as before. Unsafe when the mask is only a name
+    (it may hold integer indices) or the value is a variable (it must be a scalar or a 0-d
+    tensor for `masked_fill_`). No fix for augmented assignments or multi-dimensional indices.
+    """
+
+    code = "NM103"
+    name = "boolean-mask-write"
+    summary = "`x[mask] = v` is a boolean index_put, refused by the Neuron compiler"
+    severity = Severity.ERROR
+    contextual = True
+    nodes = (ast.Assign, ast.AugAssign)
+    VALID = (
+        GOOD,
+        "def forward(x, idx):\n    x[idx] = 0\n    x[:, 0] = 1\n    return x\n",
+        "def forward(x):\n    y = x[x > 0]\n    return y\n",  # a read: NM102
+    )
+    INVALID = (
+        Invalid(BAD, line=4, severity="error", fixed=GOOD),
+        Invalid(
+            "def forward(s, t):\n    s[s < t] = float('-inf')\n    return s\n",
+            fixed="def forward(s, t):\n    s.masked_fill_(s < t, float('-inf'))\n    return s\n",
+        ),
+        Invalid(
+            "def forward(x, mask):\n    x[mask] = 0.0\n",
+            fixed=None,
+            unsafe_fixed="def forward(x, mask):\n    x.masked_fill_(mask, 0.0)\n",
+        ),
+        Invalid(
+            "def forward(x, value):\n    x[x.isnan()] = value\n",
+            unsafe_fixed="def forward(x, value):\n    x.masked_fill_(x.isnan(), value)\n",
+        ),
+        Invalid("def forward(x):\n    x[x > 1] += 1\n", line=2),
+        Invalid("def forward(x, mask):\n    x[:, mask] = 0\n", line=2),
+        Invalid(
+            "import torch\n\ndef collate(batch):\n    batch[batch < 0] = 0\n    return batch\n",
+            severity="info",
+            fixed="import torch\n\ndef collate(batch):\n    batch.masked_fill_(batch < 0, 0)\n    return batch\n",
+        ),
+    )
+    CONFIRM = Confirm(BAD, GOOD, inputs="torch.randn(8)", fullgraph="rejected", partial="rejected")
+
+    def visit(self, node: ast.AST) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
+        for target in targets:
+            if not isinstance(target, ast.Subscript):
+                continue
+            index = target.slice
+            parts = index.elts if isinstance(index, ast.Tuple) else [index]
+            kinds = [mask_kind(self.ctx, p) for p in parts]
+            if "certain" not in kinds and "named" not in kinds:
+                continue
+            fix = None
+            value = node.value  # type: ignore[attr-defined]
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and not isinstance(index, ast.Tuple)
+                and plain_reference(target.value)
+            ):
+                scalar = scalar_literal(self.ctx, value)
+                if scalar or plain_reference(value):
+                    safe = scalar and kinds[0] == "certain"
+                    ctx = self.ctx
+                    text = f"{ctx.source(target.value)}.masked_fill_({ctx.source(index)}, {ctx.source(value)})"
+                    fix = ctx.fix(
+                        ctx.replace(node, text), "use `masked_fill_`", SAFE if safe else UNSAFE
+                    )
+            self.report(
+                node,
+                "assigning through a boolean mask is a boolean `index_put`, which Neuron's compiler refuses; "
+                "use `x.masked_fill_(mask, value)` or `torch.where(mask, value, x)`",
+                fix=fix,
+            )

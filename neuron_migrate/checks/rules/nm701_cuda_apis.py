@@ -1,0 +1,183 @@
+"""NM701: CUDA-only device APIs (`.cuda()`, `"cuda"`, `torch.cuda.*`, `torch.backends.cudnn`)."""
+
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.checks.context import dotted
+from neuron_migrate.checks.model import SAFE
+from neuron_migrate.checks.rules.base import Invalid, Rule, constant
+
+# torch.cuda.X() -> torch.accelerator.Y(), the same on every device (safe for both targets).
+ACCELERATOR = {
+    "is_available": "is_available",
+    "device_count": "device_count",
+    "synchronize": "synchronize",
+    "current_device": "current_device_index",
+    "set_device": "set_device_index",
+    "empty_cache": "empty_cache",
+}
+LEFT_TO_NM404 = frozenset(
+    {"graph", "graphs", "CUDAGraph", "make_graphed_callables", "graph_pool_handle"}
+)
+DEVICE_KEYWORDS = frozenset({"device", "device_type", "map_location", "device_map"})
+
+
+def cuda_string(node: ast.AST) -> str | None:
+    value = constant(node)
+    if isinstance(value, str) and (value == "cuda" or value.startswith("cuda:")):
+        return value
+    return None
+
+
+class CudaApis(Rule):
+    """Flags CUDA-only device code.
+
+    ## What it does
+    Finds `.cuda()`, `"cuda"` / `"cuda:N"` device strings (in `torch.device(...)`, `.to(...)`,
+    `device=`, `map_location=`, `device_map=`, `torch.autocast(...)`), `torch.cuda.*` (CUDA
+    graphs are NM404) and `torch.backends.cudnn.*`.
+
+    ## Why
+    Trainium is the PyTorch device `neuron`; CUDA calls fail or do nothing there. Portable code
+    asks `torch.accelerator`; code for Trainium only names `"neuron"`.
+
+    ## Example
+    ```python
+    if torch.cuda.is_available():
+        model = model.cuda()
+    ```
+
+    ## Use instead
+    ```python
+    if torch.accelerator.is_available():
+        model = model.to(torch.accelerator.current_accelerator())
+    ```
+
+    ## Fix safety
+    Safe: `torch.cuda.{is_available, device_count, synchronize, current_device, set_device,
+    empty_cache}` become their `torch.accelerator` equivalents (for CUDA users nothing changes).
+    With `--target neuron`, `.cuda()` becomes `.to("neuron")` and `"cuda"` strings become
+    `"neuron"` (safe). Nothing else is fixed automatically.
+    """
+
+    code = "NM701"
+    name = "cuda-apis"
+    summary = "CUDA-only device APIs"
+    calls = frozenset({"cuda", "device", "to", "autocast"})
+    keywords = DEVICE_KEYWORDS
+    attributes = frozenset({"cuda", "cudnn"})
+    VALID = (
+        "import torch\n\nif torch.accelerator.is_available():\n    model = model.to('neuron')\n",
+        "import torch\n\nx = torch.zeros(2, device='cpu')\n",
+    )
+    INVALID = (
+        Invalid(
+            "import torch\n\nif torch.cuda.is_available():\n    n = torch.cuda.device_count()\n",
+            fixed="import torch\n\nif torch.accelerator.is_available():\n    n = torch.accelerator.device_count()\n",
+        ),
+        Invalid("model = model.cuda()\n", line=1, fixed=None),
+        Invalid(
+            "model = model.cuda()\nx = x.to('cuda:0')\n",
+            target="neuron",
+            fixed="model = model.to(\"neuron\")\nx = x.to('neuron:0')\n",
+        ),
+        Invalid("import torch\n\ntorch.backends.cudnn.benchmark = True\n", line=3),
+        Invalid(
+            "import torch\n\nx = torch.zeros(2, device='cuda')\n",
+            target="neuron",
+            fixed="import torch\n\nx = torch.zeros(2, device='neuron')\n",
+        ),
+        Invalid("import torch\n\nwith torch.cuda.amp.autocast():\n    y = m(x)\n", line=3),
+    )
+
+    def visit_attribute(self, node: ast.Attribute) -> None:
+        ctx = self.ctx
+        qualified = ctx.qualify(node)
+        if qualified == "torch.backends.cudnn":
+            self.report(node, "`torch.backends.cudnn` settings are CUDA-only; remove them")
+            return
+        if qualified != "torch.cuda":
+            return
+        outer = ctx.parent()
+        member = outer.attr if isinstance(outer, ast.Attribute) and outer.value is node else None
+        if member in LEFT_TO_NM404:
+            return
+        fix = None
+        call = ctx.parent(2)
+        if member in ACCELERATOR and isinstance(call, ast.Call) and call.func is outer:
+            torch_name = ctx.aliases.local_for("torch")
+            if torch_name and ctx.source(node).startswith(torch_name + "."):
+                fix = ctx.fix(
+                    ctx.replace(outer, f"{torch_name}.accelerator.{ACCELERATOR[member]}"),
+                    f"use `torch.accelerator.{ACCELERATOR[member]}`",
+                )
+        shown = f"torch.cuda.{member}" if member else "torch.cuda"
+        hint = (
+            f"use `torch.accelerator.{ACCELERATOR[member]}`"
+            if member in ACCELERATOR
+            else "use `torch.accelerator` or the `neuron` device"
+        )
+        target: ast.AST = outer if member and outer is not None else node
+        self.report(target, f"`{shown}` is CUDA-only; {hint}", fix=fix)
+
+    def visit_call(self, node: ast.Call, name: str) -> None:
+        ctx = self.ctx
+        func = node.func
+        if name == "cuda":
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Call)
+                and dotted(func.value.func) == "super"
+            ):
+                return  # an override of `Module.cuda` passing the call on
+            if not isinstance(func, ast.Attribute) or ctx.qualify(func.value) is not None:
+                return
+            fix = None
+            if ctx.neuron_target and not node.args and not node.keywords:
+                start = ctx.method_start(node)
+                assert start is not None
+                end = ctx.span(node)[1]
+                from neuron_migrate.checks.model import Edit
+
+                fix = ctx.fix(Edit(start, end, 'to("neuron")'), 'use `.to("neuron")`', SAFE)
+            self.report(
+                node,
+                '`.cuda()` moves to a CUDA device; use `.to(device)` with the accelerator (or "neuron")',
+                fix=fix,
+                start=ctx.method_start(node),
+            )
+            return
+        if not node.args:
+            return
+        first = node.args[0]
+        if name == "to" and not isinstance(func, ast.Attribute):
+            return
+        if name in ("device", "autocast") and ctx.qualify(func) not in (
+            "torch.device",
+            "torch.autocast",
+            "torch.amp.autocast",
+        ):
+            return
+        value = cuda_string(first)
+        if value is not None:
+            self._string(first, value)
+
+    def visit_keyword(self, call: ast.Call, keyword: ast.keyword) -> None:
+        value = cuda_string(keyword.value)
+        if value is not None:
+            self._string(keyword.value, value)
+
+    def _string(self, node: ast.AST, value: str) -> None:
+        ctx = self.ctx
+        fix = None
+        if ctx.neuron_target:
+            source = ctx.source(node)
+            fix = ctx.fix(
+                ctx.replace(node, source.replace("cuda", "neuron", 1)), 'use the "neuron" device'
+            )
+        self.report(
+            node,
+            f'device {value!r} is CUDA-only; use the accelerator (`torch.accelerator`) or "neuron"',
+            fix=fix,
+        )

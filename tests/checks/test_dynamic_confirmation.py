@@ -1,0 +1,123 @@
+"""Dynamic confirmation: what each rule predicts statically, a compile shows.
+
+For every rule with a `CONFIRM` pair, the bad snippet is compiled with `dynamic=False` and the
+stand-in `neuron` backend (which rejects symbolic shapes and boolean `index_put` as the real one
+does): the predicted graph breaks or rejections must happen, and the good snippet must compile
+to one static graph. Both snippets are also run through the checker, so prediction and
+measurement cannot drift apart. NM116 (dynamic shapes switched on) gets its own test, since the
+hazard is in how `torch.compile` is called.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from neuron_migrate.checks.checker import CheckOptions, check_source  # noqa: E402
+from neuron_migrate.checks.model import Severity  # noqa: E402
+from neuron_migrate.checks.rules import all_rules  # noqa: E402
+from neuron_migrate.checks.rules.base import Rule  # noqa: E402
+
+from . import neuron_backend  # noqa: E402
+
+CONFIRMED = [pytest.param(r, id=r.code) for r in all_rules() if r.CONFIRM is not None]
+ALL = CheckOptions(min_severity=Severity.INFO)
+
+
+def _forward(source: str):
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<example>", "exec"), namespace)  # the rule's own example
+    return namespace["forward"]
+
+
+@pytest.fixture
+def dynamo_config():
+    """Examples may switch Dynamo flags on (NM115); put them back afterwards."""
+    with torch._dynamo.config.patch(
+        capture_scalar_outputs=False, capture_dynamic_output_shape_ops=False
+    ):
+        yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("rule", CONFIRMED)
+def test_bad_example_breaks_or_is_rejected(rule: type[Rule], dynamo_config: None) -> None:
+    confirm = rule.CONFIRM
+    assert confirm is not None
+    assert rule.code in {d.code for d in check_source(confirm.bad, "bad.py", ALL).diagnostics}
+    inputs = eval(f"({confirm.inputs},)", {"torch": torch})
+
+    partial = neuron_backend.compile_and_run(_forward(confirm.bad), inputs, fullgraph=False)
+    if confirm.partial == "rejected":
+        assert partial.rejected, partial
+    else:
+        assert partial.error is None, partial.error
+        if confirm.breaks:
+            assert set(confirm.breaks) <= partial.graph_breaks, partial.graph_breaks
+            assert set(confirm.breaks) <= set(rule.graph_breaks)
+        else:
+            assert partial.graphs > 1
+
+    full = neuron_backend.compile_and_run(_forward(confirm.bad), inputs, fullgraph=True)
+    assert full.error is not None, f"{rule.code}: fullgraph=True compiled the bad example"
+    if confirm.fullgraph == "rejected":
+        assert full.rejected, full.error
+    else:
+        assert full.unsupported, full.error
+
+
+@pytest.mark.parametrize("rule", CONFIRMED)
+def test_good_example_is_one_static_graph(rule: type[Rule], dynamo_config: None) -> None:
+    confirm = rule.CONFIRM
+    assert confirm is not None
+    assert rule.code not in {d.code for d in check_source(confirm.good, "good.py", ALL).diagnostics}
+    inputs = eval(f"({confirm.inputs},)", {"torch": torch})
+    for fullgraph in (False, True):
+        outcome = neuron_backend.compile_and_run(
+            _forward(confirm.good), inputs, fullgraph=fullgraph
+        )
+        assert outcome.error is None, outcome.error
+        assert outcome.graphs == 1 and not outcome.graph_breaks
+
+
+def test_nm116_automatic_dynamic_shapes_are_rejected(dynamo_config: None) -> None:
+    """`torch.compile` without `dynamic=False` turns a dimension symbolic on the second shape."""
+    source = "import torch\n\ndef forward(x):\n    return x * 2\n\ncompiled = torch.compile(forward, backend='neuron')\n"
+    assert "NM116" in {d.code for d in check_source(source, "m.py", ALL).diagnostics}
+    torch._dynamo.reset()
+    neuron_backend.STATE.graphs, neuron_backend.STATE.symbolic = 0, []
+    compiled = torch.compile(_forward(source), backend="neuron")
+    compiled(torch.randn(8))
+    with pytest.raises(Exception) as caught:
+        compiled(torch.randn(16))
+    assert isinstance(neuron_backend._root(caught.value), neuron_backend.NeuronRejected)
+
+    fixed = check_source(source, "m.py", CheckOptions(codes=frozenset({"NM116"}), fix=True)).fixed
+    assert fixed is not None and "dynamic=False" in fixed
+    torch._dynamo.reset()
+    neuron_backend.STATE.graphs = 0
+    static = torch.compile(_forward(source), backend="neuron", dynamic=False)
+    static(torch.randn(8))
+    static(torch.randn(16))
+    assert neuron_backend.STATE.graphs == 2  # one static graph per shape, nothing rejected
+
+
+def test_nm113_varying_python_scalars_recompile(dynamo_config: None) -> None:
+    """A loop counter passed to compiled code is a new static graph per value; a tensor is not."""
+    source = "import torch\n\ndef run(fn, x):\n    cfn = torch.compile(fn)\n    for step in range(3):\n        cfn(x, step)\n"
+    assert "NM113" in {d.code for d in check_source(source, "m.py", ALL).diagnostics}
+
+    def scaled(x: torch.Tensor, step: object) -> torch.Tensor:
+        return x * step
+
+    for steps, graphs in (
+        ([0, 1, 2], 3),
+        ([torch.tensor(0.0), torch.tensor(1.0), torch.tensor(2.0)], 1),
+    ):
+        torch._dynamo.reset()
+        neuron_backend.STATE.graphs = 0
+        compiled = torch.compile(scaled, backend="neuron", dynamic=False)
+        for step in steps:
+            compiled(torch.randn(4), step)
+        assert neuron_backend.STATE.graphs == graphs
