@@ -1,10 +1,12 @@
-"""Corpus gate: `rewrite` over every Python file of the installed packages, nobody's code but theirs.
+"""Corpus gate: `rewrite` and `check` over every Python file of the installed packages.
 
     python benchmarks/corpus_gate.py [SITE_PACKAGES] [--json out.json]
 
 For each file: the rewrite must not crash, its output must parse, a file that uses none of the
 old stack (no old-stack import, no XLA runtime variable, no `"xla"` device string) must come back
-byte-identical, and rewriting the output again must change nothing. Exit status 1 if any of that fails, with the offending files listed.
+byte-identical, and rewriting the output again must change nothing. `check --fix
+--unsafe-fixes` must not crash either, and whatever it fixes must still parse. Exit status 1 if
+any of that fails, with the offending files listed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.codemods import OLD_STACK_PACKAGES
 from neuron_migrate.codemods.imports import ImportTable
 from neuron_migrate.engine import Options, rewrite_source
@@ -32,6 +35,8 @@ class Outcome:
     path: str
     status: str  # skipped | unchanged | changed | error (input) | crash | invalid | changed-unrelated | unstable
     detail: str = ""
+    check: str = "ok"  # ok | crash | invalid-fix
+    findings: int = 0
 
 
 # Old-stack use without an import: XLA runtime variables and `"xla"` device strings.
@@ -51,8 +56,26 @@ def judge(path: Path) -> Outcome:
         source = read_source(path)
     except SourceError as exc:
         return Outcome(str(path), "error", str(exc))
+    outcome = _judge_rewrite(path, source.text)
     try:
-        result = rewrite_source(source.text, str(path), Options())
+        report = check_source(source.text, str(path), CheckOptions(fix=True, unsafe_fixes=True))
+    except Exception:
+        outcome.check = "crash"
+        outcome.detail += traceback.format_exc(limit=3)
+        return outcome
+    outcome.findings = len(report.diagnostics)
+    if report.fixed is not None:
+        try:
+            ast.parse(report.fixed)
+        except SyntaxError as exc:
+            outcome.check = "invalid-fix"
+            outcome.detail += f"check --fix: {exc.lineno}: {exc.msg}"
+    return outcome
+
+
+def _judge_rewrite(path: Path, text: str) -> Outcome:
+    try:
+        result = rewrite_source(text, str(path), Options())
     except Exception:
         return Outcome(str(path), "crash", traceback.format_exc(limit=3))
     if result.error:
@@ -65,7 +88,7 @@ def judge(path: Path) -> Outcome:
         ast.parse(result.migrated)
     except SyntaxError as exc:
         return Outcome(str(path), "invalid", f"{exc.lineno}: {exc.msg}")
-    if not _uses_old_stack(source.text):
+    if not _uses_old_stack(text):
         return Outcome(str(path), "changed-unrelated", "; ".join(f"{c.code} {c.message}" for c in result.changes[:5]))
     again = rewrite_source(result.migrated, str(path), Options())
     if again.migrated != result.migrated:
@@ -78,6 +101,7 @@ class Summary:
     files: int = 0
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
+    findings: int = 0
     failures: list[Outcome] = field(default_factory=list)
 
 
@@ -92,7 +116,10 @@ def run(root: Path, jobs: int = 2) -> Summary:
     summary = Summary(files=len(files), seconds=time.perf_counter() - start)
     for outcome in outcomes:
         summary.counts[outcome.status] = summary.counts.get(outcome.status, 0) + 1
-        if outcome.status in FAILING:
+        check_key = f"check {outcome.check}"
+        summary.counts[check_key] = summary.counts.get(check_key, 0) + 1
+        summary.findings += outcome.findings
+        if outcome.status in FAILING or outcome.check != "ok":
             summary.failures.append(outcome)
     return summary
 
@@ -107,8 +134,9 @@ def main() -> int:
     print(f"{summary.files} files under {args.root} in {summary.seconds:.1f} s")
     for status, count in sorted(summary.counts.items()):
         print(f"  {status:18} {count}")
+    print(f"  check findings     {summary.findings}")
     for failure in summary.failures[:50]:
-        print(f"FAIL {failure.status}: {failure.path}: {failure.detail}")
+        print(f"FAIL {failure.status}/check {failure.check}: {failure.path}: {failure.detail}")
     if args.json:
         args.json.write_text(json.dumps({**asdict(summary), "failures": [asdict(f) for f in summary.failures]}, indent=2))
     return 1 if summary.failures else 0
