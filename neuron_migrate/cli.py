@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check_command.add_parser(commands)
 
+    from neuron_migrate.validate import command as validate_command
+
+    validate_command.add_parsers(commands)
+
     rules = commands.add_parser("rules", help="show the documentation of a rule, or list them all")
     rules.add_argument("code", nargs="?", help="a rule code such as NM003")
     return parser
@@ -272,6 +276,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_rewrite(args)
     if args.command == "rules":
         return run_rules(args)
+    if args.command in ("validate", "env"):
+        from neuron_migrate.validate import command as validate_command
+
+        return validate_command.run(args)
     if args.command == "check":
         from neuron_migrate.checks import command as check_command
 

@@ -1,0 +1,364 @@
+"""The `neuron-migrate validate` and `neuron-migrate env` subcommands.
+
+Exit status of `validate`: 0 everything compared matches, 1 something diverges, 2 an error (a
+program failed or timed out, recorded nothing, or the reference environment is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_MATCH, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
+
+VALIDATE_EPILOG = """\
+Both programs get the arguments after `--`. The original runs in the reference environment (the
+old stack: torch 2.9 + torch_xla 2.9) when it imports torch_xla, the migrated one in this Python.
+Nothing is edited: a hook started through PYTHONPATH seeds everything and records every loss that
+has backward() called on it, the gradients before the first optimizer step, the final parameters
+(named through the module that holds them), what generate() returns and, with --forward, the first
+output of one module class.
+
+Multi-process: XLA on CPU cannot run collectives, so on a CPU host the original runs as one
+process. A migrated data-parallel program run with --nproc 2 is then checked against itself: its
+ranks train on different shards and must still end with the same parameters; a missing gradient
+all-reduce makes them drift apart.
+
+Random ops: dropout draws on different random streams on the two stacks (XLA has its own device
+generator), so a program that uses dropout is not expected to agree; --no-dropout turns it off in
+both.
+
+Tolerances follow the dtypes seen (parameters, autocast, XLA_USE_BF16): fp32 losses within
+1e-6 + 1e-5*|ref| per step and tensors within 1e-5 + 1e-4*max|ref|; bf16 2e-2 and 1.6e-2 (two bf16
+epsilons). Parameters and gradients are judged against the largest magnitude over all parameters,
+as neuron_allclose scales by the global maximum. A change of precision policy is itself a
+divergence. --precision, --rtol and --atol override.
+
+--compile-stats runs one or two programs under a stand-in `neuron` compile backend that, like the
+real one, rejects dynamic shapes (torch.compile's default backend is sent to it, as on Trainium),
+and counts compiled graphs, recompiles with their reasons, and graph breaks; torch_xla programs
+report XLA's own compile count.
+
+Exit status: 0 everything compared matches; 1 something diverges; 2 a program failed, timed out or
+recorded nothing, or the reference environment is missing.
+"""
+
+
+class _ValidateParser(argparse.ArgumentParser):
+    """Everything after the first `--` belongs to the programs, wherever the options stand.
+
+    (Plain argparse would fold those arguments into PROGRAM, or reject them when an option stands
+    between the programs and `--`.)
+    """
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        rest: list[str] = []
+        if "--" in args:
+            at = args.index("--")
+            args, rest = args[:at], args[at + 1 :]
+        parsed, extras = super().parse_known_args(args, namespace)
+        parsed.script_args = rest
+        return parsed, extras
+
+
+def add_parsers(commands: Any) -> None:
+    """Adds `validate` and `env` to the `neuron-migrate` subcommands."""
+    default_class = commands._parser_class
+    commands._parser_class = _ValidateParser
+    try:
+        validate = commands.add_parser(
+            "validate",
+            help="run the original and the migrated program side by side and diff what they compute",
+            description="Run the original and the migrated program, each in its own Python, and compare "
+            "per-step losses, gradients, final parameters, forward outputs and generated tokens with "
+            "dtype-aware tolerances.",
+            epilog=VALIDATE_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    finally:
+        commands._parser_class = default_class
+    add_validate_arguments(validate)
+    env = commands.add_parser("env", help="build the environments that validate runs programs in")
+    env_commands = env.add_subparsers(dest="env_command", metavar="ENV_COMMAND")
+    reference = env_commands.add_parser(
+        "reference",
+        help="build the reference (old-stack) virtualenv: torch 2.9, torch_xla 2.9, transformers 4.57",
+        description="Create a virtualenv at DIR with the old stack (torch==2.9.0, torch-xla==2.9.0 and "
+        "the transformers release optimum-neuron 0.4.5 pins). Does nothing if DIR already holds a "
+        "complete one. validate finds it through $NEURON_MIGRATE_REFERENCE_PYTHON, or at "
+        "~/.cache/neuron-migrate/refenv.",
+    )
+    reference.add_argument(
+        "dir",
+        type=Path,
+        metavar="DIR",
+        nargs="?",
+        help="where (default: ~/.cache/neuron-migrate/refenv)",
+    )
+    reference.add_argument(
+        "--python", metavar="PYTHON", help="the Python to base it on (default: this one's base)"
+    )
+
+
+def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "programs",
+        nargs="+",
+        metavar="PROGRAM",
+        help="ORIGINAL MIGRATED (with --compile-stats: one or two programs); arguments after `--` go to both",
+    )
+    parser.add_argument(
+        "--original-python",
+        type=Path,
+        metavar="PYTHON",
+        help="interpreter for the original (default: the reference env if it imports torch_xla, else this Python)",
+    )
+    parser.add_argument(
+        "--migrated-python",
+        type=Path,
+        metavar="PYTHON",
+        help="interpreter for the migrated program (default: this Python)",
+    )
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="run the migrated program under torchrun with N processes (default: plain python)",
+    )
+    parser.add_argument(
+        "--original-nproc",
+        type=int,
+        metavar="N",
+        help="run the original under torchrun with N processes (default: plain python)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for random, numpy and torch in both programs (default 0)",
+    )
+    parser.add_argument(
+        "--no-dropout", action="store_true", help="turn dropout off in both programs"
+    )
+    parser.add_argument(
+        "--forward",
+        metavar="CLASS",
+        help="also compare the first output of the module of this class (e.g. LlamaForCausalLM)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="tolerance class (default: from the dtypes seen)",
+    )
+    parser.add_argument("--rtol", type=float, help="override the relative tolerance of every item")
+    parser.add_argument("--atol", type=float, help="override the absolute tolerance of every item")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="write the result as JSON to PATH ('-' or no value: stdout, instead of the table)",
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH.png",
+        help="plot loss curves and their relative difference (needs matplotlib)",
+    )
+    parser.add_argument(
+        "--compile-stats",
+        action="store_true",
+        help="count compiled graphs, recompiles and graph breaks under a stand-in `neuron` backend instead of comparing",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        metavar="SECONDS",
+        help="stop both programs after this long (default 600)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep captures and logs here (default: a temporary folder, removed)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "env":
+        return run_env(args)
+    return run_validate(args)
+
+
+def run_env(args: argparse.Namespace) -> int:
+    from neuron_migrate.validate import refenv
+
+    if getattr(args, "env_command", None) != "reference":
+        print(
+            "neuron-migrate env: say which environment, e.g. `neuron-migrate env reference DIR`",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    try:
+        refenv.ensure(
+            args.dir or refenv.DEFAULT_DIR, args.python, log=lambda m: print(m, file=sys.stderr)
+        )
+    except refenv.RefEnvError as exc:
+        print(f"neuron-migrate env reference: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_MATCH
+
+
+def _error(message: str) -> int:
+    print(f"neuron-migrate validate: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from neuron_migrate.validate import refenv
+    from neuron_migrate.validate.runner import (
+        CaptureOptions,
+        Program,
+        default_python,
+        imports_torch_xla,
+    )
+
+    scripts, script_args = args.programs, getattr(args, "script_args", [])
+    if not args.compile_stats and len(scripts) != 2:
+        return _error("give two programs: ORIGINAL MIGRATED [-- ARGS...]")
+    if len(scripts) > 2:
+        return _error("give one or two programs; arguments for them go after `--`")
+    for script in scripts:
+        if not Path(script).is_file():
+            return _error(f"{script}: no such file")
+    if any(n is not None and n < 1 for n in (args.nproc, args.original_nproc)):
+        return _error("--nproc and --original-nproc must be at least 1")
+    labels = ["original", "migrated"] if len(scripts) == 2 else ["program"]
+    programs = []
+    for label, script in zip(labels, scripts, strict=True):
+        path = Path(script)
+        explicit = args.original_python if label == "original" else args.migrated_python
+        python = explicit
+        if python is None and imports_torch_xla(path):
+            python = refenv.default_python()
+            if python is None or not python.exists():
+                where = f"{refenv.ENV_VAR}={python}" if python else str(refenv.DEFAULT_DIR)
+                return _error(
+                    f"{script} imports torch_xla, but no reference environment was found ({where}): "
+                    "build one with `neuron-migrate env reference`, or pass --original-python "
+                    "(or --migrated-python)"
+                )
+        if python is None:
+            python = default_python()
+        if not Path(python).exists():
+            return _error(f"{python}: no such interpreter")
+        nproc = args.original_nproc if label == "original" else args.nproc
+        programs.append(Program(label, path, Path(python), list(script_args), nproc))
+    options = CaptureOptions(args.seed, args.no_dropout, args.forward, args.compile_stats)
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="neuron-migrate-validate-"))
+    try:
+        return _validate(args, programs, options, work_dir)
+    finally:
+        if args.work_dir is None:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _validate(args: argparse.Namespace, programs: list, options: Any, work_dir: Path) -> int:
+    from neuron_migrate.validate import compile_stats, report
+    from neuron_migrate.validate.compare import DIVERGE, MATCH, compare_runs
+    from neuron_migrate.validate.runner import run_programs
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    runs = run_programs(programs, options, work_dir, args.timeout)
+    errors = []
+    for run_ in runs:
+        name = f"the {run_.program.label} program ({run_.program.script})"
+        if run_.timed_out:
+            errors.append(f"{name} did not finish within {args.timeout:g} s")
+        elif run_.returncode != 0:
+            errors.append(
+                f"{name} failed with exit status {run_.returncode}; last lines of its output:\n{run_.log_tail()}"
+            )
+        elif not run_.captures and not args.compile_stats:
+            errors.append(
+                f"{name} recorded nothing: it never called backward(), optimizer.step() or generate()"
+                + (f", nor ran a {args.forward} module" if args.forward else "")
+            )
+    json_to_stdout = args.json == "-"
+    if args.compile_stats:
+        summaries = [compile_stats.summarise(r) for r in runs]
+        exit_code = EXIT_ERROR if errors else EXIT_MATCH
+        if not json_to_stdout:
+            print("\n".join(report.describe_run(r) for r in runs))
+            print(compile_stats.format_summaries(summaries))
+            for warning in report.capture_warnings(runs):
+                print(f"warning: {warning}")
+            for error in errors:
+                print(f"error: {error}")
+        if args.json:
+            import json
+
+            text = json.dumps(
+                {
+                    "exit_code": exit_code,
+                    "errors": errors,
+                    "runs": [report.run_json(r) for r in runs],
+                    "compile": [s.as_dict() for s in summaries],
+                },
+                indent=1,
+            )
+            _emit(text, args.json)
+        return exit_code
+    comparison = None
+    if all(run_.captures for run_ in runs):
+        comparison = compare_runs(
+            runs[0].captures, runs[1].captures, args.precision, args.rtol, args.atol
+        )
+    if errors:
+        verdict, exit_code = "error", EXIT_ERROR
+    elif comparison is None or comparison.verdict not in (MATCH, DIVERGE):
+        verdict, exit_code = "error", EXIT_ERROR
+        errors.append("nothing could be compared: the two programs recorded no common item")
+    else:
+        verdict = comparison.verdict
+        exit_code = EXIT_MATCH if verdict == MATCH else EXIT_DIVERGE
+    if not json_to_stdout:
+        print(report.format_table(runs, comparison, verdict, errors))
+    if args.json:
+        _emit(report.as_json(runs, comparison, verdict, exit_code, errors), args.json)
+    if args.plot and comparison is not None:
+        try:
+            report.plot(comparison, args.plot)
+        except ImportError:
+            return _error("--plot needs matplotlib: pip install matplotlib")
+    return exit_code
+
+
+def _emit(text: str, destination: str) -> None:
+    if destination == "-":
+        print(text)
+    else:
+        Path(destination).write_text(text + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m neuron_migrate.validate ...`: the same two subcommands without the main CLI."""
+    parser = argparse.ArgumentParser(prog="neuron-migrate")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_parsers(commands)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) and EXIT_ERROR
+    if args.command is None:
+        parser.print_help()
+        return EXIT_ERROR
+    return run(args)

@@ -1,0 +1,495 @@
+"""Judges whether two captured runs compute the same thing, item by item, with dtype-aware tolerances.
+
+Metrics per tensor follow the anchors in the Neuron stack and torch: max abs, element-wise max rel,
+max-normalised rel (`max|a-e| / max|e|`, the scale `torch_neuronx.testing.neuron_allclose` uses),
+cosine similarity and relative L2. A tensor matches when `max|a-e| <= atol + rtol * max|e|`
+(neuron_allclose's rule); a loss step
+when `|a-e| <= atol + rtol * |e|`; greedy tokens when they are equal, or when they first part at a
+near tie of the original's logits (as `logit_validation` allows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from neuron_migrate.validate.runner import Capture
+
+MATCH, DIVERGE, SKIPPED = "match", "diverge", "skipped"
+LOW_PRECISION = frozenset({"bfloat16", "float16"})
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Default tolerances for one precision class (see `jupyter-and-validation.md` §4.3)."""
+
+    name: str
+    loss: Tolerance  # per step, element-wise relative
+    tensor: Tolerance  # max-normalised (neuron_allclose)
+    tie: Tolerance  # logit gap that counts as a near tie: atol + rtol * |top logit|
+
+
+# fp32: the old stack reproduces itself on the new one to float32 rounding on CPU (~2e-7 on losses);
+# these leave room for different kernels (transformers uses rtol 1e-4 for fp32 across kernels).
+# bf16: torch's bf16 rtol 1.6e-2 (two bf16 epsilons) for tensors; losses as Megatron's ~2 %.
+PRECISIONS = {
+    "fp32": Precision(
+        "fp32", loss=Tolerance(1e-5, 1e-6), tensor=Tolerance(1e-4, 1e-5), tie=Tolerance(1e-4, 1e-3)
+    ),
+    "bf16": Precision(
+        "bf16",
+        loss=Tolerance(2e-2, 1e-3),
+        tensor=Tolerance(1.6e-2, 1e-5),
+        tie=Tolerance(1.6e-2, 1e-2),
+    ),
+}
+
+
+@dataclass
+class Stats:
+    max_abs: float
+    max_rel: float
+    norm_rel: float
+    cosine: float
+    rel_l2: float
+    mismatches: int
+    size: int
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {k: _finite(v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Entry:
+    """One tensor (or one loss step) inside an item."""
+
+    name: str
+    verdict: str
+    stats: Stats | None = None
+    detail: str = ""
+
+
+@dataclass
+class Item:
+    key: str  # stable id in JSON: "losses", "gradients", "parameters", "forward", "generate/0", "replicas/migrated", "precision"
+    title: str
+    verdict: str
+    stats: Stats | None = None
+    detail: str = ""
+    entries: list[Entry] = field(default_factory=list)
+    tolerance: Tolerance | None = None
+    series: dict[str, list[float]] | None = None  # losses: original, migrated, rel_diff
+
+
+@dataclass
+class Comparison:
+    precision: Precision
+    items: list[Item]
+    notes: list[str]
+
+    @property
+    def verdict(self) -> str:
+        verdicts = {item.verdict for item in self.items}
+        if DIVERGE in verdicts:
+            return DIVERGE
+        return MATCH if MATCH in verdicts else SKIPPED
+
+
+def tensor_stats(
+    expected: torch.Tensor, actual: torch.Tensor, tol: Tolerance, scale: float | None = None
+) -> Stats:
+    """`scale` (default: max|expected|) is what max-normalised errors are relative to."""
+    e = expected.detach().to(torch.float64).flatten()
+    a = actual.detach().to(torch.float64).flatten()
+    diff = (a - e).abs()
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    if scale is None:
+        scale = float(e.abs().max()) if e.numel() else 0.0
+    tiny = torch.finfo(torch.float64).tiny
+    max_rel = float((diff / e.abs().clamp_min(tiny)).max()) if diff.numel() else 0.0
+    norm_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    e_norm, a_norm = float(e.norm()), float(a.norm())
+    if e_norm == 0 and a_norm == 0:
+        cosine = 1.0
+    elif e_norm == 0 or a_norm == 0:
+        cosine = 0.0
+    else:
+        cosine = float(torch.dot(e, a) / (e_norm * a_norm))
+    rel_l2 = float((a - e).norm()) / e_norm if e_norm > 0 else (0.0 if a_norm == 0 else math.inf)
+    mismatches = int((diff > tol.atol + tol.rtol * scale).sum())
+    return Stats(max_abs, max_rel, norm_rel, cosine, rel_l2, mismatches, int(e.numel()))
+
+
+def _finite(value: float) -> float | str:
+    # JSON has no inf/nan
+    return value if isinstance(value, int) or math.isfinite(value) else str(value)
+
+
+def _worst(entries: list[Entry]) -> Entry | None:
+    scored = [e for e in entries if e.stats is not None]
+    return max(
+        scored,
+        key=lambda e: (e.verdict == DIVERGE, e.stats.norm_rel if e.stats else 0.0),
+        default=None,
+    )
+
+
+# -- the items -------------------------------------------------------------------------------------
+
+
+def precision_policy(capture: Capture) -> dict[str, Any]:
+    m = capture.manifest
+    return {
+        "params": m.get("param_dtypes", []),
+        "autocast": m.get("autocast_dtypes", []),
+        "losses": m.get("loss_dtypes", []),
+        "via": m.get("xla_bf16_env"),
+    }
+
+
+def _describe_policy(policy: dict[str, Any]) -> str:
+    params = ", ".join(policy["params"]) or "-"
+    text = f"params {params}"
+    if policy["via"]:
+        text += f" ({policy['via']}=1)"
+    if policy["autocast"]:
+        text += f", autocast {', '.join(policy['autocast'])}"
+    return text
+
+
+def choose_precision(original: Capture, migrated: Capture) -> Precision:
+    dtypes: set[str] = set()
+    for capture in (original, migrated):
+        policy = precision_policy(capture)
+        dtypes |= set(policy["params"]) | set(policy["autocast"]) | set(policy["losses"])
+        dtypes |= {
+            capture.effective_dtype(k)
+            for k in capture.manifest.get("items", {})
+            if k.startswith("forward/")
+        }
+        dtypes |= {g.get("logits_dtype") or "float32" for g in capture.manifest.get("generate", [])}
+    return PRECISIONS["bf16"] if dtypes & LOW_PRECISION else PRECISIONS["fp32"]
+
+
+def compare_precision(original: Capture, migrated: Capture) -> Item:
+    a, b = precision_policy(original), precision_policy(migrated)
+    same = (a["params"], a["autocast"]) == (b["params"], b["autocast"])
+    detail = f"original: {_describe_policy(a)}; migrated: {_describe_policy(b)}"
+    if not a["params"] and not b["params"] and not a["autocast"] and not b["autocast"]:
+        return Item(
+            "precision", "precision policy", SKIPPED, detail="no parameters or autocast seen"
+        )
+    return Item("precision", "precision policy", MATCH if same else DIVERGE, detail=detail)
+
+
+def compare_losses(original: Capture, migrated: Capture, tol: Tolerance) -> Item:
+    e = original.tensors.get("loss")
+    a = migrated.tensors.get("loss")
+    if e is None and a is None:
+        return Item("losses", "losses", SKIPPED, detail="no backward() in either program")
+    if e is None or a is None:
+        missing = "original" if e is None else "migrated"
+        return Item(
+            "losses", "losses", DIVERGE, detail=f"the {missing} program never called backward()"
+        )
+    n = min(len(e), len(a))
+    entries = []
+    rel_diff = []
+    for step in range(n):
+        exp, act = float(e[step]), float(a[step])
+        diff = abs(act - exp)
+        ok = diff <= tol.atol + tol.rtol * abs(exp)
+        rel_diff.append(diff / abs(exp) if exp else (0.0 if diff == 0 else math.inf))
+        entries.append(
+            Entry(f"step {step}", MATCH if ok else DIVERGE, detail=f"{exp:.6g} vs {act:.6g}")
+        )
+    stats = tensor_stats(e[:n], a[:n], tol) if n else None
+    failing = [i for i, entry in enumerate(entries) if entry.verdict == DIVERGE]
+    verdict = DIVERGE if failing or len(e) != len(a) else MATCH
+    details = []
+    if len(e) != len(a):
+        details.append(f"{len(e)} losses vs {len(a)}")
+    if failing:
+        details.append(f"first diverging step {failing[0]} ({entries[failing[0]].detail})")
+    title = f"losses ({n} steps)"
+    series = {"original": e.tolist(), "migrated": a.tolist(), "rel_diff": rel_diff}
+    return Item("losses", title, verdict, stats, "; ".join(details), entries, tol, series)
+
+
+def compare_tensors(
+    key: str,
+    title: str,
+    expected: dict[str, torch.Tensor],
+    actual: dict[str, torch.Tensor],
+    tol: Tolerance,
+    group_scale: bool = False,
+) -> Item:
+    """With `group_scale`, errors are relative to the largest magnitude in the whole group (the model's
+    parameters), as neuron_allclose scales by the global max: a bias that starts at zero then moves by
+    optimizer noise (Adam moves every element by ~lr per step, whatever the gradient's size) is
+    judged against the weights around it, not against its own tiny values."""
+    if not expected and not actual:
+        return Item(key, title, SKIPPED, detail="not recorded")
+    scale = None
+    if group_scale and expected:
+        scale = max(float(t.detach().abs().max()) if t.numel() else 0.0 for t in expected.values())
+    entries = []
+    only_e = sorted(set(expected) - set(actual))
+    only_a = sorted(set(actual) - set(expected))
+    for name in sorted(set(expected) & set(actual)):
+        e, a = expected[name], actual[name]
+        if tuple(e.shape) != tuple(a.shape):
+            entries.append(Entry(name, DIVERGE, detail=f"shape {list(e.shape)} vs {list(a.shape)}"))
+            continue
+        stats = tensor_stats(e, a, tol, scale)
+        entries.append(Entry(name, MATCH if stats.mismatches == 0 else DIVERGE, stats))
+    details = []
+    if only_e:
+        details.append(
+            f"only in original: {', '.join(only_e[:5])}{' ...' if len(only_e) > 5 else ''}"
+        )
+    if only_a:
+        details.append(
+            f"only in migrated: {', '.join(only_a[:5])}{' ...' if len(only_a) > 5 else ''}"
+        )
+    worst = _worst(entries)
+    shape_errors = [e for e in entries if e.stats is None]
+    if shape_errors:
+        details.append(f"{shape_errors[0].name}: {shape_errors[0].detail}")
+    elif worst is not None:
+        details.append(f"worst: {worst.name}")
+    diverged = only_e or only_a or any(e.verdict == DIVERGE for e in entries)
+    title = f"{title} ({len(entries)} tensors)"
+    return Item(
+        key,
+        title,
+        DIVERGE if diverged else MATCH,
+        worst.stats if worst else None,
+        "; ".join(details),
+        entries,
+        tol,
+    )
+
+
+def compare_generate(
+    index: int, original: Capture, migrated: Capture, precision: Precision
+) -> Item:
+    key, title = f"generate/{index}", f"generate() call {index}: tokens"
+    e_seq = original.tensors.get(f"{key}/sequences")
+    a_seq = migrated.tensors.get(f"{key}/sequences")
+    if e_seq is None or a_seq is None:
+        missing = "original" if e_seq is None else "migrated"
+        return Item(
+            key, title, DIVERGE, detail=f"the {missing} program made no generate() call {index}"
+        )
+    prompt = int(original.manifest["generate"][index]["prompt_length"])
+    e_new, a_new = e_seq[:, prompt:], a_seq[:, prompt:]
+    if e_seq.shape[0] != a_seq.shape[0]:
+        return Item(key, title, DIVERGE, detail=f"batch {e_seq.shape[0]} vs {a_seq.shape[0]}")
+    top_values = original.tensors.get(f"{key}/top_values")
+    top_indices = original.tensors.get(f"{key}/top_indices")
+    entries, verdict = [], MATCH
+    first_divergence = None
+    for row in range(e_seq.shape[0]):
+        n = min(e_new.shape[1], a_new.shape[1])
+        differ = (e_new[row, :n] != a_new[row, :n]).nonzero()
+        if len(differ) == 0 and e_new.shape[1] == a_new.shape[1]:
+            entries.append(Entry(f"row {row}", MATCH, detail=f"{n} tokens equal"))
+            continue
+        at = int(differ[0]) if len(differ) else n
+        first_divergence = at if first_divergence is None else min(first_divergence, at)
+        tie = _near_tie(
+            top_values,
+            top_indices,
+            at,
+            row,
+            int(a_new[row, at]) if at < a_new.shape[1] else None,
+            precision.tie,
+        )
+        if tie is not None:
+            entries.append(
+                Entry(
+                    f"row {row}", MATCH, detail=f"first divergence at token {at}: near tie ({tie})"
+                )
+            )
+        else:
+            verdict = DIVERGE
+            entries.append(Entry(f"row {row}", DIVERGE, detail=f"first divergence at token {at}"))
+    stats = None
+    if top_values is not None and migrated.tensors.get(f"{key}/top_values") is not None:
+        a_top = migrated.tensors[f"{key}/top_values"]
+        steps = min(
+            len(top_values),
+            len(a_top),
+            first_divergence if first_divergence is not None else len(top_values),
+        )
+        if steps:
+            stats = tensor_stats(top_values[:steps], a_top[:steps], precision.tensor)
+    diverging = [e for e in entries if "divergence" in e.detail]
+    detail = (
+        diverging[0].name + ": " + diverging[0].detail
+        if diverging
+        else f"all {len(entries)} rows equal"
+    )
+    return Item(key, title, verdict, stats, detail, entries, precision.tensor)
+
+
+def _near_tie(
+    values, indices, step: int, row: int, token: int | None, tol: Tolerance
+) -> str | None:
+    """The logit gap, in the original, between its own choice and the migrated one, if small."""
+    if values is None or indices is None or token is None or step >= len(values):
+        return None
+    row_values, row_indices = values[step, row], indices[step, row]
+    hits = (row_indices == token).nonzero()
+    if len(hits) == 0:
+        return None  # not even in the original's top-k
+    top = float(row_values[0])
+    gap = top - float(row_values[int(hits[0])])
+    return f"logit gap {gap:.2e}" if gap <= tol.atol + tol.rtol * abs(top) else None
+
+
+def compare_replicas(label: str, captures: list[Capture], tol: Tolerance) -> Item:
+    """Data-parallel ranks must end with the same parameters, whatever shard each one saw."""
+    key, title = (
+        f"replicas/{label}",
+        f"{label}: ranks agree on final parameters ({len(captures)} ranks)",
+    )
+    reference = captures[0].group("param")
+    if not reference:
+        return Item(key, title, SKIPPED, detail="no parameters recorded")
+    entries = []
+    for capture in captures[1:]:
+        item = compare_tensors(key, "", reference, capture.group("param"), tol, True)
+        worst = _worst(item.entries)
+        entries.append(
+            Entry(
+                f"rank {capture.rank} vs rank {captures[0].rank}",
+                item.verdict,
+                worst.stats if worst else None,
+                item.detail,
+            )
+        )
+    worst = _worst(entries)
+    verdict = DIVERGE if any(e.verdict == DIVERGE for e in entries) else MATCH
+    detail = ""
+    if verdict == DIVERGE and worst is not None:
+        detail = (
+            f"{worst.name}: parameters differ after training on different shards; the gradients are "
+            "not averaged across ranks (a missing all-reduce?)"
+        )
+    return Item(key, title, verdict, worst.stats if worst else None, detail, entries, tol)
+
+
+# -- the whole comparison --------------------------------------------------------------------------
+
+
+def compare_runs(
+    original: list[Capture],
+    migrated: list[Capture],
+    precision: str = "auto",
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Comparison:
+    if not original or not migrated:
+        raise ValueError("both programs must have recorded something")
+    o0, m0 = original[0], migrated[0]
+    chosen = choose_precision(o0, m0) if precision == "auto" else PRECISIONS[precision]
+    if rtol is not None or atol is not None:
+
+        def override(t: Tolerance) -> Tolerance:
+            return Tolerance(t.rtol if rtol is None else rtol, t.atol if atol is None else atol)
+
+        chosen = Precision(
+            chosen.name + " (overridden)",
+            override(chosen.loss),
+            override(chosen.tensor),
+            chosen.tie,
+        )
+    notes: list[str] = []
+    items = [compare_precision(o0, m0)]
+    worlds = ([c.world_size for c in original], [c.world_size for c in migrated])
+    same_world = len(original) == len(migrated) and worlds[0] == worlds[1]
+    if same_world:
+        for o, m in zip(original, migrated, strict=True):
+            suffix = f" [rank {o.rank}]" if len(original) > 1 else ""
+            pair = [
+                compare_losses(o, m, chosen.loss),
+                compare_tensors(
+                    "initial",
+                    "parameters before the first step",
+                    o.group("init"),
+                    m.group("init"),
+                    chosen.tensor,
+                    True,
+                ),
+                compare_tensors(
+                    "gradients",
+                    "gradients before the first step",
+                    o.group("grad"),
+                    m.group("grad"),
+                    chosen.tensor,
+                    True,
+                ),
+                compare_tensors(
+                    "parameters",
+                    "final parameters",
+                    o.group("param"),
+                    m.group("param"),
+                    chosen.tensor,
+                    True,
+                ),
+                compare_tensors(
+                    "forward",
+                    "first forward output",
+                    o.group("forward/0"),
+                    m.group("forward/0"),
+                    chosen.tensor,
+                ),
+            ]
+            calls = max(len(o.manifest.get("generate", [])), len(m.manifest.get("generate", [])))
+            pair += [compare_generate(i, o, m, chosen) for i in range(calls)]
+            for item in pair:
+                item.title += suffix
+                if suffix:
+                    item.key += f"@rank{o.rank}"
+            items += [item for item in pair if item.verdict != SKIPPED]
+            if pair[1].verdict == DIVERGE:
+                notes.append(
+                    "the programs start from different weights (parameters before the first step differ), "
+                    "so everything after differs too: look at how the model is built and initialised "
+                    "(default dtype, device at creation, seeding)"
+                )
+    else:
+        notes.append(
+            f"the programs ran with different numbers of processes (original {len(original)} of world "
+            f"{max(worlds[0])}, migrated {len(migrated)} of world {max(worlds[1])}): per-rank values are "
+            "not comparable across them, so only the precision policy and the agreement of ranks are checked"
+        )
+    for label, captures in (("original", original), ("migrated", migrated)):
+        if len(captures) > 1:
+            items.append(compare_replicas(label, captures, chosen.tensor))
+    for label, captures in (("original", original), ("migrated", migrated)):
+        calls = sum(
+            int(c.manifest.get("dropout_calls", 0))
+            for c in captures
+            if not c.manifest.get("no_dropout")
+        )
+        if calls:
+            notes.append(
+                f"the {label} program applies dropout ({calls} calls): random streams differ across stacks "
+                "(XLA draws on its own device generator), so values are not expected to agree; rerun with "
+                "--no-dropout to compare the deterministic computation"
+            )
+    if chosen.name.startswith("bf16"):
+        notes.append("a side computes in bfloat16/float16, so bf16 tolerances apply")
+    return Comparison(chosen, items, notes)

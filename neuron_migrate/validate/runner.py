@@ -1,0 +1,206 @@
+"""Starts each program in its own interpreter with the capture hook on, and reads back what it recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from neuron_migrate.validate.child.neuron_migrate_capture import CONFIG_VAR
+
+CHILD_DIR = Path(__file__).parent / "child"
+TORCH_XLA_IMPORT = re.compile(r"^\s*(import|from)\s+torch_xla\b", re.MULTILINE)
+
+
+@dataclass
+class Program:
+    """One side of a comparison: which script, run by which Python, in how many processes."""
+
+    label: str  # "original" | "migrated"
+    script: Path
+    python: Path
+    args: list[str] = field(default_factory=list)
+    nproc: int | None = None  # None: plain `python script`; N: torchrun with N processes
+
+
+@dataclass
+class CaptureOptions:
+    seed: int = 0
+    no_dropout: bool = False
+    forward: str | None = None
+    compile_stats: bool = False
+
+
+@dataclass
+class Capture:
+    """What one process of a program recorded: its manifest and its tensors (on the CPU)."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def rank(self) -> int:
+        return int(self.manifest.get("rank", 0))
+
+    @property
+    def world_size(self) -> int:
+        return int(self.manifest.get("world_size", 1))
+
+    def group(self, prefix: str) -> dict[str, torch.Tensor]:
+        """The tensors under `prefix/`, keyed by the rest of their name."""
+        start = prefix + "/"
+        return {k[len(start) :]: v for k, v in self.tensors.items() if k.startswith(start)}
+
+    def effective_dtype(self, key: str) -> str:
+        return str(self.manifest["items"].get(key, {}).get("effective_dtype", "float32"))
+
+
+@dataclass
+class Run:
+    program: Program
+    command: list[str]
+    returncode: int
+    seconds: float
+    log: Path
+    captures: list[Capture]
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def imports_torch_xla(script: Path) -> bool:
+    try:
+        return bool(TORCH_XLA_IMPORT.search(script.read_text(errors="replace")))
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def command_for(program: Program) -> list[str]:
+    if program.nproc is not None:
+        launcher = [
+            str(program.python),
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={program.nproc}",
+            f"--master_port={_free_port()}",
+        ]
+        return [*launcher, str(program.script), *program.args]
+    return [str(program.python), str(program.script), *program.args]
+
+
+def environment(program: Program, options: CaptureOptions, out: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD_DIR), env.get("PYTHONPATH", "")) if p)
+    env[CONFIG_VAR] = json.dumps(
+        {
+            "out": str(out),
+            "side": program.label,
+            "seed": options.seed,
+            "no_dropout": options.no_dropout,
+            "forward": options.forward,
+            "compile_stats": options.compile_stats,
+        }
+    )
+    env.setdefault("PYTHONHASHSEED", str(options.seed))
+    return env
+
+
+def run_programs(
+    programs: list[Program], options: CaptureOptions, work_dir: Path, timeout: float
+) -> list[Run]:
+    """Runs the programs at the same time, each with its own capture folder under `work_dir`."""
+    started = []
+    for program in programs:
+        out = work_dir / program.label
+        out.mkdir(parents=True, exist_ok=True)
+        log = work_dir / f"{program.label}.log"
+        command = command_for(program)
+        with open(log, "wb") as handle:
+            process = subprocess.Popen(
+                command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=environment(program, options, out),
+                start_new_session=True,  # so a timeout ends the whole process tree
+            )
+        started.append((program, command, process, log, out, time.monotonic()))
+    deadline = time.monotonic() + timeout
+    finished: dict[int, tuple[int, float, bool]] = {}
+    while len(finished) < len(started):
+        for i, (_, _, process, _, _, t0) in enumerate(started):
+            if i in finished:
+                continue
+            returncode = process.poll()
+            if returncode is not None:
+                finished[i] = (returncode, time.monotonic() - t0, False)
+            elif time.monotonic() > deadline:
+                _kill_tree(process)
+                finished[i] = (process.wait(), time.monotonic() - t0, True)
+        time.sleep(0.05)
+    runs = []
+    for i, (program, command, _, log, out, _) in enumerate(started):
+        returncode, seconds, timed_out = finished[i]
+        runs.append(Run(program, command, returncode, seconds, log, load_captures(out), timed_out))
+    return runs
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+def load_captures(out: Path) -> list[Capture]:
+    captures = []
+    for manifest_path in sorted(out.glob("*/manifest.json")):
+        manifest = json.loads(manifest_path.read_text())
+        captures.append(
+            Capture(
+                manifest_path.parent,
+                manifest,
+                _load_tensors(manifest_path.parent / manifest["tensor_file"]),
+            )
+        )
+    captures.sort(key=lambda c: (c.rank, c.directory.name))
+    return captures
+
+
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    # Written with torch.save where the program's environment lacks safetensors.
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def default_python() -> Path:
+    return Path(sys.executable)

@@ -1,0 +1,3 @@
+"""Runs, but computes nothing that validate records."""
+
+print("hello")

@@ -1,0 +1,5 @@
+"""Never finishes in time: for --timeout."""
+
+import time
+
+time.sleep(60)

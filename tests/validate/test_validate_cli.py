@@ -1,0 +1,190 @@
+"""`validate` and `env` on the command line: argument handling and every error message."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.validate import refenv
+from neuron_migrate.validate.command import add_parsers, main
+
+from .conftest import EXAMPLES, PROGRAMS
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def test_arguments_after_double_dash_go_to_the_programs_wherever_options_stand():
+    args = parse(
+        "validate",
+        "old.py",
+        "new.py",
+        "--nproc",
+        "2",
+        "--json",
+        "r.json",
+        "--",
+        "--epochs",
+        "1",
+        "x.py",
+    )
+    assert args.programs == ["old.py", "new.py"]
+    assert args.script_args == ["--epochs", "1", "x.py"]
+    assert (args.nproc, args.json, args.original_nproc) == (2, "r.json", None)
+    assert parse("validate", "a.py", "b.py").script_args == []
+    assert parse("validate", "a.py", "b.py", "--json").json == "-"  # `--json` alone: stdout
+
+
+def test_all_flags_parse():
+    args = parse(
+        "validate",
+        "a.py",
+        "b.py",
+        "--original-python",
+        "/p/old",
+        "--migrated-python",
+        "/p/new",
+        "--original-nproc",
+        "1",
+        "--seed",
+        "3",
+        "--no-dropout",
+        "--forward",
+        "MLP",
+        "--precision",
+        "bf16",
+        "--rtol",
+        "0.1",
+        "--atol",
+        "0.2",
+        "--plot",
+        "x.png",
+        "--timeout",
+        "5",
+        "--work-dir",
+        "w",
+    )
+    assert args.original_python == Path("/p/old") and args.migrated_python == Path("/p/new")
+    assert (args.seed, args.no_dropout, args.forward, args.precision) == (3, True, "MLP", "bf16")
+    assert (args.rtol, args.atol, args.plot, args.timeout, args.work_dir) == (
+        0.1,
+        0.2,
+        Path("x.png"),
+        5.0,
+        Path("w"),
+    )
+    assert parse("validate", "--compile-stats", "a.py").compile_stats
+
+
+def test_two_programs_are_needed(capsys):
+    assert main(["validate", str(PROGRAMS / "fails.py")]) == 2
+    assert "give two programs: ORIGINAL MIGRATED [-- ARGS...]" in capsys.readouterr().err
+
+
+def test_at_most_two_programs(capsys):
+    p = str(PROGRAMS / "fails.py")
+    assert main(["validate", "--compile-stats", p, p, p]) == 2
+    assert "give one or two programs; arguments for them go after `--`" in capsys.readouterr().err
+
+
+def test_missing_program(capsys):
+    assert main(["validate", "nope.py", str(PROGRAMS / "fails.py")]) == 2
+    assert "nope.py: no such file" in capsys.readouterr().err
+
+
+def test_bad_nproc(capsys):
+    p = str(PROGRAMS / "fails.py")
+    assert main(["validate", p, p, "--nproc", "0"]) == 2
+    assert "--nproc and --original-nproc must be at least 1" in capsys.readouterr().err
+
+
+def test_missing_interpreter(capsys):
+    p = str(PROGRAMS / "fails.py")
+    assert main(["validate", p, p, "--migrated-python", "/no/python"]) == 2
+    assert "/no/python: no such interpreter" in capsys.readouterr().err
+
+
+def test_missing_reference_env_is_explained(capsys, monkeypatch):
+    monkeypatch.setenv(refenv.ENV_VAR, "/no/refenv/bin/python")
+    code = main(
+        ["validate", str(EXAMPLES / "xla_single_mpdeviceloader.py"), str(PROGRAMS / "fails.py")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (
+        "imports torch_xla, but no reference environment was found (NEURON_MIGRATE_REFERENCE_PYTHON=/no/refenv/bin/python)"
+        in err
+    )
+    assert "`neuron-migrate env reference`" in err
+
+
+def test_a_failing_program_is_an_error_with_its_output(capsys, tmp_path):
+    nothing = str(PROGRAMS / "records_nothing.py")
+    code = main(["validate", nothing, str(PROGRAMS / "fails.py"), "--work-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert (
+        "error: the migrated program" in out
+        and "failed with exit status 1; last lines of its output:" in out
+    )
+    assert "ModuleNotFoundError: No module named 'torch_xla'" in out
+    assert (
+        "error: the original program" in out
+        and "recorded nothing: it never called backward()" in out
+    )
+    assert out.rstrip().endswith("result: ERROR")
+    assert (tmp_path / "migrated.log").exists()  # --work-dir keeps the logs
+
+
+def test_timeout(capsys):
+    sleeps = str(PROGRAMS / "sleeps.py")
+    code = main(["validate", sleeps, sleeps, "--timeout", "1", "--original-python", sys.executable])
+    assert code == 2
+    out = capsys.readouterr().out
+    assert "did not finish within 1 s" in out and "TIMED OUT" in out
+
+
+def test_json_of_an_error(capsys, tmp_path):
+    report = tmp_path / "r.json"
+    nothing = str(PROGRAMS / "records_nothing.py")
+    assert main(["validate", nothing, nothing, "--json", str(report)]) == 2
+    document = json.loads(report.read_text())
+    assert document["verdict"] == "error" and document["exit_code"] == 2
+    assert [r["label"] for r in document["runs"]] == ["original", "migrated"]
+    assert "result: ERROR" in capsys.readouterr().out  # the table still goes to stdout
+
+
+def test_env_needs_a_subcommand(capsys):
+    assert main(["env"]) == 2
+    assert (
+        "say which environment, e.g. `neuron-migrate env reference DIR`" in capsys.readouterr().err
+    )
+
+
+def test_env_reference_finds_a_complete_env(tmp_path, capsys):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("")
+    stamp = {"pins": list(refenv.PINS), "versions": {"torch": "2.9.0", "torch_xla": "2.9.0"}}
+    (tmp_path / refenv.STAMP).write_text(json.dumps(stamp))
+    assert main(["env", "reference", str(tmp_path)]) == 0
+    assert (
+        f"reference env {tmp_path}: present (torch 2.9.0, torch_xla 2.9.0)"
+        in capsys.readouterr().err
+    )
+
+
+def test_env_reference_reports_a_broken_stack():
+    with pytest.raises(refenv.RefEnvError, match="the old stack does not import or run"):
+        refenv.probe(Path(sys.executable))  # this Python has no torch_xla
+
+
+def test_the_reference_env_works(reference_python):
+    versions = refenv.probe(reference_python)
+    assert versions["torch"].startswith("2.9.0") and versions["torch_xla"].startswith("2.9.0")

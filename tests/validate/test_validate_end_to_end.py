@@ -1,0 +1,120 @@
+"""`validate` end to end on programs that need only this (native) Python: several processes, compile
+behaviour, generate(), dropout. Each test runs both programs, so they are marked slow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_migrate.validate.command import main
+
+from .conftest import PROGRAMS, items_by_key, plant, validate_json
+
+pytestmark = pytest.mark.slow
+
+
+def test_dropped_gradient_all_reduce_in_a_2_process_run(migrated_examples, tmp_path, capsys):
+    # XLA:CPU runs no collectives, so the data-parallel check is the migrated program against
+    # itself: two ranks train on different shards and must end with the same parameters.
+    good = migrated_examples / "xla_spawn_multiprocess.py"
+    wrong = plant(
+        good,
+        tmp_path / "no_allreduce.py",
+        "        average_gradients(optimizer)\n",
+        "        pass  # planted\n",
+    )
+    report, picture = tmp_path / "report.json", tmp_path / "losses.png"
+    code = main(
+        [
+            "validate",
+            str(good),
+            str(wrong),
+            "--original-nproc",
+            "2",
+            "--nproc",
+            "2",
+            "--json",
+            str(report),
+            "--plot",
+            str(picture),
+            "--",
+            "--steps",
+            "3",
+        ]
+    )
+    table = capsys.readouterr().out
+    assert code == 1
+    items = items_by_key(json.loads(report.read_text()))
+    assert items["replicas/original"]["verdict"] == "match"
+    assert items["replicas/migrated"]["verdict"] == "diverge"
+    assert (
+        "not averaged across ranks (a missing all-reduce?)" in items["replicas/migrated"]["detail"]
+    )
+    assert items["losses@rank0"]["entries"][0]["verdict"] == "match"  # same start, then apart
+    assert items["losses@rank0"]["verdict"] == "diverge"
+    assert "migrated: ranks agree on final parameters (2 ranks)    diverge" in table
+    assert "torchrun, 2 processes" in table and table.rstrip().endswith(
+        "result: DIVERGE (4 items match, 7 diverge)"
+    )
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_padding_shows_fewer_compiled_graphs(capsys):
+    code = main(
+        [
+            "validate",
+            "--compile-stats",
+            str(PROGRAMS / "varlen_train.py"),
+            str(PROGRAMS / "varlen_train_padded.py"),
+            "--",
+            "--steps",
+            "6",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "original: 4 neuron (stand-in) graphs for 6 steps, 3 recompiles, 0 graph breaks" in out
+    assert (
+        "recompile x1: forward (varlen_train.py:15): tensor 'mask' size mismatch at index 1. expected 5, actual 7"
+        in out
+    )
+    assert "migrated: 1 neuron (stand-in) graph for 6 steps, 0 recompiles, 0 graph breaks" in out
+    assert "=> original: 4 graphs; migrated: 1" in out
+
+
+def test_generate_and_forward_outputs_are_compared(capsys):
+    code, document = validate_json(
+        capsys,
+        str(PROGRAMS / "tiny_generate.py"),
+        str(PROGRAMS / "tiny_generate_reseeded.py"),
+        "--forward",
+        "LlamaForCausalLM",
+        "--",
+        "--new-tokens",
+        "4",
+    )
+    items = items_by_key(document)
+    assert code == 1 and document["verdict"] == "diverge"
+    assert (
+        items["forward"]["verdict"] == "diverge" and items["forward"]["detail"] == "worst: logits"
+    )
+    assert items["generate/0"]["verdict"] == "diverge"
+    assert items["generate/0"]["detail"].startswith("row 0: first divergence at token")
+    assert items["precision"]["detail"] == "original: params float32; migrated: params float32"
+
+
+def test_no_dropout_makes_a_dropout_program_deterministic(capsys):
+    with_dropout, without = (
+        str(PROGRAMS / "dropout_train.py"),
+        str(PROGRAMS / "dropout_free_train.py"),
+    )
+    code, document = validate_json(capsys, with_dropout, without, "--seed", "3")
+    assert code == 1
+    assert any(
+        "applies dropout (5 calls): random streams differ across stacks" in n
+        for n in document["notes"]
+    )
+    code, document = validate_json(capsys, with_dropout, without, "--seed", "3", "--no-dropout")
+    assert code == 0 and document["verdict"] == "match"
+    assert not any("dropout" in n for n in document["notes"])
