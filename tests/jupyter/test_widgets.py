@@ -1,0 +1,280 @@
+"""The widget apps, driven headless through their traitlets state: setting a widget's value or
+clicking a button does what the browser would do, and `get_state()` is what the browser gets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.jupyter import MigrationApp, ValidationDashboard
+from neuron_migrate.jupyter.dashboard import summary
+from tests.jupyter.conftest import DATA
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD = """\
+import torch
+import torch_xla.core.xla_model as xm
+from torch.utils.data import DataLoader
+
+device = xm.xla_device()
+loader = DataLoader(list(range(10)), batch_size=3)
+xm.mark_step()
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(OLD)
+    (tmp_path / "done.py").write_text("import torch\nprint(torch.ones(1))\n")
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": "# Notebook"},
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": "import torch\nimport torch_xla.core.xla_model as xm\n",
+        },
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": "x = 1\n",
+        },
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": "%%time\ndevice = xm.xla_device()\n",
+        },
+    ]
+    (tmp_path / "tutorial.ipynb").write_text(
+        json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+    )
+    return tmp_path
+
+
+def labels(app: MigrationApp) -> dict[str, str]:
+    return {Path(value).name: label for label, value in app.file_picker.options}
+
+
+# -- the migration app ----------------------------------------------------------------------------
+
+
+def test_app_lists_files_with_their_state_and_opens_the_first_to_migrate(project: Path) -> None:
+    app = MigrationApp([project])
+    assert labels(app) == {
+        "done.py": f"{project / 'done.py'}  (nothing to do)",
+        "train.py": f"{project / 'train.py'}  (to migrate)",
+        "tutorial.ipynb": f"{project / 'tutorial.ipynb'}  (to migrate)",
+    }
+    assert Path(app.file_picker.value).name == "train.py"
+    state = app.file_picker.get_state()
+    assert state["_model_name"] == "DropdownModel" and state["index"] == 1
+    assert "train.py: 2 changes" in app.headline.value
+    assert 'class="nm-diff nm-side"' in app.diff.value
+    assert "NM001" in app.findings.value and "NM002" in app.findings.value
+    # What `check` says about the migrated code: the loader drops no last batch.
+    assert "NM302" in app.checks.value
+    assert app.apply_button.description == "Apply to train.py" and not app.apply_button.disabled
+    assert app.cell_picker.layout.display == "none"
+    assert repr(app) == f"MigrationApp: {project / 'train.py'}: 2 changes"
+
+
+def test_app_views_and_targets(project: Path) -> None:
+    app = MigrationApp([project / "train.py"])
+    app.view_picker.value = "unified"
+    assert 'class="nm-diff nm-unified"' in app.diff.value
+    assert app.target_picker.value == "portable"
+    assert "current_accelerator" in app.diff.value
+    app.target_picker.value = "neuron"
+    assert "torch.device(&quot;neuron&quot;)" in app.diff.value
+    assert app.view_picker.value == "unified"
+
+
+def test_app_picks_cells_of_a_notebook(project: Path) -> None:
+    app = MigrationApp([project])
+    app.file_picker.value = str(project / "tutorial.ipynb")
+    assert app.cell_picker.layout.display is None
+    assert app.cell_picker.options == (
+        ("whole notebook", -1),
+        ("cell 2  (changes)", 1),
+        ("cell 3", 2),
+        ("cell 4  (changes)", 3),
+    )
+    assert "1 change in 2 cells" in app.headline.value  # and the import it no longer needs
+    assert app.diff.value.count('class="nm-diff') == 2  # one diff per changed cell
+    app.cell_picker.value = 3
+    assert "tutorial.ipynb, cell 4: changed" in app.headline.value
+    assert app.diff.value.count('class="nm-diff') == 1
+    assert "%%time" in app.diff.value
+    app.cell_picker.value = 2
+    assert "cell 3: unchanged" in app.headline.value and app.diff.value == ""
+    assert app.apply_button.description == "Apply to tutorial.ipynb"
+
+
+def test_apply_writes_the_file_and_refreshes(project: Path) -> None:
+    app = MigrationApp([project])
+    app.apply_button.click()
+    assert "xla" not in (project / "train.py").read_text()
+    assert "written" in app.status.value and "train.py: 2 changes" in app.status.value
+    assert labels(app)["train.py"].endswith("(nothing to do)")
+    # After the write the app still shows train.py, now with nothing to do.
+    assert Path(app.file_picker.value).name == "train.py"
+    assert "nothing to migrate" in app.headline.value and app.apply_button.disabled
+
+
+def test_apply_a_notebook(project: Path) -> None:
+    app = MigrationApp([project / "tutorial.ipynb"])
+    app.apply_button.click()
+    written = json.loads((project / "tutorial.ipynb").read_text())
+    assert (
+        written["cells"][3]["source"]
+        == '%%time\ndevice = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+    )
+
+
+def test_apply_refuses_when_the_file_changed_meanwhile(project: Path) -> None:
+    app = MigrationApp([project / "train.py"])
+    (project / "train.py").write_text(OLD + "# edited in another tab\n")
+    app.apply_button.click()
+    assert "not written" in app.status.value and "changed on disk" in app.status.value
+    assert (project / "train.py").read_text().endswith("# edited in another tab\n")
+
+
+def test_app_with_nothing_to_show(tmp_path: Path) -> None:
+    app = MigrationApp([tmp_path])
+    assert app.file_picker.options == ()
+    assert "No Python scripts or notebooks found" in app.headline.value
+    assert app.apply_button.disabled
+    with pytest.raises(ValueError, match="unknown target"):
+        MigrationApp([tmp_path], target="tpu")
+
+
+def test_app_shows_files_it_cannot_migrate(project: Path) -> None:
+    (project / "broken.py").write_text("import torch_xla\nx = (\n")
+    app = MigrationApp([project / "broken.py"])
+    assert labels(app)["broken.py"].endswith("(error)")
+    assert "not migrated" in app.headline.value and "SyntaxError" in app.headline.value
+    assert app.apply_button.disabled
+
+
+# -- the validation dashboard ---------------------------------------------------------------------
+
+
+def load(name: str) -> dict:
+    return json.loads((DATA / f"validate_{name}.json").read_text())
+
+
+def test_dashboard_shows_a_match() -> None:
+    dashboard = ValidationDashboard(load("match"))
+    assert dashboard.verdict == "match"
+    assert (
+        dashboard.summary()
+        == "MATCH: the migrated program computes what the original did (5 items match; fp32 tolerances)"
+    )
+    assert "MATCH" in dashboard.headline.value and "nm-ok" in dashboard.headline.value
+    assert dashboard.curves.value[:8] == b"\x89PNG\r\n\x1a\n"
+    assert dashboard.curves.get_state()["_model_name"] == "ImageModel"
+    assert dashboard.tabs.selected_index == 0  # the loss curves first
+    assert dashboard.tabs.get_state()["titles"] == ("Loss curves", "Comparison", "Details")
+    table = dashboard.table.value
+    assert table.count('class="nm-item nm-match"') == 5
+    assert "losses (6 steps)" in table and "atol 1e-06, rtol 1e-05" in table
+    assert "torch_xla 2.9.0" in dashboard.runs.value
+    assert "Tolerances (fp32)" in dashboard.details.value
+    assert dashboard.original.value == "train_xla.py" and dashboard.migrated.value == "train.py"
+
+
+def test_dashboard_shows_where_a_run_diverges() -> None:
+    dashboard = ValidationDashboard(load("diverge"))
+    assert dashboard.verdict == "diverge"
+    assert "2 diverge: losses (6 steps), final parameters (4 tensors)" in dashboard.summary()
+    assert "nm-bad" in dashboard.headline.value
+    assert dashboard.table.value.count('class="nm-item nm-diverge"') == 2
+    assert "4 tensors" in dashboard.table.value  # the tensors of an item, listed under it
+
+
+def test_dashboard_from_json_and_an_empty_one(tmp_path: Path) -> None:
+    path = tmp_path / "result.json"
+    shutil.copy(DATA / "validate_match.json", path)
+    assert ValidationDashboard.from_json(path).verdict == "match"
+    empty = ValidationDashboard()
+    assert empty.verdict == "" and empty.summary() == "Nothing validated yet."
+    assert "press Validate" in empty.headline.value and empty.curves.value == b""
+    empty.run_button.click()
+    assert "name both programs" in empty.status.value
+
+
+def test_dashboard_shows_errors() -> None:
+    document = {
+        "verdict": "error",
+        "exit_code": 2,
+        "errors": ["the original program (a.py) failed with exit status 1"],
+    }
+    dashboard = ValidationDashboard(document)
+    assert (
+        dashboard.summary()
+        == "ERROR: the comparison could not be made (the original program (a.py) failed with exit status 1)"
+    )
+    assert (
+        dashboard.tabs.selected_index == 2
+        and "failed with exit status 1" in dashboard.details.value
+    )
+    assert dashboard.curves.layout.display == "none"
+    assert summary({"verdict": "skipped", "items": []}).startswith("NOTHING COMPARED")
+
+
+def test_dashboard_without_losses_or_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    document = load("match")
+    document["items"] = [item for item in document["items"] if item["key"] != "losses"]
+    dashboard = ValidationDashboard(document)
+    assert "No losses were recorded" in dashboard.curves_note.value
+    assert dashboard.tabs.selected_index == 1  # the table, then
+
+    def no_matplotlib(document: dict) -> bytes:
+        raise ImportError("matplotlib")
+
+    monkeypatch.setattr("neuron_migrate.jupyter.dashboard.loss_curves_png", no_matplotlib)
+    dashboard.result = load("match")
+    assert "need matplotlib: pip install matplotlib" in dashboard.curves_note.value
+
+
+PROGRAM = """\
+import sys
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=float(sys.argv[1]))
+x = torch.randn(16, 4)
+for _ in range(int(sys.argv[2])):
+    optimizer.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_dashboard_runs_validate(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.py", tmp_path / "b.py"
+    first.write_text(PROGRAM)
+    second.write_text(PROGRAM.replace("float(sys.argv[1])", "2 * float(sys.argv[1])"))
+    dashboard = ValidationDashboard()
+    result = dashboard.run(first, second, "0.1", "3")
+    assert result["verdict"] == "diverge" == dashboard.verdict
+    assert dashboard.arguments.value == "0.1 3"
+    assert [run["script"] for run in result["runs"]] == [str(first), str(second)]
+    assert not dashboard.run_button.disabled and dashboard.status.value == ""
+    # A program that cannot start: validate stops before comparing, and says why.
+    failed = dashboard.run(first, tmp_path / "missing.py")
+    assert failed["verdict"] == "error" and "no such file" in failed["errors"][0]
+    assert "no such file" in dashboard.details.value
+    assert sys.executable  # validate ran with this interpreter
