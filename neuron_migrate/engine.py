@@ -64,6 +64,15 @@ def manual_items(text: str) -> list[ManualItem]:
     return items
 
 
+def split_trailing_blank_lines(text: str) -> tuple[str, str]:
+    """`text` as (everything up to the end of its last non-blank line, the blank lines after)."""
+    stripped = text.rstrip(" \t\r\n\f\v")
+    newline = text.find("\n", len(stripped))
+    if not stripped or newline == -1:
+        return text, ""
+    return text[: newline + 1], text[newline + 1 :]
+
+
 def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = None) -> FileResult:
     """Migrate one Python source text. Never raises for bad input: errors go in the result."""
     options = options or Options()
@@ -93,13 +102,20 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         result.manual = manual_items(text)
         return result
 
+    # Blank lines at the very end are kept aside: LibCST does not always print them back as
+    # they were (`"A\n\n \n"` comes back as `"A\n \n"`).
+    body, tail = split_trailing_blank_lines(text)
     try:
-        module = cst.parse_module(text)
+        module = cst.parse_module(body)
     except cst.ParserSyntaxError as exc:
         result.error = f"{path}:{exc.raw_line}:{exc.raw_column + 1}: cannot parse: {exc.message}"
         return result
     except RecursionError:
         result.error = f"{path}:1:1: cannot parse: nesting too deep"
+        return result
+
+    if module.code != body:
+        result.error = f"{path}:1:1: cannot be migrated without changing untouched lines (LibCST round trip); file left unchanged"
         return result
 
     ctx = MigrationContext(target=options.target, imports=table, facts=facts, path=path, source=text, old_stack_file=bool(old_names))
@@ -124,7 +140,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         if imports or helpers or ctx.module_prologue:
             existing = {(b.qualified, b.local if b.local != b.qualified else None) for b in table.all_bindings}
             migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
-        code = migrated.code
+        code = migrated.code + tail
         ast.parse(code)
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"

@@ -133,3 +133,71 @@ def test_a_dying_worker_loses_only_its_file(tmp_path: Path, monkeypatch: pytest.
     assert (tmp_path / "f3.py").read_text() == OLD
     for i in (0, 1, 2, 4, 5, 6, 7, 8, 9):
         assert (tmp_path / f"f{i}.py").read_text() == NEW
+
+
+@SETTINGS
+@given(hypothesmith.from_grammar())
+def test_check_never_crashes(source: str) -> None:
+    from neuron_migrate.checks.checker import CheckOptions, check_source
+
+    for program in (source, XLA_HEADER + "import torch\n" + source):
+        report = check_source(program, "generated.py", CheckOptions(fix=True, unsafe_fixes=True))
+        if report.fixed is not None:
+            ast.parse(report.fixed)
+
+
+MAGICS = st.sampled_from(["%matplotlib inline", "!pip list", "%env PJRT_DEVICE=CPU", "%time x = 1", "!ls -la"])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(hypothesmith.from_grammar(), st.lists(MAGICS, max_size=2)), min_size=1, max_size=3))
+def test_notebooks_from_generated_cells(cells: list[tuple[str, list[str]]]) -> None:
+    import nbformat
+
+    from neuron_migrate.notebook import rewrite_notebook
+
+    nb = nbformat.v4.new_notebook()
+    for code, magics in cells:
+        nb.cells.append(nbformat.v4.new_code_cell("\n".join([*magics, code])))
+    raw = nbformat.writes(nb)
+    outcome = rewrite_notebook(raw, "generated.ipynb", Options())
+    if outcome.result.error is None:
+        assert outcome.result.migrated == raw or "PJRT_DEVICE" in raw  # only the XLA %env line may change
+        again = rewrite_notebook(outcome.result.migrated, "generated.ipynb", Options())
+        assert again.result.migrated == outcome.result.migrated
+
+
+def test_unreadable_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    locked = tmp_path / "locked.py"
+    locked.write_text(OLD)
+    (tmp_path / "fine.py").write_text(OLD)
+    real_open = open
+
+    def guarded_open(file: object, *args: object, **kwargs: object) -> object:
+        if str(file) == str(locked):
+            raise PermissionError(13, "Permission denied")
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", guarded_open)
+    assert main(["rewrite", str(tmp_path), "-j", "1"]) == 2
+    assert f"{locked}: cannot read: Permission denied" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert (tmp_path / "fine.py").read_text() == NEW
+
+
+def test_read_only_file_is_replaced_as_a_whole(tmp_path: Path) -> None:
+    """A read-only file is migrated by replacing it (as editors do), keeping its mode."""
+    path = tmp_path / "ro.py"
+    path.write_text(OLD)
+    path.chmod(0o444)
+    assert main(["rewrite", str(path), "-q"]) == 0
+    assert path.read_text() == NEW
+    assert oct(path.stat().st_mode & 0o777) == oct(0o444)
+
+
+def test_empty_file_and_whitespace_only(tmp_path: Path) -> None:
+    for name, text in (("empty.py", ""), ("blank.py", "\n\n   \n")):
+        (tmp_path / name).write_text(text)
+    assert main(["rewrite", str(tmp_path), "-q"]) == 0
+    assert (tmp_path / "empty.py").read_text() == ""
+    assert (tmp_path / "blank.py").read_text() == "\n\n   \n"
