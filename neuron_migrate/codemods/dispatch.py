@@ -52,12 +52,8 @@ def _merge_leading(carried: list[cst.EmptyLine], own: Sequence[cst.EmptyLine]) -
     return list(own) if own else carried
 
 
-class _LeftoverFinder(cst.CSTVisitor):
-    """Collects old-stack names still referenced in one statement (its header, for compounds)."""
-
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
-        self.found: list[str] = []
+class StatementHeaderVisitor(cst.CSTVisitor):
+    """Visits one statement only: a compound statement's header, never its body or imports."""
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
         return False
@@ -70,6 +66,14 @@ class _LeftoverFinder(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
+
+
+class _LeftoverFinder(StatementHeaderVisitor):
+    """Collects old-stack names still referenced in one statement (its header, for compounds)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self.found: list[str] = []
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         dotted = dotted_name(node)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.codemods.base import Codemod, MigrationContext, code_of, fix_trailing_comma
+from neuron_migrate.codemods.dispatch import StatementHeaderVisitor
 from neuron_migrate.codemods.imports import ast_dotted_name, dotted_name
 
 OPTIMUM = "optimum.neuron"
@@ -542,7 +543,7 @@ class RenamingCodemod(Codemod):
 # -- leftovers ----------------------------------------------------------------------------------
 
 
-class _OptimumFinder(cst.CSTVisitor):
+class _OptimumFinder(StatementHeaderVisitor):
     """Old-stack references left in one statement (its header, for compound statements)."""
 
     def __init__(self, codemod: Codemod, prefixes: tuple[str, ...], skip_locals: set[str]) -> None:
@@ -550,18 +551,6 @@ class _OptimumFinder(cst.CSTVisitor):
         self.prefixes = prefixes
         self.skip_locals = skip_locals
         self.found: list[tuple[str, str]] = []  # (written, qualified)
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
-        return False
-
-    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
-        return False
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
         node.value.visit(self)
