@@ -43,6 +43,7 @@ class Job:
     mode: str  # "write" | "diff" | "check" | "output"
     options: Options
     output: Path | None = None  # where the copy goes in --output-dir mode
+    clear_outputs: bool = False  # notebooks: drop the outputs of the cells that changed
 
 
 def _codes(value: str) -> tuple[str, ...]:
@@ -87,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     rewrite.add_argument("--ignore", type=_codes, default=(), metavar="CODES", help="skip these rule codes or prefixes (comma-separated), on top of `ignore` in pyproject.toml")
     rewrite.add_argument("--config", type=Path, metavar="PYPROJECT", help="use this pyproject.toml's [tool.neuron-migrate] for every file (default: the nearest one above each file)")
     rewrite.add_argument("--report", type=Path, metavar="FILE", help="write a migration report (.md or .json)")
+    rewrite.add_argument(
+        "--clear-outputs",
+        action="store_true",
+        help="notebooks: clear the outputs of the cells that changed (they came from the old code); default: keep them",
+    )
     rewrite.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
     rewrite.add_argument("-q", "--quiet", action="store_true", help="print only errors and the manual items")
 
@@ -110,7 +116,7 @@ def process(job: Job) -> FileResult:
     except SourceError as exc:
         return FileResult(path=str(job.path), error=str(exc))
     if job.path.suffix == ".ipynb":
-        notebook = rewrite_notebook(source.text, str(job.path), job.options)
+        notebook = rewrite_notebook(source.text, str(job.path), job.options, job.clear_outputs)
         result = notebook.result
         result.cells = notebook.cells
     else:
@@ -174,7 +180,7 @@ def run_rewrite(args: argparse.Namespace) -> int:
                 if path != given and config.excluded(path):
                     continue
                 output = _output_path(path, root, args.output_dir) if args.output_dir else None
-                jobs.append(Job(path, mode, _options(args, config, path), output))
+                jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs))
     except configuration.ConfigError as exc:
         print(f"neuron-migrate: {exc}", file=sys.stderr)
         return EXIT_ERROR

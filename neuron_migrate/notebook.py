@@ -199,7 +199,7 @@ class NotebookResult:
     cells: list[tuple[int, str, str]] = field(default_factory=list)  # (index, old, new) changed cells
 
 
-def rewrite_notebook(raw: str, path: str, options: Options) -> NotebookResult:
+def rewrite_notebook(raw: str, path: str, options: Options, clear_outputs: bool = False) -> NotebookResult:
     """Migrate the Python in a notebook; errors come back in the result, never as exceptions."""
     result = FileResult(path=path, original=raw, migrated=raw)
     try:
@@ -267,11 +267,18 @@ def rewrite_notebook(raw: str, path: str, options: Options) -> NotebookResult:
     last = 0
     changed = []
     for cell in cells:
-        if cell.index in new_sources:
-            pieces.append(raw[last : cell.span.start])
-            pieces.append(_encode_source(raw, cell.span, new_sources[cell.index], ensure_ascii))
-            last = cell.span.end
-            changed.append((cell.index, cell.source, new_sources[cell.index]))
+        if cell.index not in new_sources:
+            continue
+        edits = {"source": _encode_source(raw, cell.span, new_sources[cell.index], ensure_ascii)}
+        if clear_outputs:
+            # The outputs came from the old code: drop them, as `jupyter nbconvert --clear-output`.
+            edits.update({"outputs": "[]", "execution_count": "null"})
+        for key, span in sorted(cell.fields.items(), key=lambda kv: kv[1].start):
+            if key in edits and (key != "outputs" or raw[span.start : span.end] != "[]"):
+                pieces.append(raw[last : span.start])
+                pieces.append(edits[key])
+                last = span.end
+        changed.append((cell.index, cell.source, new_sources[cell.index]))
     pieces.append(raw[last:])
     result.migrated = "".join(pieces)
     try:

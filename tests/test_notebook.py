@@ -182,3 +182,17 @@ def test_shell_lines_that_configure_or_launch_old_stack_work() -> None:
     assert any("precision policy changed" in n.message for n in result.notes)
     again, _ = rewrite(new)
     assert again == new
+
+
+def test_clear_outputs_of_changed_cells_only(tmp_path: Path) -> None:
+    nb = build()
+    nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="xla:0\n")]
+    nb.cells[2].execution_count = 3
+    nb.cells[5].outputs = [nbformat.v4.new_output("stream", text="tensor([2., 2., 2.])\n")]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(nbformat.writes(nb))
+    assert main(["rewrite", str(path), "--clear-outputs", "-q"]) == 0
+    cells = json.loads(path.read_text())["cells"]
+    assert cells[2]["outputs"] == [] and cells[2]["execution_count"] is None  # changed: cleared
+    assert cells[5]["outputs"][0]["text"] == ["tensor([2., 2., 2.])\n"]  # unchanged: kept
+    assert cells[1]["outputs"] == []  # changed (the %env line), had an output
