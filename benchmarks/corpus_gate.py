@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from neuron_migrate.checks.checker import CheckOptions, check_source
-from neuron_migrate.codemods import OLD_STACK_PACKAGES
-from neuron_migrate.codemods.imports import ImportTable
-from neuron_migrate.engine import Options, rewrite_source
-from neuron_migrate.files import SourceError, read_source
+from neuron_migrate.core.files import SourceError, read_source
+from neuron_migrate.core.names import ImportTable
+from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
+from neuron_migrate.rewrite.engine import Options, rewrite_source
 
 
 @dataclass

@@ -13,6 +13,7 @@ import pytest
 
 from neuron_migrate import cli
 from neuron_migrate.cli import main
+from neuron_migrate.rewrite import command as rewrite_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,6 +141,20 @@ def test_select_and_ignore(tree: Path) -> None:
     main(["rewrite", str(tree / "train.py"), "--ignore", "NM002", "-q"])
     text = (tree / "train.py").read_text()
     assert "xm.mark_step()" in text and "xm.xla_device()" not in text
+
+
+def test_select_all(tree: Path) -> None:
+    assert main(["rewrite", str(tree / "train.py"), "--select", "ALL", "--ignore", "NM002", "-q"]) == 0
+    text = (tree / "train.py").read_text()
+    assert "xm.mark_step()" in text and "xm.xla_device()" not in text
+
+
+def test_pyproject_select_all_is_every_rule(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tree / "pyproject.toml").write_text('[tool.neuron-migrate]\nselect = ["ALL"]\n')
+    assert main(["rewrite", str(tree / "train.py"), "--check"]) == 1
+    assert "Would migrate 1 of 1 file" in capsys.readouterr().err
+    assert main(["rewrite", str(tree / "train.py"), "-q"]) == 0
+    assert (tree / "train.py").read_text() == NEW
 
 
 def test_unknown_code_is_a_usage_error(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -313,14 +328,14 @@ def test_file_changed_while_migrating_is_not_overwritten(
 ) -> None:
     path = tmp_path / "racy.py"
     path.write_text(OLD)
-    real = cli.rewrite_source
+    real = rewrite_command.rewrite_source
 
     def edit_meanwhile(text: str, name: str, options: object) -> object:
         result = real(text, name, options)  # type: ignore[arg-type]
         path.write_text(OLD + "# edited by someone else\n")
         return result
 
-    monkeypatch.setattr(cli, "rewrite_source", edit_meanwhile)
+    monkeypatch.setattr(rewrite_command, "rewrite_source", edit_meanwhile)
     assert main(["rewrite", str(path), "-j", "1"]) == 2
     assert "changed on disk while being migrated; not overwritten" in capsys.readouterr().err
     assert path.read_text() == OLD + "# edited by someone else\n"

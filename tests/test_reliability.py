@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from neuron_migrate import cli
 from neuron_migrate.cli import main
-from neuron_migrate.engine import Options, rewrite_source
+from neuron_migrate.rewrite import command as rewrite_command
+from neuron_migrate.rewrite.engine import Options, rewrite_source
 
 ROOT = Path(__file__).resolve().parents[1]
 XLA_HEADER = "import torch_xla.core.xla_model as xm\n"
@@ -119,15 +119,15 @@ def test_killed_run_leaves_each_file_whole(tmp_path: Path) -> None:
 def test_a_dying_worker_loses_only_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(10):
         (tmp_path / f"f{i}.py").write_text(OLD)
-    real = cli.process
+    real = rewrite_command.process
 
-    def crashing(job: cli.Job) -> object:
+    def crashing(job: rewrite_command.Job) -> object:
         if job.path.name == "f3.py":
             os._exit(1)
         return real(job)
 
-    crashing.__module__, crashing.__qualname__ = "neuron_migrate.cli", "process"
-    monkeypatch.setattr(cli, "process", crashing)
+    crashing.__module__, crashing.__qualname__ = "neuron_migrate.rewrite.command", "process"
+    monkeypatch.setattr(rewrite_command, "process", crashing)
     assert main(["rewrite", str(tmp_path), "-j", "2", "-q"]) == 2
     assert "f3.py:1:1: internal error: the worker died" in capsys.readouterr().err
     assert (tmp_path / "f3.py").read_text() == OLD
@@ -154,7 +154,7 @@ MAGICS = st.sampled_from(["%matplotlib inline", "!pip list", "%env PJRT_DEVICE=C
 def test_notebooks_from_generated_cells(cells: list[tuple[str, list[str]]]) -> None:
     import nbformat
 
-    from neuron_migrate.notebook import rewrite_notebook
+    from neuron_migrate.rewrite.notebook import rewrite_notebook
 
     nb = nbformat.v4.new_notebook()
     for code, magics in cells:

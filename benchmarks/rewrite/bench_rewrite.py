@@ -70,7 +70,7 @@ def prefilter_ratio(limit: int = 400) -> dict[str, float]:
     import libcst
     import torch
 
-    from neuron_migrate.engine import PREFILTER
+    from neuron_migrate.rewrite.engine import PREFILTER
 
     texts = []
     for path in sorted(Path(torch.__file__).parent.rglob("*.py")):

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from neuron_migrate.engine import Options, rewrite_source
+from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.validate import refenv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from neuron_migrate.checks.context import FileContext
 from neuron_migrate.checks.model import Diagnostic, Edit, FileReport, Severity
 from neuron_migrate.checks.rules import REDIRECTS, all_rules, known_codes
 from neuron_migrate.checks.rules.base import Rule
-from neuron_migrate.engine import syntax_error_message
+from neuron_migrate.core.source import syntax_error_message
 
 MAX_FIX_PASSES = 10
 

@@ -10,22 +10,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuron_migrate import config as configuration
 from neuron_migrate.checks import output
 from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.checks.model import FileReport, Severity
 from neuron_migrate.checks.notebooks import check_notebook
 from neuron_migrate.checks.rules import known_codes, resolve_selection, unknown_prefixes
-from neuron_migrate.files import SourceError, decode_source, discover, read_source, write_back
+from neuron_migrate.core import config as configuration
+from neuron_migrate.core.files import SourceError, decode_source, discover, read_source, write_back
+from neuron_migrate.core.jobs import run_jobs
+from neuron_migrate.core.source import file_diff
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-PARALLEL_THRESHOLD = 16  # fewer files than this are checked in the main process
 SUFFIXES = (".py", ".ipynb")
 
 
@@ -162,30 +161,13 @@ def process(job: Job) -> FileReport:
         except SourceError as exc:
             report.error = str(exc)
     if job.mode == "diff" and report.changed:
-        report.diff = output.unified_diff(str(job.path), source.text, report.fixed or "")
+        report.diff = file_diff(str(job.path), source.text, report.fixed or "")
     report.original, report.fixed = "", None  # the text need not travel back from the worker
     return report
 
 
-def _run(jobs: Sequence[Job], workers: int) -> list[FileReport]:
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(jobs) < PARALLEL_THRESHOLD:
-        return [process(job) for job in jobs]
-    chunk = max(1, min(64, len(jobs) // (workers * 8)))
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        try:
-            return list(pool.map(process, jobs, chunksize=chunk))
-        except Exception:  # a worker died: check one by one so the others still get a report
-            pass
-    results = []
-    for job in jobs:
-        try:
-            results.append(process(job))
-        except Exception as exc:
-            results.append(
-                FileReport(path=str(job.path), error=f"{job.path}:1:1: internal error: {exc!r}")
-            )
-    return results
+def _crashed(job: Job, why: str) -> FileReport:
+    return FileReport(path=str(job.path), error=f"{job.path}:1:1: internal error: {why}")
 
 
 def _check_stdin(
@@ -204,7 +186,7 @@ def _check_stdin(
     if args.fix and not args.diff:
         fixed = report.fixed if report.fixed is not None else text
     elif args.diff and report.changed:
-        report.diff = output.unified_diff(name, text, report.fixed or "")
+        report.diff = file_diff(name, text, report.fixed or "")
     return [report], fixed
 
 
@@ -250,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         except configuration.ConfigError as exc:
             print(f"neuron-migrate: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        reports = _run(jobs, args.jobs)
+        reports = run_jobs(process, jobs, args.jobs, _crashed)
 
     _print(reports, args, stdin_fixed)
     for problem in problems:

@@ -13,12 +13,9 @@ import enum
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from neuron_migrate.checks.model import SAFE, Diagnostic, Edit, Fix, Severity
-
-if TYPE_CHECKING:
-    from neuron_migrate.checks.rules.base import Rule
+from neuron_migrate.checks.model import SAFE, Diagnostic, Edit, Fix, RuleIdentity, Severity
+from neuron_migrate.core.names import ImportTable, ast_dotted_name
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
@@ -76,64 +73,12 @@ CONVENTIONS = {
 }
 
 
-def dotted(node: ast.AST) -> str | None:
-    """`a.b.c` for a Name/Attribute chain, else None."""
-    parts = []
-    while node.__class__ is ast.Attribute:
-        parts.append(node.attr)
-        node = node.value
-    if node.__class__ is not ast.Name:
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
+dotted = ast_dotted_name
 
 
-class Aliases:
-    """Which local names stand for which modules, as `codemods.imports.ImportTable` resolves them,
-    but filled while the tree is walked, so that no extra pass over the file is needed."""
-
-    def __init__(self) -> None:
-        self.bindings: dict[str, str] = {}
-
-    def add(self, node: ast.Import | ast.ImportFrom) -> None:
-        if node.__class__ is ast.Import:
-            for alias in node.names:
-                if alias.asname:
-                    self._bind(alias.asname, alias.name)
-                else:
-                    top = alias.name.split(".")[0]
-                    self._bind(top, top)
-        elif node.module and not node.level:  # type: ignore[union-attr]
-            for alias in node.names:
-                if alias.name != "*":
-                    self._bind(alias.asname or alias.name, f"{node.module}.{alias.name}")  # type: ignore[union-attr]
-
-    def _bind(self, local: str, qualified: str) -> None:
-        # A plain `import torch` must not shadow a more specific `import torch.distributed as torch`.
-        self.bindings.setdefault(local, qualified)
-        if local != qualified:
-            self.bindings[local] = qualified
-
-    def resolve(self, node: ast.AST) -> str | None:
-        name = dotted(node)
-        if name is None:
-            return None
-        head, _, rest = name.partition(".")
-        base = self.bindings.get(head) or CONVENTIONS.get(head)
-        if base is None:
-            return None
-        return f"{base}.{rest}" if rest else base
-
-    def local_for(self, qualified: str) -> str | None:
-        """How this file spells a module, to write fixes with the user's own alias."""
-        for local, target in self.bindings.items():
-            if target == qualified:
-                return local
-        if qualified in CONVENTIONS.values():
-            for local, target in CONVENTIONS.items():
-                if target == qualified and local not in self.bindings:
-                    return local
-        return None
+def new_alias_table() -> ImportTable:
+    """An empty alias table that also reads the usual short names (`np`, `F`) as modules."""
+    return ImportTable(conventions=CONVENTIONS)
 
 
 class Region(enum.Enum):
@@ -190,7 +135,7 @@ COMPOUND = (
 class Places:
     """Classifies functions once per file: the hot ones (and the helpers they call), data prep."""
 
-    def __init__(self, tree: ast.Module, text: str, positions: Positions, aliases: Aliases) -> None:
+    def __init__(self, tree: ast.Module, text: str, positions: Positions, aliases: ImportTable) -> None:
         self.text = text
         self.positions = positions
         self.aliases = aliases
@@ -312,7 +257,7 @@ class FileContext:
         self.target = target  # "portable" | "neuron"
         self.codes = codes  # the enabled rule codes (some rules defer to others)
         self.positions = Positions(text)
-        self.aliases = Aliases()
+        self.aliases = new_alias_table()
         self.places = Places(tree, text, self.positions, self.aliases)
         self.stack: list[ast.AST] = []  # ancestors of the node being visited, itself last
         self.place = MODULE
@@ -405,7 +350,7 @@ class FileContext:
     # -- reporting -----------------------------------------------------------------------------
     def report(
         self,
-        rule: Rule,
+        rule: RuleIdentity,
         node: ast.AST,
         message: str,
         *,

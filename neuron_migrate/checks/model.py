@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 class Severity(enum.IntEnum):
@@ -95,3 +96,14 @@ class FileReport:
     diff: str = ""  # with --diff: the unified diff of the fixes
     skipped: bool = False  # the prefilter ruled the file out without parsing it
     written: bool = False
+
+
+class RuleIdentity(Protocol):
+    """What a finding needs to know of the rule that made it (rules/base.py's `Rule` has it)."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def severity(self) -> Severity: ...
+    @property
+    def contextual(self) -> bool: ...

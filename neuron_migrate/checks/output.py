@@ -8,7 +8,6 @@ JSON uses ruff's field names (`code`, `message`, `location`, `end_location`, `fi
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -25,19 +24,6 @@ SARIF_SCHEMA = (
 )
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
-
-
-def unified_diff(path: str, before: str, after: str) -> str:
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
-        fromfile=f"a/{path}",
-        tofile=f"b/{path}",
-    )
-    return "".join(
-        line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
-        for line in lines
-    )
 
 
 def _findings(reports: Sequence[FileReport]) -> list[tuple[str, Diagnostic]]:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import ipywidgets as widgets
 
-from neuron_migrate.codemods.base import TARGETS
-from neuron_migrate.files import SourceError, discover
+from neuron_migrate.core.files import SourceError, discover
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.check import CheckReport, check_cells, check_script, notebook_cells
 from neuron_migrate.jupyter.migration import Migration, apply, migrate_path, notebook_code_cells
+from neuron_migrate.rewrite.codemods.base import TARGETS
 
 WHOLE_FILE = -1
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_migrate import config as configuration
 from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.checks.command import options_for
 from neuron_migrate.checks.notebooks import check_notebook as check_notebook_text
+from neuron_migrate.core import config as configuration
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.migration import notebook_code_cells
 

@@ -12,9 +12,9 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from neuron_migrate.codemods.base import TARGETS
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.migration import VIEWS, migrate_cell
+from neuron_migrate.rewrite.codemods.base import TARGETS
 
 SEVERITIES = ("info", "warning", "error")
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_migrate.codemods.base import TARGETS
-from neuron_migrate.engine import Options, rewrite_source
-from neuron_migrate.files import SourceError, read_source, write_back
-from neuron_migrate.findings import Change, ManualItem, Note
+from neuron_migrate.core.files import SourceError, read_source, write_back
 from neuron_migrate.jupyter import render
-from neuron_migrate.notebook import rewrite_notebook
+from neuron_migrate.rewrite.codemods.base import TARGETS
+from neuron_migrate.rewrite.engine import Options, rewrite_source
+from neuron_migrate.rewrite.notebook import rewrite_notebook
+from neuron_migrate.rewrite.results import Change, ManualItem, Note
 
 VIEWS = ("side", "unified")
 

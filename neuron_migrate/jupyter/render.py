@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_migrate.findings import Change, ManualItem, Note
+from neuron_migrate.core import source
+from neuron_migrate.rewrite.results import Change, ManualItem, Note
 
 # Backgrounds with transparency, so that they tint whatever theme they sit on.
 ADDED = "rgba(46, 160, 67, 0.18)"
@@ -61,10 +62,7 @@ def unified_diff(
     old: str, new: str, old_label: str = "original", new_label: str = "migrated"
 ) -> str:
     """A plain unified diff (what `neuron-migrate rewrite --diff` prints)."""
-    lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), old_label, new_label
-    )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return source.unified_diff(old, new, old_label, new_label, mark_missing_newline=False)
 
 
 def _intraline(old: str, new: str) -> tuple[str, str]:
@@ -228,7 +226,7 @@ def code_block(text: str, title: str | None = None, open_: bool = False) -> str:
 
 def rule_summary(code: str) -> str:
     """One line on what a rule is about, for a tooltip; empty when the code is unknown."""
-    from neuron_migrate.rules import all_rules
+    from neuron_migrate.catalog import all_rules
 
     for rule in all_rules():
         if rule.code == code:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from neuron_migrate.checks import command
 from neuron_migrate.cli import main
+from neuron_migrate.core.jobs import SERIAL_BELOW
 
 BAD = "import torch\n\ndef forward(x):\n    x[x < 0] = 0\n    return torch.nonzero(x)\n"
 FIXED = (
@@ -159,15 +161,37 @@ def test_stdin(
     assert "'-' (stdin) cannot be combined with other paths" in capsys.readouterr().err
 
 
+def test_a_dying_worker_loses_only_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(SERIAL_BELOW + 4):
+        (tmp_path / f"f{i}.py").write_text(BAD)
+    real = command.process
+
+    def crashing(job: command.Job) -> object:
+        if job.path.name == "f3.py":
+            os._exit(1)
+        return real(job)
+
+    crashing.__module__, crashing.__qualname__ = "neuron_migrate.checks.command", "process"
+    monkeypatch.setattr(command, "process", crashing)
+    assert main(["check", str(tmp_path), "-j", "2", "-q"]) == 2
+    out, err = capsys.readouterr()
+    assert "f3.py:1:1: internal error: the worker died" in err
+    assert {Path(line.split(":")[0]).name for line in out.splitlines()} == {
+        f"f{i}.py" for i in range(SERIAL_BELOW + 4) if i != 3
+    }
+
+
 def test_jobs_and_quiet(
     tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for i in range(command.PARALLEL_THRESHOLD + 4):
+    for i in range(SERIAL_BELOW + 12):
         (tree / f"m{i}.py").write_text(BAD)
     assert main(["check", ".", "-j", "2", "-q"]) == 1
     out, err = capsys.readouterr()
     assert err == ""
-    assert len(out.splitlines()) == 2 * (command.PARALLEL_THRESHOLD + 5)
+    assert len(out.splitlines()) == 2 * (SERIAL_BELOW + 13)
     assert out.splitlines() == sorted(
         out.splitlines(), key=lambda line: (line.split(":")[0], int(line.split(":")[1]))
     )

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate import config
 from neuron_migrate.checks.checker import check_source
 from neuron_migrate.checks.command import options_for
 from neuron_migrate.cli import build_parser
+from neuron_migrate.core import config
 
 
 def _write(path: Path, text: str) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_migrate.catalog import rule_codes, rules_markdown
 from neuron_migrate.checks.checker import passes_gate
 from neuron_migrate.checks.model import Severity
 from neuron_migrate.checks.rules import (
@@ -18,7 +19,6 @@ from neuron_migrate.checks.rules import (
     resolve_selection,
     unknown_prefixes,
 )
-from neuron_migrate.rules import rule_codes, rules_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ("## What it does", "## Why", "## Example", "## Use instead", "## Fix safety")
@@ -84,7 +84,7 @@ def test_selection_by_prefix() -> None:
 def test_docs_page_is_in_sync() -> None:
     page = ROOT / "docs" / "rules.md"
     assert page.read_text(encoding="utf-8") == rules_markdown(), (
-        "regenerate: python -m neuron_migrate.rules > docs/rules.md"
+        "regenerate: python -m neuron_migrate.catalog > docs/rules.md"
     )
 
 

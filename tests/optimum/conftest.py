@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate.codemods.base import TARGETS
-from neuron_migrate.engine import Options, rewrite_source
+from neuron_migrate.rewrite.codemods.base import TARGETS
+from neuron_migrate.rewrite.engine import Options, rewrite_source
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate.codemods import optimum_diffusion as diffusion
-from neuron_migrate.codemods import optimum_inference as inference
-from neuron_migrate.codemods import optimum_training as training
-from neuron_migrate.codemods.neuronx_distributed import NeuronxDistributed
-from neuron_migrate.codemods.neuronx_trace import NeuronxTrace
+from neuron_migrate.rewrite.codemods.neuronx_distributed import NeuronxDistributed
+from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
+from neuron_migrate.rewrite.codemods.optimum import diffusion as diffusion
+from neuron_migrate.rewrite.codemods.optimum import inference as inference
+from neuron_migrate.rewrite.codemods.optimum import training as training
 
 OPTIMUM_NEURON = "optimum-neuron==0.4.5"
 

@@ -1,7 +1,6 @@
 """The rule registry: one module per rule, `nmNNN_<name>.py`, found by name; codes are stable.
 
-A renamed or merged code goes into REDIRECTS (old -> new) and is never reused, so that
-`# noqa: NM1xx` comments and configuration keep working.
+Renamed or merged codes are redirected in `neuron_migrate.core.selection`, never reused.
 """
 
 from __future__ import annotations
@@ -12,8 +11,10 @@ import re
 from functools import cache
 
 from neuron_migrate.checks.rules.base import Rule
+from neuron_migrate.core import selection
+from neuron_migrate.core.selection import REDIRECTS
 
-REDIRECTS: dict[str, str] = {}
+__all__ = ["REDIRECTS", "all_rules", "by_code", "known_codes", "resolve_selection", "unknown_prefixes"]
 
 _MODULE = re.compile(r"nm\d{3}_\w+")
 
@@ -53,24 +54,9 @@ def known_codes() -> frozenset[str]:
 def resolve_selection(
     select: tuple[str, ...] | None, ignore: tuple[str, ...], base: frozenset[str] | None = None
 ) -> frozenset[str]:
-    """Codes enabled by code prefixes (`NM1`, `NM101`, `ALL`); `select=None` keeps `base` (default all)."""
-    codes = known_codes()
-    if select is None:
-        chosen = set(codes if base is None else base)
-    else:
-        chosen = {c for c in codes if any(_matches(c, p) for p in select)}
-    return frozenset(c for c in chosen if not any(_matches(c, p) for p in ignore))
-
-
-def _matches(code: str, prefix: str) -> bool:
-    prefix = REDIRECTS.get(prefix, prefix)
-    return prefix == "ALL" or code.startswith(prefix)
+    """Check codes enabled by selectors (`NM1`, `NM101`, `ALL`); `select=None` keeps `base` (default all)."""
+    return selection.resolve(known_codes(), select, ignore, base)
 
 
 def unknown_prefixes(prefixes: tuple[str, ...]) -> list[str]:
-    codes = known_codes()
-    return [
-        p
-        for p in prefixes
-        if p != "ALL" and p not in REDIRECTS and not any(c.startswith(p) for c in codes)
-    ]
+    return selection.unknown(prefixes, known_codes())

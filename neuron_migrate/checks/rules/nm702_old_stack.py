@@ -6,8 +6,9 @@ import ast
 
 from neuron_migrate.checks.model import Severity
 from neuron_migrate.checks.rules.base import Invalid, Rule, constant
+from neuron_migrate.core import oldstack
 
-PACKAGES = ("torch_xla", "torch_neuronx", "libneuronxla", "neuronx_distributed", "optimum.neuron")
+PACKAGES = (*oldstack.PACKAGES, oldstack.OPTIMUM_NEURON)
 ENV = frozenset(
     {
         "PJRT_DEVICE",

@@ -1,0 +1,63 @@
+"""The codemods, in the order they see each node, and the lookups built from them.
+
+Order matters where two codemods touch the same statement: metrics reports are deleted before
+`master_print` would be rewritten around them, and device rewrites run before anything that
+reads the device.
+"""
+
+from __future__ import annotations
+
+from neuron_migrate.core.oldstack import LEFTOVER_CODE
+from neuron_migrate.rewrite.codemods.base import Codemod
+from neuron_migrate.rewrite.codemods.neuronx_distributed import NeuronxDistributed
+from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
+from neuron_migrate.rewrite.codemods.optimum.diffusion import OptimumDiffusion
+from neuron_migrate.rewrite.codemods.optimum.inference import OptimumInference
+from neuron_migrate.rewrite.codemods.optimum.training import OptimumTraining
+from neuron_migrate.rewrite.codemods.xla_autocast import XlaAutocast
+from neuron_migrate.rewrite.codemods.xla_collectives import XlaCollectives
+from neuron_migrate.rewrite.codemods.xla_compile import XlaCompileBackend
+from neuron_migrate.rewrite.codemods.xla_data import XlaData
+from neuron_migrate.rewrite.codemods.xla_device import XlaDevice
+from neuron_migrate.rewrite.codemods.xla_env import XlaEnv
+from neuron_migrate.rewrite.codemods.xla_launch import XlaLaunch
+from neuron_migrate.rewrite.codemods.xla_metrics import XlaMetrics
+from neuron_migrate.rewrite.codemods.xla_optimizer import XlaOptimizer
+from neuron_migrate.rewrite.codemods.xla_sync import XlaSync
+
+CODEMODS: tuple[type[Codemod], ...] = (
+    XlaMetrics,
+    XlaEnv,
+    XlaDevice,
+    XlaSync,
+    XlaOptimizer,
+    XlaData,
+    XlaLaunch,
+    XlaCollectives,
+    XlaAutocast,
+    XlaCompileBackend,
+    OptimumTraining,
+    OptimumInference,
+    OptimumDiffusion,
+    NeuronxTrace,
+    NeuronxDistributed,
+)
+
+LEFTOVER_MESSAGE = "`{name}` has no automatic migration; rewrite it for native PyTorch by hand"
+
+
+def manual_message(qualified: str) -> tuple[str, str]:
+    """The code and TODO text for an old-stack name no codemod rewrote (longest prefix wins)."""
+    best: tuple[int, str, str] | None = None
+    for codemod in CODEMODS:
+        for prefix, message in codemod.manual.items():
+            matches = qualified == prefix or qualified.startswith(prefix + ".")
+            if matches and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), codemod.code, message)
+    if best is None:
+        return LEFTOVER_CODE, LEFTOVER_MESSAGE
+    return best[1], best[2]
+
+
+def by_code() -> dict[str, type[Codemod]]:
+    return {codemod.code: codemod for codemod in CODEMODS}

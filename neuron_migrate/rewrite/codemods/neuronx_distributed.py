@@ -1,0 +1,138 @@
+"""NM024: neuronx-distributed, transformers-neuronx, NxD Inference and Inf1 torch-neuron need a person.
+
+Their code is written around the old stack's own model-parallel layers and runtimes, so each use
+gets a TODO that names the native replacement; only `move_model_to_device` has a mechanical one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of
+
+NXD = "neuronx_distributed"
+MOVE_TO_DEVICE = (
+    f"{NXD}.utils.model_utils.move_model_to_device",
+    f"{NXD}.parallel_layers.move_model_to_device",
+)
+INF1_TRACE = ("torch.neuron.trace", "torch_neuron.trace")
+INF1 = "Inf1 torch-neuron (the `torch.neuron` trace API of Inferentia 1) is out of scope for TorchNeuron, which runs on Trn2/Trn3 only and owns the `torch.neuron` namespace; keep this code on the Inf1 stack or rewrite it for the `neuron` device with `torch.compile(model, dynamic=False)`"
+
+TP_PLAN = 'build the model from `nn.Linear`/`nn.Embedding` and shard it with `torch.distributed.tensor.parallel.parallelize_module(model, mesh["tp"], plan)`; for transformers models pass `distributed_config=DistributedConfig(tp_size=...)` to `from_pretrained`'
+
+
+class NeuronxDistributed(Codemod):
+    """Marks neuronx-distributed, transformers-neuronx, NxD Inference and Inf1 code for a person.
+
+    ## What it does
+    Adds a TODO at each use of `neuronx_distributed` (parallel layers, `parallel_state`,
+    `NxDPPModel`, its optimizers, checkpoints, trainer API and Lightning strategy),
+    `transformers_neuronx`, `neuronx_distributed_inference` and Inf1's `torch.neuron.trace`,
+    naming the native replacement: DTensor and `parallelize_module` plans on a `DeviceMesh`,
+    `DistributedConfig` for transformers models, `torch.distributed.pipelining`, FSDP2,
+    `torch.distributed.checkpoint` (DCP), and `generate` with a static cache for inference.
+    `move_model_to_device(model, device)` becomes `model.to(device)`.
+
+    ## Why
+    These libraries are built on torch_xla and their own sharded layers; the model code itself
+    changes shape when it moves to DTensor, so a rewrite would only hide the real work.
+
+    ## Example
+    ```python
+    from neuronx_distributed.parallel_layers import ColumnParallelLinear
+    self.up = ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
+    ```
+
+    ## Use instead
+    ```python
+    self.up = nn.Linear(hidden, 4 * hidden)
+    # after building the model:
+    parallelize_module(model, mesh["tp"], {"layers.*.up": ColwiseParallel()})
+    ```
+
+    ## Fix safety
+    Not a fix: the TODOs say what to write. Imports stay while code uses them.
+    """
+
+    code = "NM024"
+    name = "neuronx-distributed"
+    summary = "neuronx-distributed, transformers-neuronx, NxDI and Inf1 code -> TODOs naming the native replacement"
+    triggers = (
+        NXD,
+        "transformers_neuronx",
+        "neuronx_distributed_inference",
+        "torch_neuron",
+        "torch.neuron.trace",
+    )
+    manual: ClassVar[dict[str, str]] = {
+        # neuronx_distributed: parallel layers and state
+        f"{NXD}.parallel_layers.layers.ColumnParallelLinear": f"use `nn.Linear` + `ColwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
+        f"{NXD}.parallel_layers.ColumnParallelLinear": f"use `nn.Linear` + `ColwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
+        f"{NXD}.parallel_layers.layers.RowParallelLinear": f"use `nn.Linear` + `RowwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
+        f"{NXD}.parallel_layers.RowParallelLinear": f"use `nn.Linear` + `RowwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
+        f"{NXD}.parallel_layers.layers.ParallelEmbedding": f"use `nn.Embedding` + `RowwiseParallel()` (vocabulary-sharded): {TP_PLAN}",
+        f"{NXD}.parallel_layers.ParallelEmbedding": f"use `nn.Embedding` + `RowwiseParallel()` (vocabulary-sharded): {TP_PLAN}",
+        f"{NXD}.modules.qkv_linear": "use separate q/k/v `nn.Linear` sharded with `ColwiseParallel()`; replicate KV heads yourself when `num_key_value_heads < tp_size`",
+        f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build the mesh instead: `mesh = init_device_mesh(device_type, (world_size // tp, tp), mesh_dim_names=("dp", "tp"))` (`torch.distributed.device_mesh`); pipeline stages need `torch.distributed.pipelining`',
+        f"{NXD}.parallel_layers.parallel_state": 'ask the `DeviceMesh` instead: `mesh["tp"].get_local_rank()`, `mesh["dp"].size()`, `mesh["tp"].get_group()`',
+        f"{NXD}.parallel_layers.mappings": "express the region mapping as a DTensor layout: `SequenceParallel()` in the plan or `dtensor.redistribute(mesh, [Shard(...)/Replicate()])`",
+        f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": "use `F.cross_entropy` inside `with torch.distributed.tensor.parallel.loss_parallel():` on vocabulary-sharded logits",
+        f"{NXD}.parallel_layers.random": "seed with `torch.manual_seed(seed)`: DTensor random ops keep shards consistent",
+        f"{NXD}.parallel_layers.grads": "use `torch.nn.utils.clip_grad_norm_`, which handles DTensor parameters",
+        f"{NXD}.parallel_layers.checkpointing": "use `torch.distributed.checkpoint.save/load` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
+        f"{NXD}.parallel_layers.save": "use `torch.distributed.checkpoint.save` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
+        f"{NXD}.parallel_layers.load": "use `torch.distributed.checkpoint.load` (DCP) into the DTensor state dict, or `from_pretrained` for transformers models",
+        f"{NXD}.parallel_layers": f"use plain modules sharded by a DTensor plan: {TP_PLAN}",
+        f"{NXD}.pipeline": "use `torch.distributed.pipelining` (`pipeline()`/`PipelineStage` + `ScheduleGPipe` or `Schedule1F1B`); transformers models: `DistributedConfig(pp_size=...)`",
+        f"{NXD}.optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`",
+        f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)` (ZeRO-style sharding of optimizer state)",
+        f"{NXD}.trainer.initialize_parallel_model": "use `AutoModel...from_pretrained(id, distributed_config=DistributedConfig(tp_size=..., fsdp_size=...))` for transformers models, else `parallelize_module` + `fully_shard`",
+        f"{NXD}.trainer.neuronx_distributed_config": "use `DistributedConfig(tp_size=..., fsdp_size=...)` for transformers models, else a `DeviceMesh` + `parallelize_module` + `fully_shard`",
+        **dict.fromkeys(
+            (f"{NXD}.save_checkpoint", f"{NXD}.trainer.save_checkpoint"),
+            "use `torch.distributed.checkpoint.save` (DCP) of the model and optimizer state dicts (`torch.distributed.checkpoint.state_dict.get_state_dict`)",
+        ),
+        **dict.fromkeys(
+            (f"{NXD}.load_checkpoint", f"{NXD}.trainer.load_checkpoint"),
+            "use `torch.distributed.checkpoint.load` (DCP), then `set_state_dict`",
+        ),
+        **dict.fromkeys(
+            (
+                f"{NXD}.initialize_parallel_model",
+                f"{NXD}.initialize_parallel_optimizer",
+                f"{NXD}.neuronx_distributed_config",
+            ),
+            "use `DistributedConfig(tp_size=..., fsdp_size=...)` in `from_pretrained` for transformers models, else a `DeviceMesh` + `parallelize_module` + FSDP2 `fully_shard` with `torch.optim.AdamW`",
+        ),
+        f"{NXD}.trainer": "use FSDP2 (`fully_shard`) / DTensor (`parallelize_module`) on a `DeviceMesh`, or `transformers.Trainer` with `DistributedConfig`",
+        f"{NXD}.lightning": "use Lightning's FSDP/DDP strategy on the `neuron` device (not verified on TorchNeuron)",
+        f"{NXD}.utils.model_utils": 'for meta-device init use `torch.device("meta")` + `model.to_empty(device=...)`',
+        f"{NXD}.trace": "use a model sharded with `parallelize_module` (or `DistributedConfig(tp_size=...)`) compiled with `torch.compile(dynamic=False)`",
+        f"{NXD}.modules.moe": "use transformers' expert parallelism (`DistributedConfig(ep_size=...)`) or your own experts sharded with DTensor",
+        f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` or `model.gradient_checkpointing_enable()`",
+        NXD: "`{name}` is neuronx-distributed API: rewrite with DTensor (`init_device_mesh`, `parallelize_module`), FSDP2 (`fully_shard`), `torch.distributed.pipelining` and DCP, or `DistributedConfig` for transformers models",
+        # transformers-neuronx and NxD Inference
+        "transformers_neuronx": '`{name}` (transformers-neuronx) -> `AutoModelForCausalLM.from_pretrained(id, dtype=torch.bfloat16, device_map="neuron")` (or `distributed_config=DistributedConfig(tp_size=...)` under torchrun) and `generate` with `cache_implementation="static"`, `max_cache_len=<n_positions>` and `CompileConfig(backend="neuron", dynamic=False)`; `to_neuron()` and `sample()` go',
+        "neuronx_distributed_inference": '`{name}` (NxD Inference) -> a plain transformers model: `from_pretrained(..., device_map="neuron")` or `distributed_config=DistributedConfig(tp_size=...)` under torchrun, and `generate` with a static cache and `CompileConfig(backend="neuron", dynamic=False)`',
+        # Inf1
+        "torch_neuron": INF1,
+    }
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.qualify(original_node.func)
+        if name in MOVE_TO_DEVICE:
+            model = arg_value(updated_node, 0, "model")
+            device = arg_value(updated_node, 1, "device")
+            if model is not None and device is not None:
+                self.changed("`move_model_to_device(model, device)` -> `model.to(device)`")
+                return cst.parse_expression(f"{code_of(model.value)}.to({code_of(device.value)})")
+        if name in INF1_TRACE:
+            self.todo(INF1)
+        return updated_node
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> Any:
+        if any(code_of(alias.name) == "torch_neuron" for alias in updated_node.names):
+            self.todo(INF1)
+        return updated_node

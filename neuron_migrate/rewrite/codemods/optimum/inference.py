@@ -1,0 +1,775 @@
+"""NM021: optimum-neuron inference models and pipelines become transformers models with static shapes."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.rewrite.codemods.base import code_of, stmt
+from neuron_migrate.rewrite.codemods.optimum.support import (
+    OPTIMUM,
+    RenamingCodemod,
+    dict_entries,
+    dict_literals,
+    keyword,
+    literal,
+    make_arg,
+    name_loads,
+    sequential_loading,
+    with_args,
+)
+
+INFERENCE = f"{OPTIMUM}.models.inference"
+CAUSAL_LM = (
+    f"{OPTIMUM}.NeuronModelForCausalLM",
+    f"{INFERENCE}.modeling_utils.NeuronModelForCausalLM",
+    f"{OPTIMUM}.modeling_decoder.NeuronModelForCausalLM",  # optimum-neuron < 0.1
+)
+# Traced (encoder, vision, audio) models and the transformers class each one wraps; the
+# `auto_model_class` attributes of optimum-neuron 0.4.5's `modeling.py` say the same.
+TRACED_TASKS = {
+    "NeuronModelForFeatureExtraction": "AutoModel",
+    "NeuronModelForMaskedLM": "AutoModelForMaskedLM",
+    "NeuronModelForQuestionAnswering": "AutoModelForQuestionAnswering",
+    "NeuronModelForSequenceClassification": "AutoModelForSequenceClassification",
+    "NeuronModelForTokenClassification": "AutoModelForTokenClassification",
+    "NeuronModelForMultipleChoice": "AutoModelForMultipleChoice",
+    "NeuronModelForImageClassification": "AutoModelForImageClassification",
+    "NeuronModelForSemanticSegmentation": "AutoModelForSemanticSegmentation",
+    "NeuronModelForObjectDetection": "AutoModelForObjectDetection",
+    "NeuronModelForAudioClassification": "AutoModelForAudioClassification",
+    "NeuronModelForAudioFrameClassification": "AutoModelForAudioFrameClassification",
+    "NeuronModelForCTC": "AutoModelForCTC",
+    "NeuronModelForXVector": "AutoModelForAudioXVector",
+    "NeuronBertModel": "BertModel",
+    "NeuronBertForMaskedLM": "BertForMaskedLM",
+    "NeuronBertForQuestionAnswering": "BertForQuestionAnswering",
+    "NeuronBertForSequenceClassification": "BertForSequenceClassification",
+    "NeuronBertForTokenClassification": "BertForTokenClassification",
+    "NeuronBertForMultipleChoice": "BertForMultipleChoice",
+    "NeuronCLIPModel": "CLIPModel",
+    "NeuronCLIPForImageClassification": "CLIPForImageClassification",
+    "NeuronYolosForObjectDetection": "YolosForObjectDetection",
+}
+TRACED = {
+    **{f"{OPTIMUM}.{old}": new for old, new in TRACED_TASKS.items()},
+    **{
+        f"{OPTIMUM}.modeling.{old}": new
+        for old, new in TRACED_TASKS.items()
+        if old.startswith("NeuronModelFor")
+    },
+}
+PIPELINE = (
+    f"{OPTIMUM}.pipeline",
+    f"{OPTIMUM}.pipelines.pipeline",
+    f"{OPTIMUM}.pipelines.transformers.base.pipeline",
+)
+
+RENAMES: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(CAUSAL_LM, ("transformers", "AutoModelForCausalLM")),
+    **{old: ("transformers", new) for old, new in TRACED.items()},
+    **dict.fromkeys(PIPELINE, ("transformers", "pipeline")),
+}
+
+# Keywords of the old export (`from_pretrained(..., export=True, ...)`, `get_neuron_config`,
+# `pipeline`) and what each becomes. "drop": an ahead-of-time compiler option that
+# torch.compile has no use for.
+DROPPED = {
+    "export": "compilation now happens on the first call",
+    "compiler_workdir": "torch.compile keeps its artifacts in the Neuron compile cache",
+    "disable_neuron_cache": "the Neuron compile cache of torch.compile is configured by environment variables",
+    "inline_weights_to_neff": "weights stay ordinary parameters",
+    "optlevel": "the neuron backend of torch.compile chooses the optimisation level",
+    "instance_type": "the code now runs on whatever device it is given",
+    "disable_fast_relayout": "a neuronx-cc flag of the old export",
+    "disable_fallback": "a neuronx-cc flag of the old export",
+    "auto_cast": "the dtype is now explicit (`dtype=`)",
+    "output_attentions": "pass it to the forward call instead",
+    "output_hidden_states": "pass it to the forward call instead",
+    "task": "the model class says the task",
+    "load_weights": "`from_pretrained` loads the weights",
+    "neuron_config": "the shapes moved to the generation config",
+}
+KEPT = (
+    "token",
+    "revision",
+    "cache_dir",
+    "force_download",
+    "local_files_only",
+    "trust_remote_code",
+    "subfolder",
+    "config",
+)
+SHAPES = (
+    "batch_size",
+    "sequence_length",
+    "num_choices",
+    "num_beams",
+    "height",
+    "width",
+    "image_size",
+    "num_channels",
+    "audio_sequence_length",
+    "patch_size",
+    "text_batch_size",
+    "image_batch_size",
+    "num_images_per_prompt",
+)
+TP = ("num_cores", "tensor_parallel_size")
+DTYPES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+    "fp32": "float32",
+    "float32": "float32",
+    "tf32": "float32",
+}
+PRECOMPILE_NOTE = "`neuron_parallel_compile` is gone: it extracted XLA graphs in a separate run before training; natively the training run compiles its graphs itself on the first steps, so that run was removed"
+SHELL_RUNNERS = (
+    "os.system",
+    "subprocess.run",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "subprocess.Popen",
+)
+KNOWN = {
+    *DROPPED,
+    *KEPT,
+    *SHAPES,
+    *TP,
+    "auto_cast_type",
+    "torch_dtype",
+    "dtype",
+    "dynamic_batch_size",
+}
+
+
+def prefill_chunk(sequence_length: object) -> int:
+    """Chunk the prompt in pieces of at most 128 tokens, and at most a quarter of the cache."""
+    if not isinstance(sequence_length, int) or sequence_length <= 0:
+        return 128
+    chunk = 128
+    while chunk > 8 and chunk * 4 > sequence_length:
+        chunk //= 2
+    return chunk
+
+
+@dataclass
+class _Model:
+    kind: str  # "causal" | "traced"
+    sequence_length: cst.BaseExpression | None = None
+
+
+@dataclass
+class _Facts:
+    models: dict[str, str] = field(default_factory=dict)  # model var -> kind, from the source
+    padded: dict[str, str] = field(default_factory=dict)  # tokenizer-output var -> model var
+    tokenizers: dict[str, str] = field(default_factory=dict)  # tokenizer var -> model var
+    pad_token_set: set[str] = field(default_factory=set)
+    dicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # consumable dict literals
+    neuron_configs: set[str] = field(
+        default_factory=set
+    )  # vars from get_neuron_config, consumed by export
+
+
+class OptimumInference(RenamingCodemod):
+    """Migrates optimum-neuron inference models and pipelines to transformers with static shapes.
+
+    ## What it does
+    The inference `NeuronModelForCausalLM` (imported from `optimum.neuron`, not the training
+    class of `optimum.neuron.models.training`) loaded with `export=True` and shape/compiler
+    options, given directly or through `**dict` unpacking, or built with `get_neuron_config` +
+    `export`, becomes `AutoModelForCausalLM.from_pretrained(model_id, dtype=..., device_map=...)`
+    followed by a generation config with a static KV cache of `sequence_length` tokens
+    (`cache_implementation="static"`, `max_cache_len`), chunked prefill (`prefill_chunk_size`)
+    and, with `--target neuron`, `CompileConfig(backend="neuron", fullgraph=True, dynamic=False,
+    mode="default")`. Prompts handed to `generate` are left-padded to a multiple of the prefill
+    chunk. `num_cores` / `tensor_parallel_size` above 1 become
+    `distributed_config=DistributedConfig(tp_size=...)` and a `torchrun` launch.
+    Encoder models (`NeuronModelForSequenceClassification`, ...) become their `AutoModelFor...`
+    class compiled with `dynamic=False`, and their inputs are tokenized to the exported
+    `sequence_length`. `optimum.neuron.pipeline` becomes `transformers.pipeline`.
+
+    ## Why
+    There is no ahead-of-time export natively: `generate` compiles the forward pass itself when
+    the cache is static (for the portable target transformers picks
+    `CompileConfig(backend="neuron", dynamic=False, mode="default")` on a Neuron device), and
+    every new input shape compiles anew, so the shapes the export fixed are kept by padding.
+
+    ## Example
+    ```python
+    model = NeuronModelForCausalLM.from_pretrained(model_id, export=True, batch_size=1, sequence_length=2048, num_cores=2)
+    inputs = tokenizer(prompt, return_tensors="pt")
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(model_id, distributed_config=DistributedConfig(tp_size=2))
+    model.generation_config.update(cache_implementation="static", max_cache_len=2048, prefill_chunk_size=128)
+    inputs = tokenizer(prompt, return_tensors="pt", padding=True, pad_to_multiple_of=model.generation_config.prefill_chunk_size, padding_side="left")
+    ```
+
+    ## Fix safety
+    The model loads from the original checkpoint: a directory of Neuron-compiled artifacts
+    (exported earlier with `export=True` or `optimum-cli export neuron`) cannot be loaded and
+    gets a TODO. Padding changes nothing in the generated tokens (the attention mask hides it),
+    and the first `generate` call compiles.
+    """
+
+    code = "NM021"
+    name = "optimum-inference"
+    summary = "optimum-neuron inference models and pipelines -> transformers with a static cache and torch.compile"
+    triggers = (*CAUSAL_LM, *TRACED, *PIPELINE)
+    markers = ("optimum-cli", "neuron_parallel_compile")
+    RENAMES: ClassVar[dict[str, tuple[str, str]]] = RENAMES
+    # optimum.neuron is not among the old-stack PACKAGES (its aliases may name the new classes); the
+    # triggers already require an optimum.neuron import.
+    needs_old_stack_import = False
+    manual: ClassVar[dict[str, str]] = {
+        f"{OPTIMUM}.NeuronModelForSeq2SeqLM": 'use `AutoModelForSeq2SeqLM` with `generate(..., cache_implementation="static")` on the `neuron` device',
+        f"{OPTIMUM}.NeuronWhisperForConditionalGeneration": 'use `WhisperForConditionalGeneration` with a static cache (`cache_implementation="static"`) on the `neuron` device',
+        f"{OPTIMUM}.NeuronSentenceTransformers": "use `sentence_transformers.SentenceTransformer(model_id, device=...)` and pad inputs to a fixed length",
+        f"{OPTIMUM}.NeuronModelForEmbedding": "use `AutoModel.from_pretrained(...)` with the model's pooling, compiled with `torch.compile(dynamic=False)` and inputs padded to a fixed length",
+        f"{OPTIMUM}.NeuronTracedModel": "use the transformers model class, compiled with `torch.compile(dynamic=False)`",
+        f"{OPTIMUM}.NeuronModelForCausalLM.get_neuron_config": "the shapes go to the generation config now (`max_cache_len`, `prefill_chunk_size`)",
+        f"{OPTIMUM}.utils.synchronize_hub_cache": "the optimum-neuron Hub cache of compiled models has no native counterpart; drop the call",
+        f"{OPTIMUM}.cache": "the optimum-neuron Hub cache of compiled models has no native counterpart",
+    }
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self.facts = _Facts()
+        self._dict_values: dict[str, dict[str, cst.BaseExpression]] = {}
+        self._config_values: dict[str, dict[str, cst.BaseExpression]] = {}
+        self._models: dict[str, _Model] = {}
+        self._target: str | None = None
+        self._precompile_vars: set[str] = set()
+
+    # -- whole-file facts -----------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        try:
+            tree = ast.parse(self.ctx.source)
+        except SyntaxError:
+            return
+        table = self.ctx.imports
+
+        def qualified(expr: ast.AST) -> str | None:
+            dotted = ast_dotted_name(expr)
+            return table.resolve_dotted(dotted) if dotted else None
+
+        facts = self.facts
+        splatted: dict[str, int] = {}
+        for n in ast.walk(tree):
+            if (
+                isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name)
+                and isinstance(n.value, ast.Call)
+            ):
+                name = qualified(n.value.func)
+                owner, _, method = (name or "").rpartition(".")
+                if method in ("from_pretrained", "export") and owner in CAUSAL_LM:
+                    facts.models[n.targets[0].id] = "causal"
+                elif method == "from_pretrained" and owner in TRACED:
+                    facts.models[n.targets[0].id] = "traced"
+                elif method == "get_neuron_config" and owner in CAUSAL_LM:
+                    facts.neuron_configs.add(n.targets[0].id)
+            if isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Attribute)
+                and t.attr == "pad_token"
+                and isinstance(t.value, ast.Name)
+                for t in n.targets
+            ):
+                facts.pad_token_set.update(
+                    t.value.id
+                    for t in n.targets
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                )
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Call):
+                continue
+            name = qualified(n.func)
+            owner, _, method = (name or "").rpartition(".")
+            if owner in (*CAUSAL_LM, *TRACED) or name in PIPELINE:
+                for k in n.keywords:
+                    if k.arg is None and isinstance(k.value, ast.Name):
+                        splatted[k.value.id] = splatted.get(k.value.id, 0) + 1
+            # Inputs of the migrated models: `model.generate(**inputs)`, `model(**inputs)`.
+            func = n.func
+            model_var = None
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "generate"
+                and isinstance(func.value, ast.Name)
+            ):
+                model_var = func.value.id if facts.models.get(func.value.id) == "causal" else None
+            elif isinstance(func, ast.Name) and facts.models.get(func.id) == "traced":
+                model_var = func.id
+            if model_var is None:
+                continue
+            for value in [*n.args, *(k.value for k in n.keywords)]:
+                for inner in ast.walk(value):
+                    if isinstance(inner, ast.Name) and inner.id != model_var:
+                        facts.padded.setdefault(inner.id, model_var)
+        loads = name_loads(self.ctx.source)
+        runs: dict[str, int] = {}
+        commands: set[str] = set()
+        for n in ast.walk(tree):
+            if (
+                isinstance(n, ast.Call)
+                and qualified(n.func) in SHELL_RUNNERS
+                and n.args
+                and isinstance(n.args[0], ast.Name)
+            ):
+                runs[n.args[0].id] = runs.get(n.args[0].id, 0) + 1
+            if (
+                isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name)
+            ):
+                text = _ast_text(n.value)
+                if text is not None and "neuron_parallel_compile" in text.split():
+                    commands.add(n.targets[0].id)
+        self._precompile_vars = {
+            name for name in commands if runs.get(name) and runs[name] == loads.get(name)
+        }
+        for name, keys in dict_literals(self.ctx.source).items():
+            if splatted.get(name) and splatted[name] == loads.get(name) and set(keys) <= KNOWN:
+                facts.dicts[name] = keys
+        # The tokenizers whose outputs feed those models.
+        for n in ast.walk(tree):
+            if (
+                isinstance(n, ast.Assign)
+                and len(n.targets) == 1
+                and isinstance(n.targets[0], ast.Name)
+            ):
+                target = n.targets[0].id
+                if (
+                    target in facts.padded
+                    and isinstance(n.value, ast.Call)
+                    and isinstance(n.value.func, ast.Name)
+                    and any(k.arg == "return_tensors" for k in n.value.keywords)
+                ):
+                    facts.tokenizers.setdefault(n.value.func.id, facts.padded[target])
+
+
+    # -- statements -----------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        target = node.targets[0].target if len(node.targets) == 1 else None
+        self._target = target.value if isinstance(target, cst.Name) else None
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
+        target = self._target
+        self._target = None
+        if target is None:
+            return updated_node
+        if target in self.facts.dicts:
+            entries = dict_entries(updated_node.value)
+            if entries is not None:
+                self._dict_values[target] = entries
+                self.changed(f"`{target}` (export options) folded into the model loading")
+                return self.ctx.remove(updated_node)
+        if target in self._precompile_vars:
+            self.changed(f"removed `{target}`, the `neuron_parallel_compile` command")
+            return self.ctx.remove(updated_node)
+        if target in self.facts.neuron_configs and isinstance(updated_node.value, cst.Call):
+            call = updated_node.value
+            values = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+            self._config_values[target] = values
+            self.changed("`get_neuron_config(...)` folded into the model loading")
+            return self.ctx.remove(updated_node)
+        model = self.facts.tokenizers.get(target)
+        if (
+            model is not None
+            and self.facts.models.get(model) == "causal"
+            and target not in self.facts.pad_token_set
+        ):
+            self.ctx.insert_after(
+                stmt(
+                    f"if {target}.pad_token is None:\n    {target}.pad_token = {target}.eos_token\n"
+                )
+            )
+        return updated_node
+
+    # -- shell steps -----------------------------------------------------------------------------
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
+        call = original_node.value  # before the string rewrites below
+        if not (
+            isinstance(call, cst.Call) and self.qualify(call.func) in SHELL_RUNNERS and call.args
+        ):
+            return updated_node
+        first = call.args[0].value
+        command = _command_text(first)
+        if isinstance(first, cst.Name) and first.value in self._precompile_vars:
+            command = "neuron_parallel_compile"
+        if command is None:
+            return updated_node
+        words = command.split()
+        if "neuron_parallel_compile" in words or (
+            isinstance(call.args[0].value, cst.Name)
+            and call.args[0].value.value in self._precompile_vars
+        ):
+            self.changed("removed the `neuron_parallel_compile` pre-compilation run")
+            self.ctx.note(self.code, PRECOMPILE_NOTE)
+            return self.ctx.remove(updated_node)
+        step = " ".join(words[:3])
+        if step in ("optimum-cli export neuron", "optimum-cli neuron cache"):
+            self.changed(f"removed the `{step}` step")
+            self.ctx.note(
+                self.code,
+                f"`{step}` is gone: there is no ahead-of-time export or Hub cache of compiled models natively; the first call of the model compiles, and the Neuron compile cache keeps the result",
+            )
+            return self.ctx.remove(updated_node)
+        return updated_node
+
+    def leave_SimpleString(
+        self, original_node: cst.SimpleString, updated_node: cst.SimpleString
+    ) -> cst.SimpleString:
+        value = updated_node.value
+        if "neuron_parallel_compile " not in value:
+            return updated_node
+        self.changed("removed the `neuron_parallel_compile` pre-compilation prefix")
+        self.ctx.note(self.code, PRECOMPILE_NOTE)
+        return updated_node.with_changes(value=value.replace("neuron_parallel_compile ", ""))
+
+    def leave_FormattedStringText(
+        self, original_node: cst.FormattedStringText, updated_node: cst.FormattedStringText
+    ) -> cst.FormattedStringText:
+        if "neuron_parallel_compile " not in updated_node.value:
+            return updated_node
+        self.changed("removed the `neuron_parallel_compile` pre-compilation prefix")
+        self.ctx.note(self.code, PRECOMPILE_NOTE)
+        return updated_node.with_changes(
+            value=updated_node.value.replace("neuron_parallel_compile ", "")
+        )
+
+    def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.List:
+        elements = list(updated_node.elements)
+        if not elements or literal(elements[0].value) != "neuron_parallel_compile":
+            return updated_node
+        self.changed("removed the `neuron_parallel_compile` pre-compilation prefix")
+        self.ctx.note(self.code, PRECOMPILE_NOTE)
+        return updated_node.with_changes(elements=elements[1:])
+
+    # -- calls ----------------------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.qualify(original_node.func)
+        owner, _, method = (name or "").rpartition(".")
+        if owner in CAUSAL_LM and method in ("from_pretrained", "export"):
+            return self._causal_lm(updated_node)
+        if owner in TRACED and method == "from_pretrained":
+            return self._traced(updated_node, TRACED[owner])
+        if name in PIPELINE:
+            return self._pipeline(updated_node)
+        if (
+            keyword(updated_node, "return_tensors") is not None
+            and self._target in self.facts.padded
+        ):
+            return self._pad_inputs(updated_node, self.facts.padded[self._target])
+        return updated_node
+
+    def _options(self, call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.BaseExpression], bool]:
+        """The call's plain arguments, and the export options (dict splats and config folded in)."""
+        kept: list[cst.Arg] = []
+        options: dict[str, cst.BaseExpression] = {}
+        opaque = False
+        for arg in call.args:
+            if (
+                arg.star == "**"
+                and isinstance(arg.value, cst.Name)
+                and arg.value.value in self._dict_values
+            ):
+                options.update(self._dict_values[arg.value.value])
+                continue
+            if (
+                arg.star == "**"
+                and isinstance(arg.value, cst.Dict)
+                and dict_entries(arg.value) is not None
+            ):
+                options.update(dict_entries(arg.value) or {})
+                continue
+            if arg.star:
+                opaque = True
+                kept.append(arg)
+                continue
+            if (
+                arg.keyword is not None
+                and arg.keyword.value == "neuron_config"
+                and isinstance(arg.value, cst.Name)
+            ):
+                options.update(self._config_values.get(arg.value.value, {}))
+            if (
+                arg.keyword is not None
+                and arg.keyword.value in KNOWN
+                and arg.keyword.value not in KEPT
+            ):
+                options[arg.keyword.value] = arg.value
+                continue
+            kept.append(arg)
+        if len([a for a in kept if a.keyword is None and not a.star]) > 1:
+            # `export(model_id, neuron_config)` given positionally.
+            positional = [a for a in kept if a.keyword is None and not a.star]
+            second = positional[1]
+            if isinstance(second.value, cst.Name):
+                options.update(self._config_values.get(second.value.value, {}))
+            kept = [a for a in kept if a is not second]
+        return kept, options, opaque
+
+    def _dtype_arg(self, options: dict[str, cst.BaseExpression]) -> cst.Arg | None:
+        if "dtype" in options:
+            return make_arg("dtype", options["dtype"])
+        if "torch_dtype" in options:
+            return make_arg("dtype", options["torch_dtype"])
+        if "auto_cast_type" in options:
+            value = literal(options["auto_cast_type"])
+            if value in DTYPES:
+                torch = self.ctx.torch()
+                self.changed(f"`auto_cast_type={value!r}` -> `dtype=torch.{DTYPES[value]}`")
+                if "auto_cast" in options and literal(options["auto_cast"]) not in ("all", ...):
+                    self.ctx.note(
+                        self.code,
+                        f"`auto_cast` cast only some operations (matmuls) to {value}; natively the whole model runs in `torch.{DTYPES[value]}`",
+                    )
+                return make_arg("dtype", f"{torch}.{DTYPES[value]}")
+            self.todo(
+                f"`auto_cast_type={code_of(options['auto_cast_type'])}` chose the compute dtype: pass `dtype=torch.bfloat16` (or the dtype it names) to `from_pretrained`"
+            )
+        return None
+
+    def _device_args(self, options: dict[str, cst.BaseExpression]) -> list[cst.Arg]:
+        tp_expr = options.get("tensor_parallel_size", options.get("num_cores"))
+        tp = literal(tp_expr)
+        if tp_expr is not None and tp != 1:
+            config = self.ctx.need_from("transformers.distributed", "DistributedConfig")
+            if tp is ...:
+                self.todo(
+                    f"`tp_size={code_of(tp_expr)}`: with 1 the model stays on the CPU; pass `device_map` instead of `distributed_config` then"
+                )
+            self.changed(
+                f"`num_cores` / `tensor_parallel_size` -> `DistributedConfig(tp_size={code_of(tp_expr)})`"
+            )
+            self.ctx.note(
+                self.code,
+                f"tensor parallelism needs one process per core: launch with `torchrun --nproc_per_node={code_of(tp_expr)} ...`",
+            )
+            return [make_arg("distributed_config", f"{config}(tp_size={code_of(tp_expr)})")]
+        device = '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
+        return [make_arg("device_map", device)]
+
+    def _report_dropped(self, options: dict[str, cst.BaseExpression]) -> None:
+        for key, value in options.items():
+            if key in DROPPED and key != "neuron_config":
+                self.changed(f"dropped `{key}={code_of(value)}`: {DROPPED[key]}")
+        if "dynamic_batch_size" in options and literal(options["dynamic_batch_size"]) is not False:
+            self.todo(
+                "`dynamic_batch_size` split larger batches into compiled-size pieces; natively each new batch size compiles anew, so pad or split batches to a fixed size"
+            )
+        if "batch_size" in options:
+            self.ctx.note(
+                self.code,
+                f"`batch_size={code_of(options['batch_size'])}` was compiled in; natively each new batch size compiles anew, so keep batches at that size",
+            )
+
+    def _causal_lm(self, call: cst.Call) -> cst.Call:
+        kept, options, opaque = self._options(call)
+        if opaque:
+            self.todo(
+                "export options given through `**` unpacking of a dict this tool cannot see: move `sequence_length` to `generation_config.max_cache_len`, `num_cores` to `DistributedConfig(tp_size=...)`, and drop the compiler options"
+            )
+        exporting = isinstance(call.func, cst.Attribute) and call.func.attr.value == "export"
+        if "export" not in options and not exporting:
+            self.todo(
+                "this loads Neuron-compiled artifacts, which transformers cannot read: point it at the original model checkpoint (the id the artifacts were exported from)"
+            )
+        sequential_loading(self.ctx)
+        args = list(kept)
+        dtype = self._dtype_arg(options)
+        if dtype is not None:
+            args.append(dtype)
+        args += self._device_args(options)
+        self._report_dropped(options)
+        if exporting:
+            assert isinstance(call.func, cst.Attribute)
+            call = call.with_changes(func=call.func.with_changes(attr=cst.Name("from_pretrained")))
+        self.changed(
+            "inference `NeuronModelForCausalLM` -> `AutoModelForCausalLM` with a static cache"
+        )
+        self.ctx.note(
+            self.code,
+            "the first `generate` call compiles (static cache, chunked prefill); later calls with the same padded shapes reuse the compiled graphs",
+        )
+        if self._target is not None:
+            self._generation_config(self._target, options.get("sequence_length"))
+        else:
+            self.todo(
+                'give the loaded model a static cache: `model.generation_config.update(cache_implementation="static", max_cache_len=<sequence_length>, prefill_chunk_size=128)`'
+            )
+        return with_args(call, args)
+
+    def _generation_config(self, model: str, sequence_length: cst.BaseExpression | None) -> None:
+        self._models[model] = _Model("causal", sequence_length)
+        parts = ['cache_implementation="static"']
+        if sequence_length is not None:
+            parts.append(f"max_cache_len={code_of(sequence_length)}")
+        parts.append(f"prefill_chunk_size={prefill_chunk(literal(sequence_length))}")
+        if self.ctx.target.neuron:
+            compile_config = self.ctx.need_from("transformers", "CompileConfig")
+            parts.append(
+                f'compile_config={compile_config}(backend="neuron", fullgraph=True, dynamic=False, mode="default")'
+            )
+        comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (padded to a multiple of the chunk) so that generate compiles a bounded set of graphs.\n"
+        update = stmt(f"{comment}{model}.generation_config.update({', '.join(parts)})\n")
+        if len(code_of(update).splitlines()[-1]) > 100:
+            inner = "".join(f"    {p},\n" for p in parts)
+            update = stmt(f"{comment}{model}.generation_config.update(\n{inner})\n")
+        self.ctx.insert_after(update)
+
+    def _traced(self, call: cst.Call, new_class: str) -> cst.Call:
+        kept, options, opaque = self._options(call)
+        if opaque:
+            self.todo(
+                "export options given through `**` unpacking of a dict this tool cannot see: pad inputs to the exported shapes and drop the compiler options"
+            )
+        if "export" not in options:
+            self.todo(
+                "this loads Neuron-compiled artifacts, which transformers cannot read: point it at the original model checkpoint (the id the artifacts were exported from)"
+            )
+        sequential_loading(self.ctx)
+        args = list(kept)
+        dtype = self._dtype_arg(options)
+        if dtype is not None:
+            args.append(dtype)
+        args += self._device_args(options)
+        self._report_dropped(options)
+        self.changed(
+            f"traced `{new_class}` -> transformers `{new_class}` compiled with `dynamic=False`"
+        )
+        if self._target is not None:
+            self._models[self._target] = _Model("traced", options.get("sequence_length"))
+            backend = 'backend="neuron", ' if self.ctx.target.neuron else ""
+            self.ctx.insert_after(
+                stmt(
+                    f"# Compiled for fixed input shapes, as the export was.\n{self._target}.compile({backend}dynamic=False)\n"
+                )
+            )
+            if "sequence_length" in options:
+                self.ctx.note(
+                    self.code,
+                    f"inputs are tokenized to the exported `sequence_length` ({code_of(options['sequence_length'])}) so the compiled graph is reused",
+                )
+        return with_args(call, args)
+
+    def _pipeline(self, call: cst.Call) -> cst.Call:
+        kept: list[cst.Arg] = []
+        options: dict[str, cst.BaseExpression] = {}
+        for arg in call.args:
+            key = arg.keyword.value if arg.keyword is not None else None
+            if key in ("input_shapes", "compiler_args"):
+                entries = dict_entries(arg.value)
+                if entries is None and isinstance(arg.value, cst.Name):
+                    entries = self._dict_values.get(arg.value.value)
+                if entries is None:
+                    self.todo(
+                        f"`{key}={code_of(arg.value)}`: pad pipeline inputs to the exported shapes and drop the compiler options"
+                    )
+                else:
+                    options.update(entries)
+                continue
+            if key in ("export", *TP, "sequence_length"):
+                options[key] = arg.value
+                continue
+            kept.append(arg)
+        self._report_dropped({k: v for k, v in options.items() if k != "batch_size"})
+        tp_expr = options.get("tensor_parallel_size", options.get("num_cores"))
+        if tp_expr is not None and literal(tp_expr) != 1:
+            self.todo(
+                f"`{'tensor_parallel_size' if 'tensor_parallel_size' in options else 'num_cores'}={code_of(tp_expr)}`: load the model with `AutoModel...from_pretrained(..., distributed_config=DistributedConfig(tp_size=...))` under torchrun and pass it as `model=`"
+            )
+        if keyword(call, "device") is None and keyword(call, "device_map") is None:
+            kept.append(
+                make_arg("device", '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr())
+            )
+        if "sequence_length" in options:
+            self.todo(
+                f'the export fixed inputs at `sequence_length={code_of(options["sequence_length"])}`: pass `padding="max_length", max_length={code_of(options["sequence_length"])}, truncation=True` with each pipeline call so one compiled graph serves all inputs'
+            )
+        self.changed("`optimum.neuron.pipeline` -> `transformers.pipeline`")
+        return with_args(call, kept)
+
+    def _pad_inputs(self, call: cst.Call, model: str) -> cst.Call:
+        info = self._models.get(model)
+        if info is None:
+            return call
+        present = {a.keyword.value for a in call.args if a.keyword is not None}
+        args = [
+            a
+            for a in call.args
+            if not (
+                a.keyword is not None
+                and a.keyword.value in ("padding", "max_length", "pad_to_multiple_of")
+            )
+        ]
+        if info.kind == "causal":
+            new = [
+                make_arg("padding", "True"),
+                make_arg("pad_to_multiple_of", f"{model}.generation_config.prefill_chunk_size"),
+            ]
+            if "padding_side" not in present:
+                new.append(make_arg("padding_side", '"left"'))
+            self.changed(
+                "prompt left-padded to a multiple of the prefill chunk (one prefill graph per padded length)"
+            )
+        else:
+            if info.sequence_length is None:
+                self.todo(
+                    'pad these inputs to the length the model was exported for (`padding="max_length", max_length=...`)'
+                )
+                return call
+            new = [
+                make_arg("padding", '"max_length"'),
+                make_arg("max_length", info.sequence_length),
+            ]
+            if "truncation" not in present:
+                new.append(make_arg("truncation", "True"))
+            self.changed("inputs tokenized to the exported `sequence_length`")
+            padded = with_args(call, [*args, *new])
+            # The traced model took host tensors; a native model wants them on its device.
+            return cst.Call(
+                func=cst.Attribute(value=padded, attr=cst.Name("to")),
+                args=[cst.Arg(cst.parse_expression(f"{model}.device"))],
+            )
+        return with_args(call, [*args, *new])
+
+
+def _command_text(node: cst.BaseExpression) -> str | None:
+    """The leading literal words of a shell command given as a string or a list of strings."""
+    if isinstance(node, cst.List | cst.Tuple):
+        words = []
+        for element in node.elements:
+            value = literal(element.value)
+            if not isinstance(value, str):
+                break
+            words.append(value)
+        return " ".join(words) or None
+    if isinstance(node, cst.FormattedString):
+        text = "".join(p.value for p in node.parts if isinstance(p, cst.FormattedStringText))
+        return text or None
+    value = literal(node)
+    return value if isinstance(value, str) else None
+
+
+def _ast_text(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else " {} "
+            for v in node.values
+        )
+    return None

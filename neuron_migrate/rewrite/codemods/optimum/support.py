@@ -1,0 +1,472 @@
+"""What the optimum-neuron, torch_neuronx and neuronx-distributed codemods share.
+
+Their targets are classes of other libraries (`from transformers import Trainer`): renames of
+imported names that keep a user's alias; keyword tables; and a little data flow for kwargs given
+through `**dict` unpacking. Their per-file state lives in the migration context.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    MigrationContext,
+    code_of,
+    dotted_name,
+    fix_trailing_comma,
+)
+from neuron_migrate.rewrite.dispatch import StatementHeaderVisitor
+
+OPTIMUM = "optimum.neuron"
+
+
+@dataclass
+class FileState:
+    """Per-file state shared by the codemods of this family."""
+
+    renamed_locals: set[str] = field(default_factory=set)  # aliases that now name the new class
+    handled: set[str] = field(default_factory=set)  # qualified old-stack names rewritten somewhere
+    in_place: set[str] = field(
+        default_factory=set
+    )  # modules some old import line was rewritten into
+    top_from: set[str] | None = None  # modules the original file from-imports at top level
+
+
+def sequential_loading(ctx: MigrationContext) -> None:
+    """`--target neuron`: load weights without transformers' thread pool (HF_DEACTIVATE_ASYNC_LOAD)."""
+    if not ctx.target.neuron:
+        return
+    block = (
+        "# Load checkpoints without transformers' loader threads (reported to hang on Neuron).\n"
+        f'{ctx.os()}.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")\n'
+    )
+    if block not in ctx.module_prologue:
+        ctx.module_prologue.append(block)
+
+
+def _top_level_from_modules(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {
+        node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        and node.module
+        and not node.level
+        and node.names[0].name != "*"
+    }
+
+
+# -- keyword arguments --------------------------------------------------------------------------
+
+
+def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def make_arg(name: str, value: cst.BaseExpression | str) -> cst.Arg:
+    if isinstance(value, str):
+        value = cst.parse_expression(value)
+    return cst.Arg(
+        keyword=cst.Name(name),
+        value=value,
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+
+
+def with_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
+    """`call` with `args`, keeping the layout of the original argument list."""
+    args = list(args)
+    multiline = any(
+        isinstance(a.comma, cst.Comma)
+        and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
+        for a in call.args
+    )
+    if multiline and args:
+        template = next(
+            a.comma
+            for a in call.args
+            if isinstance(a.comma, cst.Comma)
+            and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
+        )
+        last_comma = call.args[-1].comma if call.args else cst.MaybeSentinel.DEFAULT
+        fixed = [a.with_changes(comma=template) for a in args[:-1]]
+        fixed.append(args[-1].with_changes(comma=last_comma))
+        return call.with_changes(args=fixed)
+    fixed = [
+        a
+        if isinstance(a.comma, cst.Comma)
+        else a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        for a in args[:-1]
+    ]
+    if args:
+        fixed.append(args[-1])
+    result = call.with_changes(args=fix_trailing_comma(fixed))
+    if len(code_of(result)) > 88 and "\n" not in code_of(call):
+        return one_per_line(result)
+    return result
+
+
+def _newline(indent: str) -> cst.ParenthesizedWhitespace:
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace(indent)
+    )
+
+
+def one_per_line(call: cst.Call) -> cst.Call:
+    """Lay a call's arguments out one per line, with a trailing comma."""
+    if not call.args:
+        return call
+    args = [a.with_changes(comma=cst.Comma(whitespace_after=_newline("    "))) for a in call.args]
+    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=_newline("")))
+    return call.with_changes(whitespace_before_args=_newline("    "), args=args)
+
+
+def literal(node: cst.BaseExpression | None) -> Any:
+    """The Python value of a literal expression, or `...` when it is not one."""
+    if node is None:
+        return ...
+    try:
+        return ast.literal_eval(code_of(node))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return ...
+
+
+# -- dict literals splatted into calls (`**compiler_args`) ---------------------------------------
+
+
+@dataclass
+class DictLiteral:
+    name: str
+    keys: dict[str, cst.BaseExpression]  # filled in when the assignment is seen by LibCST
+    key_names: tuple[str, ...]
+    uses: int  # loads of the name in the whole file
+
+
+def dict_literals(source: str) -> dict[str, tuple[str, ...]]:
+    """Names assigned exactly once, from a dict literal with string keys, and never mutated."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    assigned: dict[str, list[ast.AST]] = {}
+    mutated: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    assigned.setdefault(target.id, []).append(node.value)
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    mutated.add(target.value.id)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign) and isinstance(node.target, ast.Name):
+            assigned.setdefault(node.target.id, []).append(node)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+        ):
+            if node.func.attr in ("update", "pop", "setdefault", "clear", "popitem", "__setitem__"):
+                mutated.add(node.func.value.id)
+        elif isinstance(node, ast.Delete):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    mutated.add(target.value.id)
+    found: dict[str, tuple[str, ...]] = {}
+    for name, values in assigned.items():
+        if name in mutated or len(values) != 1 or not isinstance(values[0], ast.Dict):
+            continue
+        keys = values[0].keys
+        if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+            found[name] = tuple(k.value for k in keys)  # type: ignore[union-attr]
+    return found
+
+
+def name_loads(source: str) -> dict[str, int]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    return counts
+
+
+def dict_entries(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+    if not isinstance(node, cst.Dict):
+        return None
+    entries: dict[str, cst.BaseExpression] = {}
+    for element in node.elements:
+        if not isinstance(element, cst.DictElement):
+            return None
+        key = literal(element.key)
+        if not isinstance(key, str):
+            return None
+        entries[key] = element.value
+    return entries
+
+
+# -- renames of imported names --------------------------------------------------------------------
+
+
+class RenamingCodemod(Codemod):
+    """A codemod whose table `RENAMES` maps old qualified names to `(module, name)` targets.
+
+    Import lines are rewritten where they stand (`from optimum.neuron import NeuronTrainer as
+    Trainer` -> `from transformers import Trainer`), names elsewhere in the code follow.
+    """
+
+    RENAMES: ClassVar[dict[str, tuple[str, str]]] = {}
+
+    def __init__(self, ctx: MigrationContext) -> None:
+        super().__init__(ctx)
+        self._skip: set[int] = set()
+        self._import_depth = 0
+
+    # Names that are not references: attributes, keywords, parameters, definitions, imports.
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._skip.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._skip.add(id(node.keyword))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._skip.add(id(node.name))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._skip.add(id(node.name))
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._skip.add(id(node.name))
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self._import_depth += 1
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self._import_depth += 1
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+        self._import_depth -= 1
+        return updated_node
+
+    def renamed(self, qualified: str | None) -> tuple[str, str] | None:
+        return self.RENAMES.get(qualified) if qualified else None
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> Any:
+        self._import_depth -= 1
+        if (
+            updated_node.relative
+            or updated_node.module is None
+            or isinstance(updated_node.names, cst.ImportStar)
+        ):
+            return updated_node
+        module = dotted_name(updated_node.module)
+        if not module:
+            return updated_node
+        aliases = list(updated_node.names)
+        targets = [self.renamed(f"{module}.{code_of(a.name)}") for a in aliases]
+        if not any(targets):
+            return updated_node
+        kept: list[cst.ImportAlias] = []
+        moved: list[tuple[cst.ImportAlias, tuple[str, str]]] = []
+        for alias, target in zip(aliases, targets, strict=True):
+            if target is None:
+                kept.append(alias)
+            else:
+                moved.append((alias, target))
+        new_modules = {t[0] for _, t in moved}
+        st = self.ctx.shared(FileState)
+        for alias, (_, new_name) in moved:
+            local = (
+                alias.asname.name.value
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
+                else None
+            )
+            old_name = code_of(alias.name)
+            if (local is not None and local != old_name) or old_name == new_name:
+                st.renamed_locals.add(local or old_name)
+            st.handled.add(f"{module}.{old_name}")
+        if st.top_from is None:
+            st.top_from = _top_level_from_modules(self.ctx.source)
+        new_module = next(iter(new_modules))
+        if (
+            not kept
+            and len(new_modules) == 1
+            and new_module not in st.top_from
+            and new_module not in st.in_place
+            and all(self.ctx.imports.local_for(f"{t[0]}.{t[1]}") is None for _, t in moved)
+        ):
+            # Rewrite in place: the whole line moves to one new module.
+            st.in_place.add(new_module)
+            self.ctx.provided.update(f"{new_module}.{t[1]}" for _, t in moved)
+            names = []
+            seen: set[str] = set()
+            for alias, (_, new_name) in moved:
+                local = (
+                    alias.asname.name.value
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
+                    else None
+                )
+                asname = None if local in (None, code_of(alias.name), new_name) else alias.asname
+                key = f"{new_name} as {local}" if asname is not None else new_name
+                if key in seen:
+                    continue
+                seen.add(key)
+                names.append(
+                    cst.ImportAlias(name=cst.Name(new_name), asname=asname, comma=alias.comma)
+                )
+            names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            self.changed(f"`from {module} import ...` -> `from {new_module} import ...`")
+            new = updated_node.with_changes(module=cst.parse_expression(new_module), names=names)
+            if new.lpar is not None and len(names) == 1:
+                new = new.with_changes(lpar=None, rpar=None)
+            return new
+        for alias, (new_module, new_name) in moved:
+            local = (
+                alias.asname.name.value
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
+                else None
+            )
+            if local is not None and local not in (code_of(alias.name), new_name):
+                # Keep the user's alias: `from new_module import new_name as local`.
+                self.ctx.insert_after(
+                    cst.parse_statement(f"from {new_module} import {new_name} as {local}\n")
+                )
+            else:
+                self.ctx.need_from(new_module, new_name)
+        if not kept:
+            return self.ctx.remove(updated_node)
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        new = updated_node.with_changes(names=kept)
+        if new.lpar is not None and len(kept) == 1:
+            new = new.with_changes(lpar=None, rpar=None)
+        return new
+
+    def rename_target(self, qualified: str | None, local_text: str) -> str | None:
+        """The new spelling of a reference to `qualified` written as `local_text`."""
+        target = self.renamed(qualified)
+        if target is None:
+            return None
+        new_module, new_name = target
+        head = local_text.split(".")[0]
+        if "." not in local_text and head in self.ctx.shared(FileState).renamed_locals:
+            return local_text  # the import line now binds this alias to the new class
+        if "." in local_text:
+            return f"{self.ctx.need_import(new_module)}.{new_name}"
+        return self.ctx.need_from(new_module, new_name)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        if self._import_depth or id(original_node) in self._skip:
+            return updated_node
+        new = self.rename_target(self.qualify(original_node), original_node.value)
+        if new is None or new == original_node.value:
+            return updated_node
+        return cst.parse_expression(new)
+
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
+        if self._import_depth:
+            return updated_node
+        qualified = self.qualify(original_node)
+        text = dotted_name(original_node)
+        if qualified is None or text is None or self.renamed(qualified) is None:
+            return updated_node
+        new = self.rename_target(qualified, text)
+        return cst.parse_expression(new) if new else updated_node
+
+
+# -- leftovers ----------------------------------------------------------------------------------
+
+
+class _OptimumFinder(StatementHeaderVisitor):
+    """Old-stack references left in one statement (its header, for compound statements)."""
+
+    def __init__(self, codemod: Codemod, prefixes: tuple[str, ...], skip_locals: set[str]) -> None:
+        self.codemod = codemod
+        self.prefixes = prefixes
+        self.skip_locals = skip_locals
+        self.found: list[tuple[str, str]] = []  # (written, qualified)
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return not isinstance(node.target, cst.Name)
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        if node.default is not None:
+            node.default.visit(self)
+        if node.annotation is not None:
+            node.annotation.visit(self)
+        return False
+
+    def _match(self, node: cst.CSTNode) -> bool:
+        text = dotted_name(node)
+        if text is None:
+            return False
+        if text.split(".")[0] in self.skip_locals:
+            return True
+        qualified = self.codemod.qualify(node)
+        if qualified and any(
+            qualified == p or qualified.startswith(p + ".") for p in self.prefixes
+        ):
+            self.found.append((text, qualified))
+            return True
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return not self._match(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._match(node)
+
+
+def mark_leftovers(codemod: Codemod, node: cst.CSTNode, prefixes: tuple[str, ...]) -> None:
+    """TODO for each reference to `prefixes` that no codemod rewrote in this statement."""
+    from neuron_migrate.rewrite.codemods import manual_message  # the registry imports this module
+
+    if not isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+        return
+    finder = _OptimumFinder(codemod, prefixes, codemod.ctx.shared(FileState).renamed_locals)
+    if isinstance(node, cst.SimpleStatementLine):
+        for small in node.body:
+            if id(small) not in codemod.ctx.removed:
+                small.visit(finder)
+    else:
+        for part in node.children:
+            if not isinstance(part, cst.BaseSuite):
+                part.visit(finder)
+    for written, qualified in dict.fromkeys(finder.found):
+        code, message = manual_message(qualified)
+        codemod.ctx.todo(
+            code,
+            message.replace("{name}", written)
+            if "{name}" in message
+            else f"`{written}`: {message}",
+        )
+
+
+def names_in(items: Iterable[str]) -> str:
+    return ", ".join(f"`{i}`" for i in items)
+
+
+def ast_call_name(node: ast.AST) -> str | None:
+    return ast_dotted_name(node.func) if isinstance(node, ast.Call) else None

@@ -1,0 +1,94 @@
+"""NM010: `torch.compile` with an XLA backend gets the native one."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    arg_value,
+    has_star_args,
+    string_value,
+    with_string_value,
+    without_args,
+)
+
+COMPILE = ("torch.compile",)
+XLA_BACKENDS = frozenset({"openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})
+
+
+class XlaCompileBackend(Codemod):
+    """Replaces the `openxla` dynamo backends.
+
+    ## What it does
+    `torch.compile(model, backend="openxla")` becomes `torch.compile(model, dynamic=False)`,
+    which picks the backend of the device the model runs on (`neuron` on Trainium, inductor
+    elsewhere). With `--target neuron` it becomes
+    `torch.compile(model, backend="neuron", dynamic=False)`. `dynamic=False` keeps XLA's one
+    graph per input shape (a `dynamic=` the call already passes is kept).
+
+    ## Why
+    The `openxla` backends lower to torch_xla, which is gone.
+
+    ## Example
+    ```python
+    model = torch.compile(model, backend="openxla")
+    ```
+
+    ## Use instead
+    ```python
+    model = torch.compile(model, dynamic=False)
+    ```
+
+    ## Fix safety
+    Safe. The Neuron backend rejects dynamic shapes, hence `dynamic=False`: without it, a
+    second input shape would make dynamo try a dynamic graph. `neuron-migrate check` flags
+    `dynamic=True` and shapes that vary between steps.
+    """
+
+    code = "NM010"
+    name = "xla-compile-backend"
+    summary = '`torch.compile(backend="openxla")` -> the native backend'
+    triggers = COMPILE
+    markers = ("openxla", "torchxla_trace_once")
+    needs_old_stack_import = False  # dynamo loads the openxla backend without an import
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.qualify(updated_node.func) not in COMPILE:
+            return updated_node
+        backend = arg_value(updated_node, None, "backend")
+        if backend is None or string_value(backend.value) not in XLA_BACKENDS:
+            return updated_node
+        assert isinstance(backend.value, cst.SimpleString)
+        self.changed(f"`torch.compile(backend={backend.value.value})` -> native backend")
+        if self.ctx.target.neuron:
+            new_value = with_string_value(backend.value, "neuron")
+            new = updated_node.with_changes(
+                args=[a.with_changes(value=new_value) if a is backend else a for a in updated_node.args]
+            )
+        else:
+            new = without_args(updated_node, ("backend",))
+        if arg_value(new, None, "dynamic") is None and not has_star_args(new):
+            # XLA compiled one graph per shape; the Neuron backend rejects dynamic shapes.
+            new = new.with_changes(args=_append(new, _keyword("dynamic", cst.Name("False"))))
+        return new
+
+
+_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(keyword=cst.Name(name), value=value, equal=_EQUAL)
+
+
+def _append(call: cst.Call, new: cst.Arg) -> list[cst.Arg]:
+    """`call`'s arguments and one more at the end, keeping a one-per-line layout."""
+    args = list(call.args)
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
+        separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
+        return [*args[:-1], last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [*args[:-1], last.with_changes(comma=comma), new]

@@ -1,0 +1,136 @@
+"""NM004: `MpDeviceLoader` and `ParallelLoader` become a plain loader that moves batches."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import libcst as cst
+
+from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr
+
+MP_DEVICE_LOADER = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)
+PARALLEL_LOADER = ("torch_xla.distributed.parallel_loader.ParallelLoader",)
+
+DEVICE_LOADER = '''\
+class DeviceLoader:
+    """Iterates `loader` and moves each batch to `device`, as `MpDeviceLoader` did."""
+
+    def __init__(self, loader, device):
+        self.loader = loader
+        self.device = device
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield self._move(batch)
+
+    def _move(self, batch):
+        if isinstance(batch, {torch}.Tensor):
+            return batch.to(self.device, non_blocking=True)
+        if isinstance(batch, dict):
+            return {{key: self._move(value) for key, value in batch.items()}}
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+            return type(batch)(*(self._move(value) for value in batch))
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self._move(value) for value in batch)
+        return batch
+'''
+
+
+class XlaData(Codemod):
+    """Replaces the XLA device loaders with a loader that moves each batch to the device.
+
+    ## What it does
+    `pl.MpDeviceLoader(loader, device)` and
+    `pl.ParallelLoader(loader, [device]).per_device_loader(device)` become
+    `DeviceLoader(loader, device)`, a ten-line class added to the file that yields each batch
+    (tensors, tuples, lists, dicts, named tuples) moved with `.to(device, non_blocking=True)`.
+    It keeps `len()` working, as the XLA loaders did.
+
+    ## Why
+    The XLA loaders overlap host-to-device copies with the lazy graph; native PyTorch moves
+    batches eagerly, and `torch_xla` is gone.
+
+    ## Example
+    ```python
+    train_device_loader = pl.MpDeviceLoader(train_loader, device)
+    for data, target in train_device_loader:
+        ...
+    ```
+
+    ## Use instead
+    ```python
+    train_device_loader = DeviceLoader(train_loader, device)
+    for data, target in train_device_loader:
+        ...
+    ```
+
+    ## Fix safety
+    Safe. Prefetch settings (`loader_prefetch_size`, `device_prefetch_size`,
+    `host_to_device_transfer_threads`, `batches_per_execution`) are dropped: use the
+    `DataLoader`'s `num_workers`, `pin_memory` and `prefetch_factor`. `input_sharding=` (SPMD)
+    gets a TODO. Static shapes still matter on Trainium: keep `drop_last=True` and fixed-length
+    padding (see `neuron-migrate check`).
+    """
+
+    code = "NM004"
+    name = "xla-device-loader"
+    summary = "`MpDeviceLoader`/`ParallelLoader` -> a `DeviceLoader` that moves batches"
+    triggers = (*MP_DEVICE_LOADER, *PARALLEL_LOADER)
+    manual: ClassVar[dict[str, str]] = {
+        "torch_xla.distributed.parallel_loader.PerDeviceLoader": "build a `DeviceLoader(loader, device)` instead",
+        "torch_xla.utils.utils.SampleGenerator": "fake-data generator of torch_xla; use a `TensorDataset` of random tensors in a `DataLoader`",
+    }
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.parallel_loaders: set[str] = set()
+        # `ParallelLoader(...)` calls already rewritten: `.per_device_loader(d)` on one is the loader.
+        self.rewritten: dict[int, cst.CSTNode] = {}
+
+    def _loader(self, loader: cst.BaseExpression, device: cst.BaseExpression, call: cst.Call) -> cst.BaseExpression:
+        if arg_value(call, None, "input_sharding") is not None:
+            self.todo("`input_sharding=` sharded batches over an SPMD mesh; use DTensor `distribute_tensor` on each batch")
+        helper = self.ctx.need_helper("DeviceLoader", DEVICE_LOADER.format(torch=self.ctx.torch()))
+        return expr(f"{helper}({code_of(loader)}, {code_of(device)})")
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.qualify(updated_node.func)
+        if name in MP_DEVICE_LOADER:
+            loader, device = arg_value(updated_node, 0, "loader"), arg_value(updated_node, 1, "device")
+            if loader is None or device is None:
+                return updated_node
+            self.changed("`MpDeviceLoader(loader, device)` -> `DeviceLoader(loader, device)`")
+            return self._loader(loader.value, device.value, updated_node)
+        func = updated_node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "per_device_loader":
+            receiver = func.value
+            if id(receiver) in self.rewritten:
+                # The receiver already moves batches to the device `ParallelLoader` was given.
+                return receiver
+            if isinstance(receiver, cst.Name) and receiver.value in self.parallel_loaders:
+                self.changed("`.per_device_loader(device)` -> the `DeviceLoader` itself")
+                return receiver
+        if name in PARALLEL_LOADER:
+            loader, devices = arg_value(updated_node, 0, "loader"), arg_value(updated_node, 1, "devices")
+            if loader is None or devices is None:
+                return updated_node
+            value = devices.value
+            first: cst.BaseExpression
+            if isinstance(value, cst.List | cst.Tuple) and len(value.elements) == 1:
+                first = value.elements[0].value
+            else:
+                first = expr(f"{code_of(value)}[0]")
+            self.changed("`ParallelLoader(loader, [device])` -> `DeviceLoader(loader, device)`")
+            new = self._loader(loader.value, first, updated_node)
+            self.rewritten[id(new)] = new
+            return new
+        return updated_node
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and self.qualify(node.value.func) in PARALLEL_LOADER:
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self.parallel_loaders.add(target.target.value)

@@ -1,0 +1,178 @@
+"""NM002: lazy-tensor step boundaries and step closures go; eager code needs none."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
+
+MARK_STEP = (
+    "torch_xla.core.xla_model.mark_step",
+    "torch_xla.sync",
+)
+WAIT_DEVICE_OPS = ("torch_xla.core.xla_model.wait_device_ops",)
+STEP_CLOSURE = ("torch_xla.core.xla_model.add_step_closure",)
+STEP_CONTEXT = ("torch_xla.step", "torch_xla.experimental.eager_mode_context")
+EAGER_TOGGLES = (
+    "torch_xla.experimental.eager_mode",
+    "torch_xla.experimental.eager.eager_mode",
+    "torch_xla._XLAC._set_use_eager_mode",
+)
+COMPILE = ("torch_xla.compile", "torch_xla.experimental.compile")
+
+
+def _takes_nothing(fn: cst.Lambda) -> bool:
+    params = fn.params
+    return not (params.params or params.posonly_params or params.kwonly_params) and isinstance(
+        params.star_arg, cst.MaybeSentinel
+    ) and params.star_kwarg is None
+
+
+class XlaSync(Codemod):
+    """Removes lazy-tensor step boundaries and turns step closures into plain calls.
+
+    ## What it does
+    Deletes `xm.mark_step()` / `torch_xla.sync()` statements and eager-mode toggles
+    (`torch_xla.experimental.eager_mode(True)`); unwraps `with torch_xla.step():`; turns
+    `xm.add_step_closure(fn, args=(a, b))` into `fn(a, b)` (a closure `lambda: f(x)` into `f(x)`); `xm.wait_device_ops()` into
+    `torch.accelerator.synchronize()`; `torch_xla.compile(fn)` into
+    `torch.compile(fn, dynamic=False)`.
+
+    ## Why
+    Native PyTorch on Trainium runs eagerly: each op executes when it is called, so there is no
+    pending graph to cut, and a closure's tensors are already materialized when it runs.
+
+    ## Example
+    ```python
+    loss.backward()
+    xm.optimizer_step(optimizer)
+    xm.add_step_closure(log, args=(step, loss))
+    xm.mark_step()
+    ```
+
+    ## Use instead
+    ```python
+    loss.backward()
+    optimizer.step()
+    log(step, loss)
+    ```
+
+    ## Fix safety
+    Safe. A step closure now runs synchronously in the step: if it calls `.item()` it waits for
+    the device there (the report says so). Comments above a removed `mark_step()` are kept.
+    `mark_step` passed as a value (a callback) is left with a TODO.
+    """
+
+    code = "NM002"
+    name = "xla-step"
+    summary = "`mark_step`/`sync` go, step closures become calls, `torch_xla.step()` unwraps"
+    triggers = (*MARK_STEP, *WAIT_DEVICE_OPS, *STEP_CLOSURE, *STEP_CONTEXT, *EAGER_TOGGLES, *COMPILE)
+    manual: ClassVar[dict[str, str]] = {
+        "torch_xla.core.xla_model.mark_step": "`{name}` is used as a value (a callback?); eager execution needs no step boundary, remove it",
+        "torch_xla.sync": "`{name}` is used as a value (a callback?); eager execution needs no step boundary, remove it",
+        "torch_xla.core.xla_model.optimization_barrier_": "no native equivalent; remove it and check the memory behaviour",
+        "torch_xla.core.xla_model.unlazy": "no native equivalent: tensors are already materialized in eager mode; remove it",
+    }
+
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
+        call = updated_node.value
+        if not isinstance(call, cst.Call):
+            return updated_node
+        name = self.qualify(call.func)
+        if name in MARK_STEP:
+            self.changed(f"removed `{code_of(call.func)}()`: eager execution has no step boundary")
+            return self.ctx.remove(updated_node)
+        if name in EAGER_TOGGLES:
+            self.changed(f"removed `{code_of(call.func)}(...)`: native PyTorch is eager")
+            return self.ctx.remove(updated_node)
+        if name in WAIT_DEVICE_OPS:
+            return self._wait_device_ops(updated_node)
+        return updated_node
+
+    def _wait_device_ops(self, node: cst.Expr) -> Any:
+        torch = self.ctx.torch()
+        self.changed("`xm.wait_device_ops()` -> `torch.accelerator.synchronize()`")
+        if self.ctx.target.neuron:
+            return node.with_changes(value=expr(f"{torch}.accelerator.synchronize()"))
+        # On a machine without an accelerator, synchronize() raises: guard it.
+        self.ctx.insert_after(stmt(f"if {torch}.accelerator.is_available():\n    {torch}.accelerator.synchronize()\n"))
+        return self.ctx.remove(node)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.qualify(updated_node.func)
+        if name in STEP_CLOSURE:
+            return self._closure(updated_node)
+        if name in COMPILE:
+            return self._compile(updated_node)
+        return updated_node
+
+    def _closure(self, call: cst.Call) -> cst.BaseExpression:
+        fn = arg_value(call, 0, "closure")
+        if fn is None:
+            return call
+        args = arg_value(call, 1, "args")
+        new_args: list[cst.Arg] = []
+        if args is not None:
+            value = args.value
+            if isinstance(value, cst.Tuple | cst.List):
+                new_args = [cst.Arg(value=e.value) for e in value.elements if isinstance(e, cst.Element)]
+                if any(isinstance(e, cst.StarredElement) for e in value.elements):
+                    new_args = [cst.Arg(value=value, star="*")]
+            else:
+                new_args = [cst.Arg(value=value, star="*")]
+        self.changed("`xm.add_step_closure(fn, args)` -> `fn(*args)` (runs synchronously now)")
+        self.ctx.note(
+            self.code,
+            "step closures now run synchronously inside the step; `.item()` in them waits for the device",
+        )
+        callee = fn.value
+        if isinstance(callee, cst.Lambda) and not new_args and _takes_nothing(callee):
+            # `add_step_closure(lambda: f(x))` runs `f(x)`: call it directly, not through a lambda.
+            return self.ctx.group(callee.body)
+        if isinstance(callee, cst.Lambda | cst.BooleanOperation | cst.IfExp):
+            callee = callee.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return cst.Call(func=callee, args=new_args)
+
+    def _compile(self, call: cst.Call) -> cst.BaseExpression:
+        torch = self.ctx.torch()
+        fn = arg_value(call, 0, "f")
+        if fn is None:
+            return call  # the context-manager form is handled by leave_With
+        kept = [fn.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=cst.MaybeSentinel.DEFAULT)]
+        backend = ', backend="neuron"' if self.ctx.target.neuron else ""
+        self.changed("`torch_xla.compile(fn)` -> `torch.compile(fn, dynamic=False)`")
+        return expr(f"{torch}.compile({code_of(kept[0].value)}{backend}, dynamic=False)")
+
+    def leave_With(self, original_node: cst.With, updated_node: cst.With) -> Any:
+        items = list(updated_node.items)
+        kept = [
+            item
+            for item in items
+            if not (
+                isinstance(item.item, cst.Call)
+                and self.qualify(item.item.func) in (*STEP_CONTEXT, *COMPILE)
+                and item.asname is None
+            )
+        ]
+        if len(kept) == len(items):
+            return updated_node
+        self.changed("unwrapped `with torch_xla.step():` (eager code needs no step scope)")
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated_node.with_changes(items=kept)
+        body = updated_node.body
+        statements: list[cst.BaseStatement]
+        if isinstance(body, cst.SimpleStatementSuite):
+            statements = [cst.SimpleStatementLine(body=body.body)]
+        else:
+            statements = [s for s in body.body if isinstance(s, cst.BaseStatement)]
+        # Comments at the end of the block move up rather than vanish.
+        footer = [line for line in getattr(body, "footer", ()) if line.comment is not None]
+        first = statements[0]
+        assert isinstance(first, cst.SimpleStatementLine | cst.BaseCompoundStatement)
+        statements[0] = first.with_changes(
+            leading_lines=[*updated_node.leading_lines, *footer, *first.leading_lines]
+        )
+        return cst.FlattenSentinel(statements)

@@ -1,0 +1,232 @@
+"""The `neuron-migrate rewrite` subcommand: find files, migrate them in parallel, write, report.
+
+Exit codes follow ruff: 0 nothing left to do, 1 changes pending or manual items remain,
+2 usage or internal error (a file that could not be read or parsed counts, after every other
+file has been processed).
+
+The engine (and with it LibCST and every codemod) is imported when a rewrite runs, not when
+the command line is built: `neuron-migrate check` and `rules` start without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuron_migrate.core import config as configuration
+from neuron_migrate.core import selection
+from neuron_migrate.core.files import (
+    SourceError,
+    decode_source,
+    discover,
+    read_source,
+    write_atomic,
+    write_back,
+)
+from neuron_migrate.core.jobs import run_jobs
+from neuron_migrate.rewrite.report import as_json, as_markdown, manual_lines, summary, unified_diff
+from neuron_migrate.rewrite.results import FileResult
+
+if TYPE_CHECKING:
+    from neuron_migrate.rewrite.engine import Options
+
+EXIT_OK, EXIT_PENDING, EXIT_ERROR = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path
+    mode: str  # "write" | "diff" | "check" | "output"
+    options: Options
+    output: Path | None = None  # where the copy goes in --output-dir mode
+    clear_outputs: bool = False  # notebooks: drop the outputs of the cells that changed
+
+
+def _codes(value: str) -> tuple[str, ...]:
+    codes = tuple(c.strip().upper() for c in value.split(",") if c.strip())
+    from neuron_migrate.catalog import rule_codes
+
+    unknown = selection.unknown(codes, rule_codes())
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown rule code {unknown[0]!r} (see `neuron-migrate rules`)")
+    return codes
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    rewrite = commands.add_parser(
+        "rewrite",
+        help="migrate files in place (or show, check, or copy the result)",
+        description="Migrate old-stack code to native PyTorch. Files are changed in place unless "
+        "--diff, --check or --output-dir is given. Anything that cannot be migrated safely gets a "
+        "`# TODO(neuron-migrate NMxxx): ...` comment at the spot and a line in the summary.",
+        epilog="Exit status: 0 nothing left to do; 1 changes pending (--diff/--check) or manual "
+        "items remain; 2 usage error, or a file could not be read, parsed or written.",
+    )
+    rewrite.add_argument("paths", nargs="+", metavar="PATH", help="files or folders ('-' reads stdin, writes stdout)")
+    mode = rewrite.add_mutually_exclusive_group()
+    mode.add_argument("--diff", action="store_true", help="print unified diffs, change nothing")
+    mode.add_argument("--check", action="store_true", help="list files that would change, change nothing")
+    mode.add_argument("--output-dir", type=Path, metavar="DIR", help="write migrated copies under DIR, keep the originals")
+    rewrite.add_argument(
+        "--target",
+        choices=sorted(configuration.TARGETS),
+        default=None,
+        help="portable (default): code that runs on Trainium, CUDA and CPU alike; "
+        "neuron: the explicit 'neuron' device and backend spellings",
+    )
+    rewrite.add_argument("--select", type=_codes, default=None, metavar="CODES", help="only these rule codes or prefixes (comma-separated); overrides `select` in pyproject.toml")
+    rewrite.add_argument("--ignore", type=_codes, default=(), metavar="CODES", help="skip these rule codes or prefixes (comma-separated), on top of `ignore` in pyproject.toml")
+    rewrite.add_argument("--config", type=Path, metavar="PYPROJECT", help="use this pyproject.toml's [tool.neuron-migrate] for every file (default: the nearest one above each file)")
+    rewrite.add_argument("--report", type=Path, metavar="FILE", help="write a migration report (.md or .json)")
+    rewrite.add_argument(
+        "--clear-outputs",
+        action="store_true",
+        help="notebooks: clear the outputs of the cells that changed (they came from the old code); default: keep them",
+    )
+    rewrite.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
+    rewrite.add_argument("-q", "--quiet", action="store_true", help="print only errors and the manual items")
+
+    return rewrite
+
+
+def process(job: Job) -> FileResult:
+    """Read, migrate and (depending on the mode) write one file. Runs in a worker process."""
+    from neuron_migrate.rewrite.engine import rewrite_source
+    from neuron_migrate.rewrite.notebook import rewrite_notebook
+
+    try:
+        source = read_source(job.path)
+    except SourceError as exc:
+        return FileResult(path=str(job.path), error=str(exc))
+    if job.path.suffix == ".ipynb":
+        notebook = rewrite_notebook(source.text, str(job.path), job.options, job.clear_outputs)
+        result = notebook.result
+        result.cells = notebook.cells
+    else:
+        result = rewrite_source(source.text, str(job.path), job.options)
+    if result.error:
+        return result
+    try:
+        if job.mode == "write" and result.changed:
+            write_back(source, result.migrated)
+            result.written = True
+        elif job.mode == "output" and job.output is not None:
+            write_atomic(job.output, source.encode(result.migrated), source.mode)
+            result.written = True
+    except (SourceError, OSError, UnicodeEncodeError) as exc:
+        result.error = str(exc) if isinstance(exc, SourceError) else f"{job.path}: cannot write: {exc}"
+    return result
+
+
+def _output_path(path: Path, root: Path | None, output_dir: Path) -> Path:
+    if root is None:
+        return output_dir / path.name
+    return output_dir / path.relative_to(root)
+
+
+def _rewrite_stdin(options: Options) -> int:
+    from neuron_migrate.rewrite.engine import rewrite_source
+
+    data = sys.stdin.buffer.read()
+    try:
+        text, encoding, bom = decode_source(data, "<stdin>")
+    except SourceError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_ERROR
+    result = rewrite_source(text, "<stdin>", options)
+    if result.error:
+        print(result.error, file=sys.stderr)
+        sys.stdout.buffer.write(data)
+        return EXIT_ERROR
+    sys.stdout.buffer.write((b"\xef\xbb\xbf" if bom else b"") + result.migrated.encode(encoding))
+    for line in manual_lines(result):
+        print(line, file=sys.stderr)
+    return EXIT_PENDING if result.manual else EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        configs = configuration.Configs(configuration.load(args.config) if args.config else None)
+        if args.paths == ["-"]:
+            return _rewrite_stdin(_options(args, configs.for_path(Path.cwd()), None))
+        if "-" in args.paths:
+            print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
+            return EXIT_ERROR
+        mode = "diff" if args.diff else "check" if args.check else "output" if args.output_dir else "write"
+        jobs: list[Job] = []
+        missing = []
+        for given in map(Path, args.paths):
+            if not given.exists():
+                missing.append(f"{given}: no such file or directory")
+                continue
+            root = given if given.is_dir() else None
+            for path in discover([given], (".py", ".ipynb")):
+                config = configs.for_path(path)
+                if path != given and config.excluded(path):
+                    continue
+                output = _output_path(path, root, args.output_dir) if args.output_dir else None
+                jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs))
+    except configuration.ConfigError as exc:
+        print(f"neuron-migrate: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    results = run_jobs(process, jobs, args.jobs, _crashed)
+    for message in missing:
+        results.append(FileResult(path=message.split(":")[0], error=message))
+    return _finish(results, args, mode)
+
+
+def _options(args: argparse.Namespace, config: configuration.Config, path: Path | None) -> Options:
+    """Command line first, then the nearest pyproject.toml, then the defaults."""
+    from neuron_migrate.catalog import rule_codes
+    from neuron_migrate.rewrite.codemods.base import TARGETS
+    from neuron_migrate.rewrite.engine import Options
+
+    rewrite_codes = [code for code in rule_codes() if code.startswith("NM0")]
+    select = args.select if args.select is not None else (config.select_for(rewrite_codes) or ())
+    ignores = config.ignores_for(path) if path is not None else config.ignore
+    return Options(
+        target=TARGETS[args.target or config.target or "portable"],
+        select=tuple(select),
+        ignore=(*args.ignore, *ignores),
+    )
+
+
+def _crashed(job: Job, why: str) -> FileResult:
+    return FileResult(path=str(job.path), error=f"{job.path}:1:1: internal error: {why}")
+
+
+def _finish(results: list[FileResult], args: argparse.Namespace, mode: str) -> int:
+    out, err = sys.stdout, sys.stderr
+    for result in results:
+        if result.error:
+            print(result.error, file=err)
+            continue
+        if mode == "diff" and result.changed:
+            out.write(unified_diff(result))
+        elif mode == "check" and result.changed:
+            print(f"Would migrate {result.path}", file=out)
+        elif not args.quiet and result.changed:
+            verb = "Migrated" if mode in ("write", "output") else "Would migrate"
+            print(f"{verb} {result.path} ({len(result.changes)} changes)", file=err)
+        for line in manual_lines(result):
+            print(line, file=err)
+    if not args.quiet:
+        for result in results:
+            for note in result.notes:
+                print(f"note: {result.path}: {note.code} {note.message}", file=err)
+        print(summary(results, applied=mode in ("write", "output")), file=err)
+    if args.report:
+        target = args.target or "portable"
+        text = as_json(results, target) if args.report.suffix == ".json" else as_markdown(results, target)
+        write_atomic(args.report, text.encode("utf-8"))
+    if any(r.error for r in results):
+        return EXIT_ERROR
+    pending = mode in ("diff", "check") and any(r.changed for r in results)
+    if pending or any(r.manual for r in results):
+        return EXIT_PENDING
+    return EXIT_OK
+
+

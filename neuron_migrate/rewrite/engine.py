@@ -1,0 +1,157 @@
+"""Rewrites one source text: prefilter, parse, run the codemods, tidy imports, verify.
+
+The cheap steps come first: a substring scan skips files that cannot need anything, and `ast`
+(not LibCST) answers which codemods apply. Whatever the codemods produce is parsed again before
+it is accepted: a result that is not valid Python is an internal error, and the input is left
+as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from neuron_migrate.core import selection
+from neuron_migrate.core.names import ImportTable, qualified_names_used
+from neuron_migrate.core.oldstack import OPTIMUM_NEURON
+from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
+from neuron_migrate.core.source import syntax_error_message
+from neuron_migrate.rewrite.codemods import CODEMODS, manual_message
+from neuron_migrate.rewrite.codemods.base import PORTABLE, FileFacts, MigrationContext, Target
+from neuron_migrate.rewrite.dispatch import Dispatcher
+from neuron_migrate.rewrite.imports import (
+    add_from_imports,
+    add_module_level,
+    remove_dead_imports,
+    used_names,
+)
+from neuron_migrate.rewrite.results import FileResult, ManualItem
+
+# A file that contains none of these cannot need a migration.
+PREFILTER = re.compile(
+    r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://"
+    r"|optimum\.neuron|from optimum import neuron|optimum-cli|torch_neuron|neuronx_distributed"
+    r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
+)
+
+_TODO = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class Options:
+    target: Target = PORTABLE
+    select: tuple[str, ...] = ()  # codes, prefixes or ALL; empty means all
+    ignore: tuple[str, ...] = ()
+
+    def enabled(self, code: str) -> bool:
+        return selection.enabled(code, self.select, self.ignore)
+
+
+def manual_items(text: str) -> list[ManualItem]:
+    """The TODO markers in `text`, with their positions (markers from earlier runs included)."""
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "neuron-migrate NM" not in line:
+            continue
+        match = _TODO.search(line)
+        if match:
+            items.append(ManualItem(match.group(1), match.group(2).strip(), number, match.start() + 1))
+    return items
+
+
+def split_trailing_blank_lines(text: str) -> tuple[str, str]:
+    """`text` as (everything up to the end of its last non-blank line, the blank lines after)."""
+    stripped = text.rstrip(" \t\r\n\f\v")
+    newline = text.find("\n", len(stripped))
+    if not stripped or newline == -1:
+        return text, ""
+    return text[: newline + 1], text[newline + 1 :]
+
+
+def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = None) -> FileResult:
+    """Migrate one Python source text. Never raises for bad input: errors go in the result."""
+    options = options or Options()
+    result = FileResult(path=path, original=text, migrated=text)
+    if not PREFILTER.search(text) and "neuron-migrate NM" not in text:
+        result.skipped = True
+        return result
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        result.error = syntax_error_message(path, exc)
+        return result
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
+        result.error = f"{path}:1:1: cannot parse: {exc}"
+        return result
+
+    table = ImportTable.from_ast(tree)
+    facts = FileFacts(used=qualified_names_used(tree, table))
+    old_names = table.names_under(OLD_STACK_PACKAGES)
+    gate = old_names or table.names_under((OPTIMUM_NEURON,))
+    selected = [
+        c
+        for c in CODEMODS
+        if options.enabled(c.code) and (gate or not c.needs_old_stack_import) and c.applies(facts, text)
+    ]
+    if not selected and not old_names:
+        result.manual = manual_items(text)
+        return result
+
+    # Blank lines at the very end are kept aside: LibCST does not always print them back as
+    # they were (`"A\n\n \n"` comes back as `"A\n \n"`).
+    body, tail = split_trailing_blank_lines(text)
+    try:
+        module = cst.parse_module(body)
+    except cst.ParserSyntaxError as exc:
+        result.error = f"{path}:{exc.raw_line}:{exc.raw_column + 1}: cannot parse: {exc.message}"
+        return result
+    except RecursionError:
+        result.error = f"{path}:1:1: cannot parse: nesting too deep"
+        return result
+
+    if module.code != body:
+        result.error = f"{path}:1:1: cannot be migrated without changing untouched lines (LibCST round trip); file left unchanged"
+        return result
+
+    ctx = MigrationContext(target=options.target, imports=table, facts=facts, path=path, source=text, old_stack_file=bool(old_names))
+    codemods = [c(ctx) for c in selected]
+
+    def leftover(qualified: str) -> tuple[str, str] | None:
+        code, message = manual_message(qualified)
+        return (code, message) if options.enabled(code) else None  # an ignored rule stays quiet
+
+    dispatcher = Dispatcher(ctx, codemods, old_names, leftover)
+    try:
+        migrated = add_from_imports(module.visit(dispatcher), ctx)
+        after = ast.parse(migrated.code)
+        if options.enabled("NM012"):
+            migrated = remove_dead_imports(migrated, ctx, tree, after, old_names)
+        # Only what the final code uses: a rewrite may ask for an import, then lose its statement.
+        used = used_names(after)
+        helpers = [source for name, source in ctx.helpers.items() if name in used]
+        for source in [*ctx.module_prologue, *helpers]:
+            used |= used_names(ast.parse(source))
+        imports = {m: a for m, a in ctx.new_imports.items() if (a or m.split(".")[0]) in used}
+        if imports or helpers or ctx.module_prologue:
+            existing = {(b.qualified, b.local if b.local != b.qualified else None) for b in table.all_bindings}
+            migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
+        code = migrated.code + tail
+        ast.parse(code)
+    except SyntaxError as exc:
+        result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
+        return result
+    except RecursionError:
+        result.error = f"{path}:1:1: internal error: nesting too deep to migrate; file left unchanged"
+        return result
+    except Exception as exc:  # a codemod bug must cost one file, never the run
+        result.error = f"{path}:1:1: internal error: {type(exc).__name__}: {exc}; file left unchanged"
+        return result
+
+    result.migrated = code
+    result.changes = ctx.changes
+    result.notes = ctx.notes
+    result.manual = manual_items(code)
+    return result

@@ -1,0 +1,422 @@
+"""Imports after the rewrite: drop the ones the migration made dead, add the ones it needs.
+
+An import is removed only when the migration made it unused: an old-stack import nothing refers
+to any more, or any import whose last use the codemods rewrote away. Imports the user had left
+unused stay as they were (minimal diff). A `try: import torch_xla... except ImportError:` guard
+whose imports all went away keeps its accelerator branch, since the migrated code now runs
+natively on every device. New imports go next to their kind (standard library first, then
+`torch`), helpers and set-up statements right after the import block.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import libcst as cst
+
+from neuron_migrate.rewrite.codemods.base import MigrationContext, code_of, dotted_name
+from neuron_migrate.rewrite.dispatch import sweep_block
+
+
+def _is_stdlib(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names
+
+
+def used_names(tree: ast.AST) -> set[str]:
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def _alias_binding(alias: cst.ImportAlias) -> str:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    name = alias.name
+    while isinstance(name, cst.Attribute):
+        name = name.value  # type: ignore[assignment]
+    assert isinstance(name, cst.Name)
+    return name.value
+
+
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+def _catches_import_error(handler: cst.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+    for kind in kinds:
+        node = kind.value if isinstance(kind, cst.Element) else kind
+        if isinstance(node, cst.Name) and node.value in _IMPORT_ERRORS:
+            return True
+    return False
+
+
+class _ImportRemover(cst.CSTTransformer):
+    """Removes dead import aliases; only descends into statements that can hold imports.
+
+    Liveness is per scope: an import inside a function is dead when that function no longer
+    uses the name, whatever other functions do.
+    """
+
+    def __init__(self, ctx: MigrationContext, is_dead: Callable[[str, int | None], bool]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.is_dead = is_dead
+        self._guard_removed: list[bool] = []
+        self._functions = 0  # pre-order index of the next function
+        self._scopes: list[int] = []
+        self.placeholders: dict[int, cst.CSTNode] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._scopes.append(self._functions)
+        self._functions += 1
+        return True
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        self._scopes.pop()
+        return updated_node
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return False
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        scope = self._scopes[-1] if self._scopes else None
+        body: list[cst.BaseSmallStatement] = []
+        changed = False
+        for small in updated_node.body:
+            if isinstance(small, cst.Import | cst.ImportFrom) and not isinstance(
+                small.names, cst.ImportStar
+            ):
+                names = list(small.names)
+                kept = [a for a in names if not self.is_dead(_alias_binding(a), scope)]
+                if len(kept) != len(names):
+                    changed = True
+                    if self._guard_removed:
+                        self._guard_removed[-1] = True
+                    if not kept:
+                        continue
+                    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                    small = small.with_changes(names=kept)
+                    if isinstance(small, cst.ImportFrom) and small.lpar is not None and len(kept) == 1:
+                        small = small.with_changes(lpar=None, rpar=None)
+            body.append(small)
+        if not changed:
+            return updated_node
+        if not body:
+            return self.ctx.remove(updated_node)
+        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(body=body)
+
+    def visit_Try(self, node: cst.Try) -> bool:
+        self._guard_removed.append(False)
+        return True
+
+    def leave_Try(self, original_node: cst.Try, updated_node: cst.Try) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        removed_import = self._guard_removed.pop()
+        if self._guard_removed and removed_import:
+            self._guard_removed[-1] = True
+        if not removed_import or not any(_catches_import_error(h) for h in updated_node.handlers):
+            return updated_node
+        # The old stack's availability guard: keep the accelerator branch, now native.
+        kept: list[Any] = [
+            s
+            for s in updated_node.body.body
+            if id(s) not in self.ctx.removed and id(s) not in self.placeholders
+        ]
+        if updated_node.orelse is not None:
+            kept += list(updated_node.orelse.body.body)
+        if updated_node.finalbody is not None:
+            kept += list(updated_node.finalbody.body.body)
+        self.ctx.changed("NM012", "resolved a torch_xla import guard to its accelerator branch")
+        if not kept:
+            return self.ctx.remove(updated_node)
+        kept[0] = kept[0].with_changes(
+            leading_lines=[*updated_node.leading_lines, *kept[0].leading_lines]
+        )
+        return cst.FlattenSentinel(kept)
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        return sweep_block(updated_node, self.ctx.removed, self.placeholders)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        return sweep_block(updated_node, self.ctx.removed)
+
+
+def _functions_in_order(tree: ast.AST) -> list[ast.AST]:
+    """Function definitions in source (pre-)order, as LibCST visits them."""
+    found: list[ast.AST] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.append(child)
+            walk(child)
+
+    walk(tree)
+    return found
+
+
+def remove_dead_imports(
+    module: cst.Module,
+    ctx: MigrationContext,
+    before: ast.AST,
+    after: ast.AST,
+    old_stack_names: Iterable[str],
+) -> cst.Module:
+    """Drop imports the migration left unused (old-stack ones, and any whose uses it rewrote)."""
+    used_before = used_names(before)
+    used_after = used_names(after)
+    in_function = [used_names(f) for f in _functions_in_order(after)]
+    old = set(old_stack_names)
+
+    def is_dead(name: str, scope: int | None) -> bool:
+        if name not in old and name not in used_before:
+            return False  # the user's own unused import: not ours to touch
+        used = used_after if scope is None or scope >= len(in_function) else in_function[scope]
+        return name not in used
+
+    bound_after: set[str] = set()
+    for node in ast.walk(after):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                bound_after.add(alias.asname or alias.name.split(".")[0])
+    if not any(is_dead(name, None) or name in old for name in bound_after):
+        return module
+    return module.visit(_ImportRemover(ctx, is_dead))
+
+
+# -- adding imports, helpers and set-up statements -------------------------------------------
+
+
+def _is_import(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body
+    )
+
+
+def _is_future_or_docstring(statement: cst.CSTNode, index: int) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    small = statement.body[0]
+    if index == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString | cst.ConcatenatedString):
+        return True
+    return isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and small.module.value == "__future__"
+
+
+def _is_from(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.ImportFrom)
+
+
+def _import_source(module: str, asname: str | None) -> str:
+    return f"import {module} as {asname}" if asname else f"import {module}"
+
+
+def _top_module(statement: cst.CSTNode) -> str:
+    assert isinstance(statement, cst.SimpleStatementLine)
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        node: cst.CSTNode = small.names[0].name
+    elif isinstance(small, cst.ImportFrom) and small.module is not None:
+        node = small.module
+    else:
+        return ""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else ""
+
+
+def add_module_level(
+    module: cst.Module,
+    imports: dict[str, str | None],
+    existing: set[tuple[str, str | None]],
+    blocks: Sequence[str],
+) -> cst.Module:
+    """Add imports next to their kind, then `blocks` (helpers, set-up) after the import block."""
+    body: list[Any] = list(module.body)
+    # The import block: from the first import to the last import before any def/class/if/for.
+    first_code = 0
+    while first_code < len(body) and _is_future_or_docstring(body[first_code], first_code):
+        first_code += 1
+    last_import = -1
+    for i, statement in enumerate(body):
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            break
+        if _is_import(statement):
+            last_import = i
+    anchor = max(last_import + 1, first_code)
+
+    additions = [(m, a) for m, a in imports.items() if (m, a) not in existing]
+    for module_name, asname in sorted(additions, key=lambda ma: (not _is_stdlib(ma[0]), ma[0])):
+        line = cst.parse_statement(_import_source(module_name, asname))
+        top = module_name.split(".")[0]
+        imports_at = [i for i in range(first_code, anchor) if _is_import(body[i])]
+        same_kind = [i for i in imports_at if _top_module(body[i]) == top]
+        stdlib = [i for i in imports_at if _is_stdlib(_top_module(body[i]))]
+        if same_kind:
+            position = same_kind[-1] + 1
+        elif _is_stdlib(module_name) and stdlib:
+            # As isort orders them: `import x` lines alphabetically, then the `from` imports.
+            later = [i for i in stdlib if _is_from(body[i]) or _top_module(body[i]) > top]
+            position = later[0] if later else stdlib[-1] + 1
+            if later:
+                line = line.with_changes(leading_lines=body[position].leading_lines)
+                body[position] = body[position].with_changes(leading_lines=[])
+        elif _is_stdlib(module_name) and imports_at:
+            # A new standard-library group above the others, separated by a blank line.
+            position = imports_at[0]
+            line = line.with_changes(leading_lines=body[position].leading_lines)
+            body[position] = body[position].with_changes(leading_lines=[cst.EmptyLine()])
+        else:
+            # Third-party: alphabetical among the other third-party imports, or after them all.
+            others = [i for i in imports_at if not _is_stdlib(_top_module(body[i])) and _top_module(body[i]) != "__future__"]
+            later = [i for i in others if _top_module(body[i]) > top]
+            position = later[0] if later else anchor
+            if later:
+                line = line.with_changes(leading_lines=body[position].leading_lines)
+                body[position] = body[position].with_changes(leading_lines=[])
+        body.insert(position, line)
+        anchor += 1
+    if blocks:
+        insert: list[Any] = []
+        for source in blocks:
+            parsed = cst.parse_module(source)
+            statements = list(parsed.body)
+            # A leading comment parses as the module header: keep it on the first statement.
+            statements[0] = statements[0].with_changes(
+                leading_lines=[*parsed.header, *statements[0].leading_lines]
+            )
+            insert.extend(statements)
+        if insert:
+            blank = cst.EmptyLine()
+            for j, statement in enumerate(insert):
+                is_def = isinstance(statement, cst.FunctionDef | cst.ClassDef)
+                prev_def = j > 0 and isinstance(insert[j - 1], cst.FunctionDef | cst.ClassDef)
+                lines = [blank, blank] if (is_def or prev_def or j == 0) else []
+                if j == 0 and not is_def:
+                    lines = [blank]
+                insert[j] = statement.with_changes(leading_lines=[*lines, *statement.leading_lines])
+            if anchor < len(body) and isinstance(insert[-1], cst.FunctionDef | cst.ClassDef):
+                following = body[anchor]
+                own = list(following.leading_lines)
+                blanks = 0
+                while blanks < len(own) and own[blanks].comment is None:
+                    blanks += 1
+                if blanks < 2:  # two blank lines after a definition, as PEP 8 has it
+                    body[anchor] = following.with_changes(leading_lines=[blank] * (2 - blanks) + own)
+            body[anchor:anchor] = insert
+    return module.with_changes(body=body)
+
+
+# -- from-imports at module level ---------------------------------------------------------------
+
+
+def _from_module(statement: cst.CSTNode) -> tuple[str, cst.ImportFrom] | None:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None:
+        return None
+    if isinstance(small.names, cst.ImportStar):
+        return None
+    module = dotted_name(small.module)
+    return (module, small) if module else None
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def add_from_imports(module: cst.Module, ctx: MigrationContext) -> cst.Module:
+    """Merge the needed names into existing `from module import ...` lines, or add new lines."""
+    needed = ctx.from_imports
+    if not needed:
+        return module
+    body = list(module.body)
+    for module_name in sorted(needed):
+        names = list(needed[module_name])
+        merged = False
+        for i, statement in enumerate(body):
+            found = _from_module(statement)
+            if found is None or found[0] != module_name:
+                continue
+            _, small = found
+            assert not isinstance(small.names, cst.ImportStar)
+            have = {code_of(a.name) for a in small.names if a.asname is None}
+            new = [n for n in names if n not in have]
+            if new:
+                body[i] = _merged_import(statement, small, module_name, new)  # type: ignore[arg-type]
+            merged = True
+            break
+        if merged:
+            continue
+        line = cst.parse_statement(f"from {module_name} import {', '.join(sorted(names))}\n")
+        # After the last import of the same package, else after the last import.
+        position = -1
+        for i, statement in enumerate(body):
+            if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+                break
+            if _is_import(statement):
+                found = _from_module(statement)
+                if (
+                    (found is not None and _top(found[0]) == _top(module_name))
+                    or position < 0
+                    or _top_of(body[position]) != _top(module_name)
+                ):
+                    position = i
+        if position < 0:
+            position = _after_docstring(body) - 1
+        body.insert(position + 1, line)
+    needed.clear()
+    return module.with_changes(body=body)
+
+
+def _merged_import(
+    statement: cst.SimpleStatementLine, small: cst.ImportFrom, module: str, new: list[str]
+) -> cst.SimpleStatementLine:
+    assert not isinstance(small.names, cst.ImportStar)
+    entries = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in small.names]
+    if entries == sorted(entries):
+        entries = sorted([*entries, *new])
+    else:
+        entries += new
+    one_line = f"from {module} import {', '.join(entries)}"
+    if len(one_line) <= 100:
+        source = one_line + "\n"
+    else:
+        source = f"from {module} import (\n" + "".join(f"    {e},\n" for e in entries) + ")\n"
+    parsed = cst.parse_statement(source)
+    assert isinstance(parsed, cst.SimpleStatementLine)
+    return parsed.with_changes(
+        leading_lines=statement.leading_lines, trailing_whitespace=statement.trailing_whitespace
+    )
+
+
+def _top_of(statement: cst.CSTNode) -> str:
+    found = _from_module(statement)
+    return _top(found[0]) if found else ""
+
+
+def _after_docstring(body: Sequence[cst.CSTNode]) -> int:
+    index = 0
+    while index < len(body):
+        statement = body[index]
+        if not isinstance(statement, cst.SimpleStatementLine):
+            break
+        small = statement.body[0]
+        is_doc = (
+            index == 0
+            and isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.SimpleString | cst.ConcatenatedString)
+        )
+        is_future = (
+            isinstance(small, cst.ImportFrom)
+            and code_of(small.module or cst.Name("")) == "__future__"
+        )
+        if not (is_doc or is_future):
+            break
+        index += 1
+    return index
