@@ -63,6 +63,10 @@ def judge(path: Path) -> Outcome:
         outcome.check = "crash"
         outcome.detail += traceback.format_exc(limit=3)
         return outcome
+    if report.error and "internal error" in report.error:  # caught, but a crash all the same
+        outcome.check = "crash"
+        outcome.detail += report.error
+        return outcome
     outcome.findings = len(report.diagnostics)
     if report.fixed is not None:
         try:
@@ -79,7 +83,8 @@ def _judge_rewrite(path: Path, text: str) -> Outcome:
     except Exception:
         return Outcome(str(path), "crash", traceback.format_exc(limit=3))
     if result.error:
-        return Outcome(str(path), "error", result.error)
+        status = "crash" if "internal error" in result.error else "error"  # caught, still a crash
+        return Outcome(str(path), status, result.error)
     if result.skipped:
         return Outcome(str(path), "skipped")
     if not result.changed:

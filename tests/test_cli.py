@@ -103,6 +103,20 @@ def test_output_dir_for_a_single_file(tree: Path, tmp_path_factory: pytest.TempP
     assert (out / "loop.py").read_text() == NEW
 
 
+def test_output_dir_refuses_inputs_of_the_same_name(
+    tree: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tree / "pkg" / "train.py").write_text(OLD)
+    out = tmp_path_factory.mktemp("out")
+    args = ["rewrite", str(tree / "train.py"), str(tree / "pkg" / "train.py"), "--output-dir", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{tree / 'train.py'} and {tree / 'pkg' / 'train.py'} would both be written to {out / 'train.py'}" in err
+    assert list(out.iterdir()) == []
+    assert main(["rewrite", str(tree), "--output-dir", str(out), "-q"]) == 0  # one root: no clash
+    assert (out / "pkg" / "train.py").read_text() == NEW
+
+
 def test_stdin_to_stdout() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "neuron_migrate", "rewrite", "-"],

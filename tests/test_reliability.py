@@ -49,10 +49,39 @@ def test_rewritten_code_parses_and_is_stable(source: str, tail: str) -> None:
     result = rewrite_source(program, "generated.py", Options())
     if result.error is not None:
         assert ":" in result.error  # a one-line, located message, never an exception
+        assert "internal error" not in result.error  # caught, but a crash all the same
         return
     ast.parse(result.migrated)
     again = rewrite_source(result.migrated, "generated.py", Options())
     assert again.migrated == result.migrated
+
+
+PATTERNS = st.sampled_from(
+    ["True", "None", "1 | 2", '"s"', "[a, *rest]", '{"k": v, **rest}', "Point(x=0, y=py)", "int(n) if n > 0", "_"]
+)
+BODIES = st.sampled_from(
+    ["xm.mark_step()", "y = torch.nonzero(x)", "d = xm.xla_device()", "print(x.item())", "pass"]
+)
+
+
+@st.composite
+def match_statements(draw: st.DrawFn) -> str:
+    """`match` statements, which hypothesmith's grammar does not produce."""
+    cases = draw(st.lists(st.tuples(PATTERNS, BODIES), min_size=1, max_size=4))
+    body = "".join(f"        case {pattern}:\n            {stmt}\n" for pattern, stmt in cases)
+    return f"import torch\n{XLA_HEADER}\ndef f(x, n):\n    match x:\n{body}"
+
+
+@SETTINGS
+@given(match_statements())
+def test_match_statements_are_checked_and_rewritten(program: str) -> None:
+    from neuron_migrate.checks.checker import CheckOptions, check_source
+
+    report = check_source(program, "generated.py", CheckOptions(fix=True, unsafe_fixes=True))
+    assert report.error is None
+    result = rewrite_source(program, "generated.py", Options())
+    assert result.error is None
+    ast.parse(result.migrated)
 
 
 @pytest.mark.parametrize(
@@ -142,6 +171,7 @@ def test_check_never_crashes(source: str) -> None:
 
     for program in (source, XLA_HEADER + "import torch\n" + source):
         report = check_source(program, "generated.py", CheckOptions(fix=True, unsafe_fixes=True))
+        assert report.error is None or "internal error" not in report.error
         if report.fixed is not None:
             ast.parse(report.fixed)
 

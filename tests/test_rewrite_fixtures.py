@@ -16,8 +16,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from neuron_migrate.codemods.base import NEURON, PORTABLE, Target
-from neuron_migrate.engine import Options, rewrite_source
+from neuron_migrate.rewrite.codemods.base import NEURON, PORTABLE, Target
+from neuron_migrate.rewrite.engine import Options, rewrite_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rewrite"
 REGENERATE = os.environ.get("NEURON_MIGRATE_REGEN") == "1"

@@ -99,87 +99,62 @@ def _uri(path: str) -> str:
 def as_sarif(reports: Sequence[FileReport], enabled: Sequence[str] | None = None) -> str:
     rules = by_code()
     codes = sorted(enabled if enabled is not None else rules)
-    descriptors = []
-    for code in codes:
-        rule = rules[code]
-        doc = (rule.__doc__ or "").strip()
-        descriptor: dict[str, Any] = {
-            "id": code,
-            "name": rule.name,
-            "shortDescription": {"text": rule.summary},
-            "fullDescription": {"text": doc.splitlines()[0] if doc else rule.summary},
-            "help": {"text": doc, "markdown": doc},
-            "defaultConfiguration": {"level": SARIF_LEVEL[rule.severity.label]},
-            "properties": {"tags": [rule.name], "graphBreaks": list(rule.graph_breaks)},
-        }
-        descriptors.append(descriptor)
     index = {code: i for i, code in enumerate(codes)}
-    results = []
-    for path, d in _findings(reports):
-        location = {
-            "physicalLocation": {
-                "artifactLocation": {"uri": _uri(path)},
-                "region": {
-                    "startLine": d.line,
-                    "startColumn": d.column,
-                    "endLine": d.end_line,
-                    "endColumn": d.end_column,
-                },
-            }
-        }
-        result: dict[str, Any] = {
-            "ruleId": d.code,
-            "level": SARIF_LEVEL[d.severity.label],
-            "message": {"text": d.text},
-            "locations": [location],
-        }
-        if d.code in index:
-            result["ruleIndex"] = index[d.code]
-        if d.cell is not None:
-            result["properties"] = {"cell": d.cell}
-        if d.fix is not None:
-            result["fixes"] = [
-                {
-                    "description": {"text": d.fix.message},
-                    "artifactChanges": [
-                        {
-                            "artifactLocation": {"uri": _uri(path)},
-                            "replacements": [
-                                {
-                                    "deletedRegion": {
-                                        "startLine": e.row,
-                                        "startColumn": e.column,
-                                        "endLine": e.end_row,
-                                        "endColumn": e.end_column,
-                                    },
-                                    "insertedContent": {"text": e.content},
-                                }
-                                for e in d.fix.edits
-                            ],
-                        }
-                    ],
-                }
-            ]
-        results.append(result)
-    log = {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "neuron-migrate",
-                        "version": __version__,
-                        "semanticVersion": __version__,
-                        "rules": descriptors,
-                    }
-                },
-                "columnKind": "unicodeCodePoints",
-                "results": results,
-            }
-        ],
+    driver = {
+        "name": "neuron-migrate",
+        "version": __version__,
+        "semanticVersion": __version__,
+        "rules": [_sarif_rule(code, rules[code]) for code in codes],
     }
+    results = [_sarif_result(path, d, index) for path, d in _findings(reports)]
+    run = {"tool": {"driver": driver}, "columnKind": "unicodeCodePoints", "results": results}
+    log = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(log, indent=2) + "\n"
+
+
+def _sarif_rule(code: str, rule: Any) -> dict[str, Any]:
+    """A SARIF reportingDescriptor: the rule's documentation and default level."""
+    doc = (rule.__doc__ or "").strip()
+    return {
+        "id": code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": doc.splitlines()[0] if doc else rule.summary},
+        "help": {"text": doc, "markdown": doc},
+        "defaultConfiguration": {"level": SARIF_LEVEL[rule.severity.label]},
+        "properties": {"tags": [rule.name], "graphBreaks": list(rule.graph_breaks)},
+    }
+
+
+def _sarif_region(line: int, column: int, end_line: int, end_column: int) -> dict[str, int]:
+    return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
+
+
+def _sarif_result(path: str, d: Diagnostic, index: dict[str, int]) -> dict[str, Any]:
+    """One finding, with its fix as SARIF `fixes` when it has one."""
+    region = _sarif_region(d.line, d.column, d.end_line, d.end_column)
+    location = {"physicalLocation": {"artifactLocation": {"uri": _uri(path)}, "region": region}}
+    result: dict[str, Any] = {
+        "ruleId": d.code,
+        "level": SARIF_LEVEL[d.severity.label],
+        "message": {"text": d.text},
+        "locations": [location],
+    }
+    if d.code in index:
+        result["ruleIndex"] = index[d.code]
+    if d.cell is not None:
+        result["properties"] = {"cell": d.cell}
+    if d.fix is not None:
+        replacements = [
+            {
+                "deletedRegion": _sarif_region(e.row, e.column, e.end_row, e.end_column),
+                "insertedContent": {"text": e.content},
+            }
+            for e in d.fix.edits
+        ]
+        change = {"artifactLocation": {"uri": _uri(path)}, "replacements": replacements}
+        result["fixes"] = [{"description": {"text": d.fix.message}, "artifactChanges": [change]}]
+    return result
 
 
 def _escape(value: str, property_value: bool = False) -> str:

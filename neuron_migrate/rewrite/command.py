@@ -11,6 +11,7 @@ the command line is built: `neuron-migrate check` and `rules` start without it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,26 +157,53 @@ def run(args: argparse.Namespace) -> int:
             print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
             return EXIT_ERROR
         mode = "diff" if args.diff else "check" if args.check else "output" if args.output_dir else "write"
-        jobs: list[Job] = []
-        missing = []
-        for given in map(Path, args.paths):
-            if not given.exists():
-                missing.append(f"{given}: no such file or directory")
-                continue
-            root = given if given.is_dir() else None
-            for path in discover([given], (".py", ".ipynb")):
-                config = configs.for_path(path)
-                if path != given and config.excluded(path):
-                    continue
-                output = _output_path(path, root, args.output_dir) if args.output_dir else None
-                jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs))
+        jobs, missing = _jobs(args, configs, mode)
     except configuration.ConfigError as exc:
         print(f"neuron-migrate: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    clash = _output_clash(jobs)
+    if clash:
+        print(f"neuron-migrate: {clash}", file=sys.stderr)
         return EXIT_ERROR
     results = run_jobs(process, jobs, args.jobs, _crashed)
     for message in missing:
         results.append(FileResult(path=message.split(":")[0], error=message))
     return _finish(results, args, mode)
+
+
+def _jobs(args: argparse.Namespace, configs: configuration.Configs, mode: str) -> tuple[list[Job], list[str]]:
+    """One job per file under the given paths (config `exclude` applies inside folders), and the
+    paths that do not exist."""
+    jobs: list[Job] = []
+    missing = []
+    for given in map(Path, args.paths):
+        if not given.exists():
+            missing.append(f"{given}: no such file or directory")
+            continue
+        root = given if given.is_dir() else None
+        for path in discover([given], (".py", ".ipynb")):
+            config = configs.for_path(path)
+            if path != given and config.excluded(path):
+                continue
+            output = _output_path(path, root, args.output_dir) if args.output_dir else None
+            jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs))
+    return jobs, missing
+
+
+def _output_clash(jobs: list[Job]) -> str | None:
+    """Two inputs that would be written to the same place under --output-dir: refuse, write nothing."""
+    claimed: dict[Path, Path] = {}
+    for job in jobs:
+        if job.output is None:
+            continue
+        key = Path(os.path.abspath(job.output))
+        if key in claimed and claimed[key] != job.path:
+            return (
+                f"--output-dir: {claimed[key]} and {job.path} would both be written to {job.output}; "
+                "migrate them in separate runs or give their common folder"
+            )
+        claimed[key] = job.path
+    return None
 
 
 def _options(args: argparse.Namespace, config: configuration.Config, path: Path | None) -> Options:

@@ -402,73 +402,13 @@ def compare_runs(
 ) -> Comparison:
     if not original or not migrated:
         raise ValueError("both programs must have recorded something")
-    o0, m0 = original[0], migrated[0]
-    chosen = choose_precision(o0, m0) if precision == "auto" else PRECISIONS[precision]
-    if rtol is not None or atol is not None:
-
-        def override(t: Tolerance) -> Tolerance:
-            return Tolerance(t.rtol if rtol is None else rtol, t.atol if atol is None else atol)
-
-        chosen = Precision(
-            chosen.name + " (overridden)",
-            override(chosen.loss),
-            override(chosen.tensor),
-            chosen.tie,
-        )
+    chosen = _tolerances(original[0], migrated[0], precision, rtol, atol)
     notes: list[str] = []
-    items = [compare_precision(o0, m0)]
+    items = [compare_precision(original[0], migrated[0])]
     worlds = ([c.world_size for c in original], [c.world_size for c in migrated])
-    same_world = len(original) == len(migrated) and worlds[0] == worlds[1]
-    if same_world:
+    if len(original) == len(migrated) and worlds[0] == worlds[1]:
         for o, m in zip(original, migrated, strict=True):
-            suffix = f" [rank {o.rank}]" if len(original) > 1 else ""
-            pair = [
-                compare_losses(o, m, chosen.loss),
-                compare_tensors(
-                    "initial",
-                    "parameters before the first step",
-                    o.group("init"),
-                    m.group("init"),
-                    chosen.tensor,
-                    True,
-                ),
-                compare_tensors(
-                    "gradients",
-                    "gradients before the first step",
-                    o.group("grad"),
-                    m.group("grad"),
-                    chosen.tensor,
-                    True,
-                ),
-                compare_tensors(
-                    "parameters",
-                    "final parameters",
-                    o.group("param"),
-                    m.group("param"),
-                    chosen.tensor,
-                    True,
-                ),
-                compare_tensors(
-                    "forward",
-                    "first forward output",
-                    o.group("forward/0"),
-                    m.group("forward/0"),
-                    chosen.tensor,
-                ),
-            ]
-            calls = max(len(o.manifest.get("generate", [])), len(m.manifest.get("generate", [])))
-            pair += [compare_generate(i, o, m, chosen) for i in range(calls)]
-            for item in pair:
-                item.title += suffix
-                if suffix:
-                    item.key += f"@rank{o.rank}"
-            items += [item for item in pair if item.verdict != SKIPPED]
-            if pair[1].verdict == DIVERGE:
-                notes.append(
-                    "the programs start from different weights (parameters before the first step differ), "
-                    "so everything after differs too: look at how the model is built and initialised "
-                    "(default dtype, device at creation, seeding)"
-                )
+            items += _compare_rank(o, m, chosen, len(original) > 1, notes)
     else:
         notes.append(
             f"the programs ran with different numbers of processes (original {len(original)} of world "
@@ -478,6 +418,65 @@ def compare_runs(
     for label, captures in (("original", original), ("migrated", migrated)):
         if len(captures) > 1:
             items.append(compare_replicas(label, captures, chosen.tensor))
+    notes += _dropout_notes(original, migrated)
+    if chosen.name.startswith("bf16"):
+        notes.append("a side computes in bfloat16/float16, so bf16 tolerances apply")
+    return Comparison(chosen, items, notes)
+
+
+def _tolerances(
+    o0: Capture, m0: Capture, precision: str, rtol: float | None, atol: float | None
+) -> Precision:
+    """The precision both runs are judged at: chosen from their dtypes, or named, then overridden."""
+    chosen = choose_precision(o0, m0) if precision == "auto" else PRECISIONS[precision]
+    if rtol is None and atol is None:
+        return chosen
+
+    def override(t: Tolerance) -> Tolerance:
+        return Tolerance(t.rtol if rtol is None else rtol, t.atol if atol is None else atol)
+
+    return Precision(
+        chosen.name + " (overridden)", override(chosen.loss), override(chosen.tensor), chosen.tie
+    )
+
+
+def _compare_rank(
+    o: Capture, m: Capture, chosen: Precision, several: bool, notes: list[str]
+) -> list[Item]:
+    """Everything one rank of each program recorded, side by side (rows named per rank if several)."""
+    tensors = chosen.tensor
+    pair = [
+        compare_losses(o, m, chosen.loss),
+        compare_tensors(
+            "initial", "parameters before the first step", o.group("init"), m.group("init"), tensors, True
+        ),
+        compare_tensors(
+            "gradients", "gradients before the first step", o.group("grad"), m.group("grad"), tensors, True
+        ),
+        compare_tensors(
+            "parameters", "final parameters", o.group("param"), m.group("param"), tensors, True
+        ),
+        compare_tensors(
+            "forward", "first forward output", o.group("forward/0"), m.group("forward/0"), tensors
+        ),
+    ]
+    calls = max(len(o.manifest.get("generate", [])), len(m.manifest.get("generate", [])))
+    pair += [compare_generate(i, o, m, chosen) for i in range(calls)]
+    if several:
+        for item in pair:
+            item.title += f" [rank {o.rank}]"
+            item.key += f"@rank{o.rank}"
+    if pair[1].verdict == DIVERGE:
+        notes.append(
+            "the programs start from different weights (parameters before the first step differ), "
+            "so everything after differs too: look at how the model is built and initialised "
+            "(default dtype, device at creation, seeding)"
+        )
+    return [item for item in pair if item.verdict != SKIPPED]
+
+
+def _dropout_notes(original: list[Capture], migrated: list[Capture]) -> list[str]:
+    notes = []
     for label, captures in (("original", original), ("migrated", migrated)):
         calls = sum(
             int(c.manifest.get("dropout_calls", 0))
@@ -490,6 +489,4 @@ def compare_runs(
                 "(XLA draws on its own device generator), so values are not expected to agree; rerun with "
                 "--no-dropout to compare the deterministic computation"
             )
-    if chosen.name.startswith("bf16"):
-        notes.append("a side computes in bfloat16/float16, so bf16 tolerances apply")
-    return Comparison(chosen, items, notes)
+    return notes

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate.files import SourceError
+from neuron_migrate.core.files import SourceError
 from neuron_migrate.jupyter import Diff, migrate_cell, migrate_path, render
 from neuron_migrate.jupyter.migration import apply, notebook_code_cells
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate.engine import Options, rewrite_source
+from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.validate import refenv
 from neuron_migrate.validate.command import main
 

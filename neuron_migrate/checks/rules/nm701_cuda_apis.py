@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.checks.context import dotted
-from neuron_migrate.checks.model import SAFE
+from neuron_migrate.checks.model import SAFE, UNSAFE
 from neuron_migrate.checks.rules.base import Invalid, Rule, constant
 
-# torch.cuda.X() -> torch.accelerator.Y(), the same on every device (safe for both targets).
+# torch.cuda.X() -> torch.accelerator.Y(): the same on CUDA, and raising on a machine without an
+# accelerator exactly where the CUDA call raised too, except for the two below.
 ACCELERATOR = {
     "is_available": "is_available",
     "device_count": "device_count",
@@ -17,6 +18,8 @@ ACCELERATOR = {
     "set_device": "set_device_index",
     "empty_cache": "empty_cache",
 }
+# `torch.cuda.empty_cache()` is a no-op without CUDA; `torch.accelerator.empty_cache()` raises there.
+RAISES_WITHOUT_ACCELERATOR = frozenset({"empty_cache"})
 LEFT_TO_NM404 = frozenset(
     {"graph", "graphs", "CUDAGraph", "make_graphed_callables", "graph_pool_handle"}
 )
@@ -55,10 +58,15 @@ class CudaApis(Rule):
     ```
 
     ## Fix safety
-    Safe: `torch.cuda.{is_available, device_count, synchronize, current_device, set_device,
-    empty_cache}` become their `torch.accelerator` equivalents (for CUDA users nothing changes).
-    With `--target neuron`, `.cuda()` becomes `.to("neuron")` and `"cuda"` strings become
-    `"neuron"` (safe). Nothing else is fixed automatically.
+    Safe: `torch.cuda.{is_available, device_count, synchronize, current_device, set_device}`
+    become their `torch.accelerator` equivalents (for CUDA users nothing changes; without an
+    accelerator they return or raise as the CUDA calls did). Two cases are unsafe: a
+    `torch.cuda.is_available()` test that guards CUDA-only code (`"cuda" if ... else "cpu"`,
+    `.cuda()`), since on Trainium the accelerator is available and the guarded code would then
+    ask for CUDA; and `torch.cuda.empty_cache()` outside an availability guard, a no-op without
+    CUDA where `torch.accelerator.empty_cache()` raises. With `--target neuron`, `.cuda()` becomes
+    `.to("neuron")` and `"cuda"` strings become `"neuron"` (safe). Nothing else is fixed
+    automatically.
     """
 
     code = "NM701"
@@ -89,6 +97,20 @@ class CudaApis(Rule):
             fixed="import torch\n\nx = torch.zeros(2, device='neuron')\n",
         ),
         Invalid("import torch\n\nwith torch.cuda.amp.autocast():\n    y = m(x)\n", line=3),
+        Invalid(
+            "import torch\n\ntorch.cuda.empty_cache()\n",
+            fixed=None,
+            unsafe_fixed="import torch\n\ntorch.accelerator.empty_cache()\n",
+        ),
+        Invalid(
+            "import torch\n\nif torch.cuda.is_available():\n    torch.cuda.empty_cache()\n",
+            fixed="import torch\n\nif torch.accelerator.is_available():\n    torch.accelerator.empty_cache()\n",
+        ),
+        Invalid(
+            "import torch\n\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
+            fixed=None,
+            unsafe_fixed="import torch\n\ndevice = 'cuda' if torch.accelerator.is_available() else 'cpu'\n",
+        ),
     )
 
     def visit_attribute(self, node: ast.Attribute) -> None:
@@ -111,6 +133,7 @@ class CudaApis(Rule):
                 fix = ctx.fix(
                     ctx.replace(outer, f"{torch_name}.accelerator.{ACCELERATOR[member]}"),
                     f"use `torch.accelerator.{ACCELERATOR[member]}`",
+                    SAFE if self._same_everywhere(member, call) else UNSAFE,
                 )
         shown = f"torch.cuda.{member}" if member else "torch.cuda"
         hint = (
@@ -120,6 +143,29 @@ class CudaApis(Rule):
         )
         target: ast.AST = outer if member and outer is not None else node
         self.report(target, f"`{shown}` is CUDA-only; {hint}", fix=fix)
+
+    def _same_everywhere(self, member: str, call: ast.Call) -> bool:
+        """Whether the `torch.accelerator` spelling behaves as the CUDA call did on every device."""
+        guard = self._enclosing_condition(call)
+        if member == "is_available":
+            # Only as the test of a branch that is not CUDA-only: Trainium would now take it.
+            if guard is None or not guard[0]:
+                return False
+            node = guard[1]
+            branch = [node.body] if isinstance(node, ast.IfExp) else node.body
+            return not any("cuda" in self.ctx.source(part) for part in branch)
+        if member in RAISES_WITHOUT_ACCELERATOR:
+            return guard is not None and not guard[0] and "is_available" in self.ctx.source(guard[1].test)
+        return True
+
+    def _enclosing_condition(self, call: ast.Call) -> tuple[bool, ast.If | ast.IfExp] | None:
+        """The nearest `if` or conditional expression around `call`, and whether `call` is in its test."""
+        stack = self.ctx.stack
+        for index in range(len(stack) - 2, -1, -1):
+            node = stack[index]
+            if isinstance(node, ast.If | ast.IfExp):
+                return stack[index + 1] is node.test, node
+        return None
 
     def visit_call(self, node: ast.Call, name: str) -> None:
         ctx = self.ctx
