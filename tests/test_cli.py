@@ -219,12 +219,23 @@ def test_report(tree: Path, tmp_path_factory: pytest.TempPathFactory, suffix: st
     text = report.read_text()
     if suffix == ".json":
         data = json.loads(text)
-        assert data["summary"] == {"files": 4, "changed": 3, "changes": 4, "manual": 1, "errors": 0}
+        assert data["summary"] == {
+            "files": 4,
+            "changed": 3,
+            "changes": 4,
+            "manual": 1,
+            "errors": 0,
+            "status": {
+                "fails at start-up: still imports the old stack": 1,
+                "nothing to migrate": 1,
+                "runs natively as written": 2,
+            },
+        }
         item = next(f for f in data["files"] if f["path"].endswith("gather.py"))["manual"][0]
         assert item["code"] == "NM006" and item["location"] == {"row": 3, "column": 1}
     else:
         assert text.startswith("# Migration report (portable target)")
-        assert "## Needs attention" in text and "| NM006 |" in text
+        assert "## TODOs by kind" in text and "| [NM006](docs/rules.md#nm006) |" in text
 
 
 def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,15 +3,41 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from neuron_migrate import __version__
+from neuron_migrate.core import oldstack
 from neuron_migrate.core.source import file_diff
-from neuron_migrate.rewrite.results import FileResult
+from neuron_migrate.rewrite.results import FileResult, ManualItem
 
-RULES_HINT = "neuron-migrate rules {code}"
+RULES_URL = "docs/rules.md#{code}"  # in the neuron-migrate repository
+
+# A file that still imports the old stack fails at start-up on TorchNeuron (ImportError).
+_PACKAGES = "|".join(re.escape(p) for p in (*oldstack.PACKAGES, oldstack.OPTIMUM_NEURON))
+_OLD_IMPORT = re.compile(
+    rf"^[ \t]*(?:import|from)[ \t]+(?:{_PACKAGES})\b|^[ \t]*from[ \t]+optimum[ \t]+import[ \t]+neuron\b",
+    re.MULTILINE,
+)
+
+NATIVE = "runs natively as written"
+AFTER_TODOS = "runs natively once its TODOs are done"
+START_UP = "fails at start-up: still imports the old stack"
+REFUSED = "refused, left unchanged"
+UNTOUCHED = "nothing to migrate"
+
+# What a person on TorchNeuron needs to know whatever the files held (see the rule docs).
+PLATFORM_FACTS = (
+    "TorchNeuron runs on Trn2 and Trn3 instances; Trn1 and Inf2 are not supported by it, so their "
+    "users stay on the old stack for now.",
+    "On Trainium, compile with `torch.compile(model, backend=\"neuron\", fullgraph=True)`: "
+    "`fullgraph=True` raises on a graph break instead of silently splitting the model.",
+    "Shapes must be static there: `dynamic=True` is rejected at compile time, and every new input "
+    "shape compiles anew (pad to a few fixed sizes); a `mode=` other than `\"default\"` is ignored "
+    "with a warning.",
+)
 
 
 def unified_diff(result: FileResult) -> str:
@@ -50,12 +76,24 @@ def _codes(result: FileResult) -> str:
     return ", ".join(f"{code} x{n}" if n > 1 else code for code, n in sorted(counts.items()))
 
 
+def file_status(result: FileResult) -> str:
+    """Where a file stands after the rewrite, from what the rewrite produced."""
+    if result.error:
+        return REFUSED
+    if _OLD_IMPORT.search(result.migrated):
+        return START_UP
+    if result.manual:
+        return AFTER_TODOS
+    return NATIVE if result.changed else UNTOUCHED
+
+
 def as_json(results: Sequence[FileResult], target: str) -> str:
     files: list[dict[str, Any]] = []
     for r in results:
         files.append(
             {
                 "path": r.path,
+                "status": file_status(r),
                 "changed": r.changed,
                 "error": r.error,
                 "changes": [{"code": c.code, "message": c.message} for c in r.changes],
@@ -81,6 +119,7 @@ def as_json(results: Sequence[FileResult], target: str) -> str:
             "changes": sum(len(r.changes) for r in results),
             "manual": sum(len(r.manual) for r in results),
             "errors": sum(bool(r.error) for r in results),
+            "status": dict(Counter(file_status(r) for r in results)),
         },
         "files": files,
     }
@@ -88,35 +127,77 @@ def as_json(results: Sequence[FileResult], target: str) -> str:
 
 
 def as_markdown(results: Sequence[FileResult], target: str) -> str:
-    out = [f"# Migration report ({target} target)", ""]
-    out.append(summary(results, applied=True))
-    out.append("")
-    manual = [(r, m) for r in results for m in r.manual]
-    if manual:
-        out += ["## Needs attention", "", "| where | code | what |", "|---|---|---|"]
-        for r, m in manual:
-            message = m.message.replace("|", "\\|")
-            where = location(r, m.line, m.column, m.cell).rsplit(":", 1)[0]
-            out.append(f"| `{where}` | {m.code} | {message} |")
-        out.append("")
-    notes = [(r, n) for r in results for n in r.notes]
-    if notes:
-        out += ["## Behaviour that changed", ""]
-        for r, n in notes:
-            out.append(f"- `{r.path}` ({n.code}): {n.message}")
-        out.append("")
-    errors = [r for r in results if r.error]
-    if errors:
-        out += ["## Errors (files left unchanged)", ""]
-        out += [f"- `{r.error}`" for r in errors]
-        out.append("")
+    """The migration report: where each file stands, what to do first, the TODOs by kind."""
+    out = [f"# Migration report ({target} target)", "", summary(results, applied=True), ""]
+    out += _status_table(results)
+    out += _do_first(results)
+    out += _todos_by_kind(results)
+    out += ["## Running on TorchNeuron", "", *(f"- {fact}" for fact in PLATFORM_FACTS), ""]
     changed = [r for r in results if r.changes]
     if changed:
-        out += ["## Changes", ""]
+        out += ["## Changes made", ""]
         for r in changed:
-            out.append(f"### `{r.path}` ({_codes(r)})")
-            out.append("")
-            for change in r.changes:
-                out.append(f"- {change.code}: {change.message}")
-            out.append("")
+            out += [f"### `{r.path}` ({_codes(r)})", "", *(f"- {c.code}: {c.message}" for c in r.changes), ""]
     return "\n".join(out)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _status_table(results: Sequence[FileResult]) -> list[str]:
+    order = (START_UP, REFUSED, AFTER_TODOS, NATIVE, UNTOUCHED)
+    rows = sorted(results, key=lambda r: (order.index(file_status(r)), r.path))
+    out = ["## Where each file stands", "", "| file | status | TODOs | why |", "|---|---|---|---|"]
+    for r in rows:
+        status = file_status(r)
+        if status == UNTOUCHED:
+            continue
+        why = r.error or ""
+        if status == START_UP:
+            why = "old-stack imports stay until the TODOs that use them are done"
+        out.append(f"| `{r.path}` | {status} | {len(r.manual)} | {_cell(why)} |")
+    untouched = sum(file_status(r) == UNTOUCHED for r in results)
+    if untouched:
+        out.append(f"| ({untouched} more) | {UNTOUCHED} | 0 | |")
+    return [*out, ""]
+
+
+def _do_first(results: Sequence[FileResult]) -> list[str]:
+    """Ranked by impact: what stops a program from starting, then what changes its numbers."""
+    out: list[str] = []
+    blocked = [r for r in results if file_status(r) == START_UP]
+    if blocked:
+        out += ["1. **What breaks at start-up.** These files still import the old stack; do their "
+                "TODOs on old-stack calls first, then delete the imports:"]
+        out += [f"   - `{r.path}` ({len(r.manual)} TODOs)" for r in blocked]
+    notes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in results:
+        for n in r.notes:
+            notes[(n.code, n.message)].append(r.path)
+    if notes:
+        number = 2 if out else 1
+        out.append(f"{number}. **What changes numbers, precision or launch.** The rewrite "
+                   "changed behaviour here on purpose; check each against the original:")
+        for (code, message), paths in notes.items():
+            where = ", ".join(f"`{p}`" for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+            out.append(f"   - {code}: {message} ({where})")
+    if not out:
+        return []
+    return ["## Do first", "", *out, ""]
+
+
+def _todos_by_kind(results: Sequence[FileResult]) -> list[str]:
+    kinds: dict[tuple[str, str], list[tuple[FileResult, ManualItem]]] = defaultdict(list)
+    for r in results:
+        for m in r.manual:
+            kinds[(m.code, m.message)].append((r, m))
+    if not kinds:
+        return []
+    out = ["## TODOs by kind", "", "| code | what | count | where |", "|---|---|---|---|"]
+    for (code, message), items in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        link = f"[{code}]({RULES_URL.format(code=code.lower())})"
+        places = [location(r, m.line, m.column, m.cell).rsplit(":", 1)[0] for r, m in items]
+        where = ", ".join(f"`{p}`" for p in places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
+        out.append(f"| {link} | {_cell(message)} | {len(items)} | {where} |")
+    return [*out, ""]

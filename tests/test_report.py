@@ -1,0 +1,96 @@
+"""The migration report says only what the rewrite did: each statement is checked against the output."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+from pathlib import Path
+
+from neuron_migrate.cli import main
+from neuron_migrate.core import oldstack
+from neuron_migrate.rewrite import report
+
+ROOT = Path(__file__).resolve().parents[1]
+TODO = re.compile(r"# TODO\(neuron-migrate (NM\d{3})\): (.*)$", re.MULTILINE)
+
+NATIVE = "import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\nxm.mark_step()\n"
+LEFTOVER = 'import torch_xla.core.xla_model as xm\n\ndevs = xm.xla_replication_devices(["a"])\n'
+PLAIN = "import torch\n\nx = torch.ones(2)\n"
+BROKEN = "import torch_xla\ndef f(:\n"
+
+
+def _imports_old_stack(text: str) -> bool:
+    roots = (*oldstack.PACKAGES, oldstack.OPTIMUM_NEURON)
+    for node in ast.walk(ast.parse(text)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        if any(n == r or n.startswith(r + ".") for n in names for r in roots):
+            return True
+    return False
+
+
+def _expected_status(original: str, written: Path | None, error: bool) -> str:
+    if error:
+        return report.REFUSED
+    text = written.read_text() if written else original
+    if _imports_old_stack(text):
+        return report.START_UP
+    if TODO.search(text):
+        return report.AFTER_TODOS
+    return report.NATIVE if text != original else report.UNTOUCHED
+
+
+def _run(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {"native.py": NATIVE, "leftover.py": LEFTOVER, "plain.py": PLAIN, "broken.py": BROKEN}
+    for name, text in files.items():
+        (src / name).write_text(text)
+    shutil.copy(ROOT / "examples" / "xla_bf16_env.py", src / "bf16.py")
+    files["bf16.py"] = (src / "bf16.py").read_text()
+    out = tmp_path / "out"
+    main(["rewrite", str(src), "--output-dir", str(out), "-q", "--report", str(tmp_path / "r.json")])
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out2"), "-q", "--report", str(tmp_path / "r.md")])
+    return src, out, files
+
+
+def test_every_status_matches_the_written_files(tmp_path: Path) -> None:
+    src, out, files = _run(tmp_path)
+    data = json.loads((tmp_path / "r.json").read_text())
+    seen = set()
+    for entry in data["files"]:
+        name = Path(entry["path"]).name
+        written = out / name if (out / name).exists() else None
+        expected = _expected_status(files[name], written, entry["error"] is not None)
+        assert entry["status"] == expected, name
+        seen.add(expected)
+    assert {report.REFUSED, report.START_UP, report.NATIVE, report.UNTOUCHED} <= seen
+    assert data["summary"]["status"][report.START_UP] == 1
+
+
+def test_todos_by_kind_count_the_todo_comments_written(tmp_path: Path) -> None:
+    _, out, _ = _run(tmp_path)
+    written = [m.group(1, 2) for f in sorted(out.glob("*.py")) for m in TODO.finditer(f.read_text())]
+    text = (tmp_path / "r.md").read_text()
+    rows = re.findall(r"^\| \[(NM\d{3})\]\(docs/rules\.md#nm\d{3}\) \| (.*?) \| (\d+) \|", text, re.MULTILINE)
+    assert sum(int(n) for _, _, n in rows) == len(written)
+    for code, message, count in rows:
+        assert sum(1 for c, m in written if c == code and m.replace("|", "\\|") == message) == int(count)
+
+
+def test_markdown_sections_follow_the_files(tmp_path: Path) -> None:
+    src, _, _ = _run(tmp_path)
+    text = (tmp_path / "r.md").read_text()
+    assert text.startswith("# Migration report (portable target)")
+    table = text.split("## Where each file stands")[1].split("\n## ")[0]
+    # Files that still import the old stack come first, and "Do first" names exactly them.
+    first_row = next(line for line in table.splitlines() if line.startswith("| `"))
+    assert "leftover.py" in first_row and report.START_UP in first_row
+    do_first = text.split("## Do first")[1].split("\n## ")[0]
+    assert re.findall(r"- `([^`]+)` \(\d+ TODOs\)", do_first) == [str(src / "leftover.py")]
+    assert "broken.py:2:7: SyntaxError" in table
+    for fact in report.PLATFORM_FACTS:
+        assert fact in text
