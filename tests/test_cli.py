@@ -13,7 +13,7 @@ import pytest
 
 from neuron_migrate import cli
 from neuron_migrate.cli import main
-from neuron_migrate.rewrite import command as rewrite_command
+from neuron_migrate.rewrite import engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -353,14 +353,14 @@ def test_file_changed_while_migrating_is_not_overwritten(
 ) -> None:
     path = tmp_path / "racy.py"
     path.write_text(OLD)
-    real = rewrite_command.rewrite_source
+    real = engine.rewrite_source
 
     def edit_meanwhile(text: str, name: str, options: object) -> object:
         result = real(text, name, options)  # type: ignore[arg-type]
         path.write_text(OLD + "# edited by someone else\n")
         return result
 
-    monkeypatch.setattr(rewrite_command, "rewrite_source", edit_meanwhile)
+    monkeypatch.setattr(engine, "rewrite_source", edit_meanwhile)
     assert main(["rewrite", str(path), "-j", "1"]) == 2
     assert "changed on disk while being migrated; not overwritten" in capsys.readouterr().err
     assert path.read_text() == OLD + "# edited by someone else\n"

@@ -9,8 +9,10 @@ import nbformat
 import pytest
 
 from neuron_migrate.cli import main
-from neuron_migrate.engine import Options
-from neuron_migrate.notebook import rewrite_notebook
+from neuron_migrate.core.oldstack import REMOVED_STEPS
+from neuron_migrate.rewrite.engine import Options
+from neuron_migrate.rewrite.notebook import rewrite_notebook
+from neuron_migrate.rewrite.shell import rewrite_shell_command
 
 CELLS = [
     ("markdown", "# Train on Trainium\nWe use the XLA device."),
@@ -196,3 +198,94 @@ def test_clear_outputs_of_changed_cells_only(tmp_path: Path) -> None:
     assert cells[2]["outputs"] == [] and cells[2]["execution_count"] is None  # changed: cleared
     assert cells[5]["outputs"][0]["text"] == ["tensor([2., 2., 2.])\n"]  # unchanged: kept
     assert cells[1]["outputs"] == []  # changed (the %env line), had an output
+
+
+def test_a_continued_old_stack_step_goes_with_all_its_lines() -> None:
+    cells = [
+        ("code", "!optimum-cli export neuron --model gpt2 \\\n    --batch_size 1 \\\n    out/\nprint('done')"),
+        ("code", "!neuron_parallel_compile torchrun --nproc_per_node=2 train.py \\\n    --max_steps 10\n!ls"),
+    ]
+    new, outcome = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert sources[0] == (
+        "# (removed: ahead-of-time `optimum-cli export neuron`: load the model with `from_pretrained` "
+        "and compile at run time)\nprint('done')"
+    )
+    assert sources[1].startswith("# (removed: neuron_parallel_compile pre-compilation")
+    assert sources[1].endswith(")\n!ls") and "--max_steps" not in sources[1]
+    changes = [c.message for c in outcome.result.changes]  # type: ignore[attr-defined]
+    assert changes == ["removed a `optimum-cli export neuron` step", "removed a `neuron_parallel_compile` step"]
+
+
+def test_xla_variables_leave_a_continued_command_whole() -> None:
+    cells = [
+        ("code", "!XLA_USE_BF16=1 PJRT_DEVICE=NEURON \\\n    torchrun --nproc_per_node=2 train.py \\\n    --epochs 1"),
+        ("code", "!NEURON_CC_FLAGS='-O1' XLA_USE_BF16=1 \\\r\n    python train.py"),
+    ]
+    new, outcome = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert sources[0] == "!torchrun --nproc_per_node=2 train.py \\\n    --epochs 1"
+    assert sources[1] == "!NEURON_CC_FLAGS='-O1' \\\r\n    python train.py"
+    changes = [c.message for c in outcome.result.changes]  # type: ignore[attr-defined]
+    assert changes == ["removed XLA_USE_BF16, PJRT_DEVICE from a shell command", "removed XLA_USE_BF16 from a shell command"]
+
+
+def test_a_step_alone_in_a_block_leaves_a_statement() -> None:
+    cells = [("code", "for name in models:\n    !optimum-cli export neuron --model {name} \\\n        out/{name}\nprint(1)")]
+    new, _ = rewrite(nbformat.writes(build(cells)))
+    source = "".join(json.loads(new)["cells"][0]["source"])
+    assert source.startswith("for name in models:\n    pass  # (removed: ahead-of-time `optimum-cli export neuron`")
+    assert source.endswith("run time)\nprint(1)")
+
+
+def test_a_step_whose_output_is_assigned_is_left_for_review_not_claimed_removed() -> None:
+    command = "log = !neuron_parallel_compile torchrun train.py \\\n        --max_steps 10"
+    raw = nbformat.writes(build([("code", f"if warm:\n    {command}\nprint(log)")]))
+    new, outcome = rewrite(raw)
+    result = outcome.result  # type: ignore[attr-defined]
+    marker = (
+        "# TODO(neuron-migrate NM005): a `neuron_parallel_compile` step is old-stack work, "
+        "but its output is assigned: remove it by hand"
+    )
+    assert "".join(json.loads(new)["cells"][0]["source"]) == f"if warm:\n    {marker}\n    {command}\nprint(log)"
+    assert result.changes == []
+    assert [(m.code, m.cell, m.line, m.column) for m in result.manual] == [("NM005", 1, 2, 5)]
+    again, outcome = rewrite(new)
+    assert again == new
+    assert [(m.code, m.cell, m.line, m.column) for m in outcome.result.manual] == [("NM005", 1, 2, 5)]  # type: ignore[attr-defined]
+
+
+def test_python_that_looks_like_ipython_syntax_is_migrated() -> None:
+    cells = [
+        ("code", "import torch_xla.core.xla_model as xm\nx = (a\n    % 2)\nprompt = '''Ready?\nGo.'''\nxm.mark_step()"),
+        ("code", 'print("why?")  # %time? !ls\nobj?\n!pip install \\\n    torch'),
+    ]
+    new, _ = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert sources[0] == "x = (a\n    % 2)\nprompt = '''Ready?\nGo.'''"
+    assert sources[1] == cells[1][1]
+
+
+def test_file_cell_magic_is_a_file_of_its_own() -> None:
+    raw = nbformat.writes(build([("code", "%%file train.py\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n")]))
+    new, _ = rewrite(raw)
+    source = "".join(json.loads(new)["cells"][0]["source"])
+    assert source.startswith("%%file train.py\nimport torch\n")
+    assert "xm." not in source
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("!XLA_USE_BF16=1 NEURON_CC_FLAGS='-O1' \\\n    torchrun t.py", "!NEURON_CC_FLAGS='-O1' \\\n    torchrun t.py"),
+        ("!NEURON_CC_FLAGS='-O1' XLA_USE_BF16=1 \\\n    torchrun t.py", "!NEURON_CC_FLAGS='-O1' \\\n    torchrun t.py"),
+        ("!XLA_USE_BF16=1 \\\n    PJRT_DEVICE=NEURON \\\n    torchrun t.py \\\n    --epochs 1", "!torchrun t.py \\\n    --epochs 1"),
+        ("!A=1 \\\n    PJRT_DEVICE=NEURON \\\n    torchrun t.py", "!A=1 \\\n    torchrun t.py"),
+        ("!!PJRT_DEVICE=NEURON python t.py", "!!python t.py"),
+        ("!cd run && PJRT_DEVICE=NEURON python t.py", None),
+        ("!optimum-cli export \\\n    neuron --model gpt2 out/", f"# (removed: {REMOVED_STEPS['optimum-cli export neuron']})"),
+    ],
+)
+def test_shell_command_rewrites(command: str, expected: str | None) -> None:
+    rewrite = rewrite_shell_command(command)
+    assert (rewrite.text if rewrite else None) == expected

@@ -1,10 +1,10 @@
 """Notebooks for `check`: the code cells of an `.ipynb` checked as one module, findings per cell.
 
 Cells are joined in order (an import in cell 1 is seen from cell 5). IPython magics, shell
-escapes and `?` help lines become `pass` at the same indentation, so line numbers stay as they
-are; cells in other languages (`%%bash`, `%%html`, ...) are skipped. Findings carry their cell
-(1-based, counting every cell as Jupyter shows them) and the line within it. Fixes are not offered
-for notebooks: `check` reports, `rewrite` is the tool that edits notebooks.
+commands and `?` help are masked as IPython reads them (see neuron_migrate.core.notebook_cells),
+so line numbers stay as they are; cells in other languages (`%%bash`, `%%html`, ...) are skipped.
+Findings carry their cell (1-based, counting every cell as Jupyter shows them) and the line
+within it. Fixes are not offered for notebooks: `check` reports, `rewrite` edits notebooks.
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ import re
 
 from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.checks.model import FileReport
-
-PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "python", "python3", "time", "timeit"})
-_MAGIC = re.compile(r"^(\s*)(?:[!%]|\w+\s*=\s*[!%])|^[^#]*\?\s*$")
+from neuron_migrate.core.notebook_cells import PYTHON_CELL_MAGICS, cell_magic, mask
 
 
-def _lines(source: object) -> list[str]:
-    text = "".join(source) if isinstance(source, list) else str(source or "")
-    return text.split("\n")
+def _text(source: object) -> str:
+    return "".join(source) if isinstance(source, list) else str(source or "")
 
 
 def check_notebook(raw: str, path: str, options: CheckOptions) -> FileReport:
@@ -39,18 +36,11 @@ def check_notebook(raw: str, path: str, options: CheckOptions) -> FileReport:
     for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        lines = _lines(cell.get("source", ""))
-        first = lines[0].strip() if lines else ""
-        if (
-            first.startswith("%%")
-            and first[2:].split(maxsplit=1)[:1]
-            and first[2:].split()[0] not in PYTHON_CELL_MAGICS
-        ):
+        source = _text(cell.get("source", ""))
+        magic = cell_magic(source)
+        if magic is not None and magic[0] not in PYTHON_CELL_MAGICS:
             continue  # another language
-        for index, line in enumerate(lines):
-            match = _MAGIC.match(line)
-            if match:
-                line = f"{match.group(1) or ''}pass"
+        for index, line in enumerate(mask(source).text.split("\n")):
             module.append(line)
             origin.append((number, index + 1))
     text = "\n".join(module) + "\n"

@@ -20,13 +20,12 @@ from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.checks.command import options_for
 from neuron_migrate.checks.notebooks import check_notebook as check_notebook_text
 from neuron_migrate.core import config as configuration
+from neuron_migrate.core.notebook_cells import cell_magic, writes_python_file
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.migration import notebook_code_cells
 
 SEVERITY_TONES = {"error": "bad", "warning": "warn", "info": "ok"}
-_PYTHON_BODY = re.compile(
-    r"\A(\s*)(%%(?:trainium\b[^\n]*|writefile\s[^\n]*\.py[ \t]*)$)", re.MULTILINE
-)
+_CELL_MAGIC_LINE = re.compile(r"^[ \t]*%%", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -116,9 +115,19 @@ class CheckReport:
         return "".join(parts)
 
 
+def _python_body(source: str) -> str:
+    """A `%%trainium` or `%%writefile *.py` cell with its `%%` line made a comment, so that the
+    body is checked as Python; any other cell as it is."""
+    magic = cell_magic(source)
+    if magic is None or not (magic[0] == "trainium" or writes_python_file(source)):
+        return source
+    start = _CELL_MAGIC_LINE.search(source).end() - 2  # type: ignore[union-attr]
+    return f"{source[:start]}# {source[start:]}"
+
+
 def _as_notebook(cells: list[Cell]) -> str:
     """The cells as a notebook's JSON, with the first line of a Python-body magic set aside."""
-    sources = [_PYTHON_BODY.sub(r"\1# \2", cell.source) for cell in cells]
+    sources = [_python_body(cell.source) for cell in cells]
     return json.dumps(
         {
             "cells": [{"cell_type": "code", "metadata": {}, "source": s} for s in sources],

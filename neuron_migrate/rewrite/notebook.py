@@ -1,28 +1,35 @@
 """Notebooks as input: migrate the code cells of an `.ipynb`, touch no other byte of the JSON.
 
 The code cells are joined into one module (so an import in cell 1 and its use in cell 5 are
-seen together), separated by marker comments; IPython magics and shell lines are masked with
-placeholders that are valid Python and restored byte for byte. `%%writefile x.py` cells are
-migrated as files of their own; cells in other languages (`%%bash`, `%%html`, ...) are left
-alone. Writing replaces only the `source` values of the cells that changed, in the notebook's
-own layout (indentation, key order, escaping, ids, outputs and metadata stay as they were).
+seen together), separated by marker comments; IPython magics and shell commands, found as IPython
+finds them (neuron_migrate.core.notebook_cells), are masked with placeholders that are valid
+Python and restored byte for byte. `%%writefile x.py` cells are migrated as files of their own;
+cells in other languages (`%%bash`, `%%html`, ...) are left alone. Writing replaces only the
+`source` values of the cells that changed, in the notebook's own layout (indentation, key order,
+escaping, ids, outputs and metadata stay as they were).
 """
 
 from __future__ import annotations
 
-import ast
+import itertools
 import json
 import re
 import secrets
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]
 
+from neuron_migrate.core.notebook_cells import (
+    PYTHON_CELL_MAGICS,
+    Command,
+    Masked,
+    Span,
+    cell_magic,
+    mask,
+    writes_python_file,
+)
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.results import Change, FileResult, ManualItem, Note
-from neuron_migrate.rewrite.shell import rewrite_shell_line
-
-PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"})
-_MAGIC_LINE = re.compile(r"^\s*(?:!(?!=)|%(?!=)|\w+\s*=\s*[!%](?!=))|^[^#]*\?\s*$")
+from neuron_migrate.rewrite.shell import rewrite_shell_command
 
 
 class NotebookError(Exception):
@@ -135,61 +142,6 @@ def _encode_source(raw: str, span: _Span, text: str, ensure_ascii: bool) -> str:
     return "[" + lead + separator.join(json.dumps(line, ensure_ascii=ensure_ascii) for line in lines) + trail + "]"
 
 
-# -- masking magics ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Masked:
-    text: str
-    restore: dict[str, str]
-
-
-def _mask(text: str, token: str, counter: list[int]) -> _Masked:
-    try:
-        ast.parse(text)
-        return _Masked(text, {})  # plain Python: nothing to mask
-    except SyntaxError:
-        pass
-    except (ValueError, RecursionError):
-        return _Masked(text, {})
-    lines = text.split("\n")
-    restore: dict[str, str] = {}
-    out = []
-    continued = False
-    for line in lines:
-        if continued or _MAGIC_LINE.search(line):
-            counter[0] += 1
-            indent = line[: len(line) - len(line.lstrip())]
-            placeholder = f"_nm_magic_{token}_{counter[0]}"
-            restore[placeholder] = line.strip("\r")[len(indent) :]
-            out.append(f"{indent}{placeholder}" + ("\r" if line.endswith("\r") else ""))
-            continued = line.rstrip("\r").endswith("\\")
-        else:
-            out.append(line)
-            continued = False
-    return _Masked("\n".join(out), restore)
-
-
-def _unmask(text: str, restore: dict[str, str]) -> str:
-    if not restore:
-        return text
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(restore, key=len, reverse=True)))
-    return pattern.sub(lambda m: restore[m.group(0)], text)
-
-
-def _cell_magic(source: str) -> tuple[str, str] | None:
-    """`(name, rest of the first line)` when the cell starts with a `%%` magic."""
-    for line in source.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if stripped.startswith("%%"):
-            name, _, rest = stripped[2:].partition(" ")
-            return name, rest.strip()
-        return None
-    return None
-
-
 # -- the rewrite ---------------------------------------------------------------------------------
 
 
@@ -202,66 +154,111 @@ class NotebookResult:
 def rewrite_notebook(raw: str, path: str, options: Options, clear_outputs: bool = False) -> NotebookResult:
     """Migrate the Python in a notebook; errors come back in the result, never as exceptions."""
     result = FileResult(path=path, original=raw, migrated=raw)
+    cells = _read_cells(raw, path, result)
+    if cells is None:
+        return NotebookResult(result)
+    new_sources = _migrate_cells(raw, cells, path, options, result)
+    if not new_sources:
+        return NotebookResult(result)
+    return _write_sources(raw, cells, new_sources, clear_outputs, result)
+
+
+def _read_cells(raw: str, path: str, result: FileResult) -> list[_Cell] | None:
+    """The cells of a Python notebook; None (with the error, or `skipped`, in `result`) otherwise."""
     try:
         notebook = json.loads(raw)
     except json.JSONDecodeError as exc:
         result.error = f"{path}:{exc.lineno}:{exc.colno}: not a valid notebook (invalid JSON: {exc.msg})"
-        return NotebookResult(result)
+        return None
     if not isinstance(notebook, dict) or "cells" not in notebook:
         result.error = f"{path}:1:1: not a notebook (no 'cells')"
-        return NotebookResult(result)
+        return None
     if notebook.get("nbformat") != 4:
         result.error = f"{path}:1:1: nbformat {notebook.get('nbformat')} is not supported (only nbformat 4); convert it with `jupyter nbconvert --to notebook`"
-        return NotebookResult(result)
+        return None
     language = ((notebook.get("metadata") or {}).get("kernelspec") or {}).get("language", "python")
     if str(language).lower() != "python":
         result.skipped = True
-        return NotebookResult(result)
+        return None
     try:
-        cells = _cells(raw, notebook)
+        return _cells(raw, notebook)
     except (ValueError, KeyError, IndexError, AssertionError) as exc:
         result.error = f"{path}:1:1: cannot locate the cell sources: {exc}"
-        return NotebookResult(result)
+        return None
 
+
+def _migrate_cells(
+    raw: str, cells: list[_Cell], path: str, options: Options, result: FileResult
+) -> dict[int, str] | None:
+    """The new source of each cell that changed; None when the Python cells could not be migrated."""
     token = secrets.token_hex(4)
     while token in raw:
         token = secrets.token_hex(4)
-    counter = [0]
-    joined: list[tuple[_Cell, _Masked]] = []
+    counter = itertools.count(1)
+
+    def placeholder(span: Span) -> str:
+        return f"_nm_magic_{token}_{next(counter)}"
+
+    joined: list[tuple[_Cell, Masked]] = []
     new_sources: dict[int, str] = {}
     for cell in cells:
         if cell.cell_type != "code" or (cell.language not in (None, "python")):
             continue
-        magic = _cell_magic(cell.source)
+        magic = cell_magic(cell.source)
         if magic is None or magic[0] in PYTHON_CELL_MAGICS:
-            joined.append((cell, _mask(cell.source, token, counter)))
-        elif magic[0] == "writefile" and magic[1].split()[-1:] and magic[1].split()[-1].endswith(".py"):
+            joined.append((cell, mask(cell.source, placeholder)))
+        elif writes_python_file(cell.source):
             _writefile_cell(cell, path, options, result, new_sources)
+    if joined and not _migrate_joined(
+        joined, f"# neuron-migrate-cell-{token}", path, options, result, new_sources
+    ):
+        return None
+    return new_sources
 
-    if joined:
-        marker = f"# neuron-migrate-cell-{token}"
-        module = "".join(f"{marker}\n{masked.text}\n" for _, masked in joined)
-        sub = rewrite_source(module, path, options)
-        if sub.error:
-            result.error = _cell_position(sub.error, path, module, marker, joined)
-            return NotebookResult(result)
-        parts = sub.migrated.split(f"{marker}\n")
-        if len(parts) != len(joined) + 1 or parts[0].strip():
-            result.error = f"{path}:1:1: internal error: cell boundaries were not preserved; notebook left unchanged"
-            return NotebookResult(result)
-        restore = {k: v for _, masked in joined for k, v in masked.restore.items()}
-        _rewrite_shell_lines(restore, options, result)
-        for (cell, _masked), text in zip(joined, parts[1:], strict=True):
-            text = text[:-1] if text.endswith("\n") else text
-            new = _unmask(text, restore)
-            if new != cell.source:
-                new_sources[cell.index] = new
-        result.changes.extend(sub.changes)
-        result.notes.extend(sub.notes)
-        result.manual.extend(_locate(sub.manual, sub.migrated, marker, joined))
 
-    if not new_sources:
-        return NotebookResult(result)
+def _migrate_joined(
+    joined: list[tuple[_Cell, Masked]],
+    marker: str,
+    path: str,
+    options: Options,
+    result: FileResult,
+    out: dict[int, str],
+) -> bool:
+    """Migrate the masked cells as one module, cut at `marker` lines; False on an error."""
+    module = "".join(f"{marker}\n{masked.text}\n" for _, masked in joined)
+    sub = rewrite_source(module, path, options)
+    if sub.error:
+        result.error = _cell_position(sub.error, path, module, marker, joined)
+        return False
+    parts = sub.migrated.split(f"{marker}\n")
+    if len(parts) != len(joined) + 1 or parts[0].strip():
+        result.error = f"{path}:1:1: internal error: cell boundaries were not preserved; notebook left unchanged"
+        return False
+    result.manual.extend(_locate(sub.manual, sub.migrated, marker, joined))
+    commands, by_hand = _rewrite_shell_commands(joined, options, result)
+    for (cell, masked), text in zip(joined, parts[1:], strict=True):
+        try:
+            new = masked.unmask(text[:-1] if text.endswith("\n") else text, commands)
+        except ValueError:
+            result.error = f"{path}:cell {cell.index + 1}: internal error: a magic or shell command was lost; notebook left unchanged"
+            return False
+        steps = [(command, by_hand[command]) for command in masked.commands if command in by_hand]
+        new = _mark_by_hand(new, steps, cell.index + 1, result) if steps else new
+        if new != cell.source:
+            out[cell.index] = new
+    result.changes.extend(sub.changes)
+    result.notes.extend(sub.notes)
+    return True
+
+
+def _write_sources(
+    raw: str,
+    cells: list[_Cell],
+    new_sources: dict[int, str],
+    clear_outputs: bool,
+    result: FileResult,
+) -> NotebookResult:
+    """The notebook with the new sources put in, every other byte as it was."""
     ensure_ascii = not any(ord(ch) > 127 for ch in raw)
     pieces = []
     last = 0
@@ -284,30 +281,64 @@ def rewrite_notebook(raw: str, path: str, options: Options, clear_outputs: bool 
     try:
         json.loads(result.migrated)
     except json.JSONDecodeError as exc:
-        result.error = f"{path}:1:1: internal error: migrated notebook is not valid JSON ({exc.msg}); left unchanged"
+        result.error = f"{result.path}:1:1: internal error: migrated notebook is not valid JSON ({exc.msg}); left unchanged"
         result.migrated = raw
         return NotebookResult(result)
     return NotebookResult(result, changed)
 
 
-def _rewrite_shell_lines(restore: dict[str, str], options: Options, result: FileResult) -> None:
-    """`!`/`%env` lines that configure or launch old-stack work (see neuron_migrate.rewrite.shell)."""
-    for placeholder, line in restore.items():
-        rewrite = rewrite_shell_line(line)
-        if rewrite is None:
-            continue
-        if not options.enabled(rewrite.code):
-            continue
-        restore[placeholder] = rewrite.line
-        result.changes.append(Change(rewrite.code, rewrite.message))
-        if rewrite.precision:
+def _rewrite_shell_commands(
+    joined: list[tuple[_Cell, Masked]], options: Options, result: FileResult
+) -> tuple[dict[Command, str], dict[Command, ManualItem]]:
+    """New text for the `!`/`%env` commands that configure or launch old-stack work (see
+    neuron_migrate.rewrite.shell), and the old-stack steps that must stay, as manual items."""
+    new: dict[Command, str] = {}
+    by_hand: dict[Command, ManualItem] = {}
+    for _cell, masked in joined:
+        for command in masked.commands:
+            shell = command.span.kind in ("shell", "magic")
+            rewrite = rewrite_shell_command(command.text) if shell else None
+            if rewrite is None or not options.enabled(rewrite.code):
+                continue
+            if rewrite.removes and command.span.assigned:
+                # `x = !step ...`: no comment can stand where the output is used.
+                what = rewrite.message.removeprefix("removed ")
+                message = f"{what} is old-stack work, but its output is assigned: remove it by hand"
+                by_hand[command] = ManualItem(rewrite.code, message)
+                continue
+            # An indented command may be all there is in its block, which needs a statement.
+            indented = rewrite.removes and command.span.column
+            new[command] = f"pass  {rewrite.text}" if indented else rewrite.text
+            result.changes.append(Change(rewrite.code, rewrite.message))
             note = Note(
                 "NM009",
                 "precision policy changed: an XLA bf16 switch was removed from a shell line; "
                 "set the dtype in the training code (`torch.set_default_dtype` or `torch.autocast`)",
             )
-            if note not in result.notes:
+            if rewrite.precision and note not in result.notes:
                 result.notes.append(note)
+    return new, by_hand
+
+
+def _mark_by_hand(source: str, steps: list[tuple[Command, ManualItem]], cell: int, result: FileResult) -> str:
+    """`source` with a TODO line above each old-stack step left in place. A marker there from an
+    earlier run stays as it is: the rewrite reports it with the other markers."""
+    position = 0
+    for command, item in steps:
+        at = source.find(command.text, position)
+        if at < 0:
+            continue
+        start = source.rfind("\n", 0, at) + 1
+        indent = re.match(r"[ \t]*", source[start:]).group()  # type: ignore[union-attr]
+        position = at + len(command.text)
+        if (source[:start].splitlines() or [""])[-1].strip() == item.marker:
+            continue
+        ending = "\r\n" if source[start:].partition("\n")[0].endswith("\r") else "\n"
+        source = f"{source[:start]}{indent}{item.marker}{ending}{source[start:]}"
+        position += len(indent) + len(item.marker) + len(ending)
+        line = source.count("\n", 0, start) + 1
+        result.manual.append(ManualItem(item.code, item.message, line, len(indent) + 1, cell=cell))
+    return source
 
 
 def _writefile_cell(cell: _Cell, path: str, options: Options, result: FileResult, out: dict[int, str]) -> None:
@@ -339,7 +370,7 @@ def _cell_lines(text: str, marker: str) -> list[tuple[int, int]]:
     return mapping
 
 
-def _locate(items: list[ManualItem], text: str, marker: str, joined: list[tuple[_Cell, _Masked]]) -> list[ManualItem]:
+def _locate(items: list[ManualItem], text: str, marker: str, joined: list[tuple[_Cell, Masked]]) -> list[ManualItem]:
     mapping = _cell_lines(text, marker)
     located = []
     for item in items:
@@ -349,7 +380,7 @@ def _locate(items: list[ManualItem], text: str, marker: str, joined: list[tuple[
     return located
 
 
-def _cell_position(error: str, path: str, module: str, marker: str, joined: list[tuple[_Cell, _Masked]]) -> str:
+def _cell_position(error: str, path: str, module: str, marker: str, joined: list[tuple[_Cell, Masked]]) -> str:
     """Turn `path:LINE:COL: msg` in the joined module into `path:cell N:LINE:COL: msg`."""
     match = re.match(re.escape(path) + r":(\d+):(\d+): (.*)$", error)
     if not match:

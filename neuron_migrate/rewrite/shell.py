@@ -1,9 +1,11 @@
-"""Shell lines and `%env` magics in notebooks that configure or launch old-stack work.
+"""Shell commands and `%env` magics in notebooks that configure or launch old-stack work.
 
 `!PJRT_DEVICE=NEURON XLA_USE_BF16=1 torchrun ...` loses its XLA variables, `%env PJRT_DEVICE=...`
 goes, and the steps that only exist on the XLA stack (`neuron_parallel_compile` pre-compilation,
 `optimum-cli export neuron`, the Neuron compile cache) are replaced by a comment saying why.
-Everything else is left exactly as it was.
+A command continued over several lines with `\\` is one command: a step goes with all of its
+lines, and a variable goes without leaving an empty line behind. Everything else is left exactly
+as it was.
 """
 
 from __future__ import annotations
@@ -13,52 +15,81 @@ from dataclasses import dataclass
 
 from neuron_migrate.core.oldstack import PRECISION, REMOVED_STEPS, XLA_VARIABLE
 
-_ENV_MAGIC = re.compile(r"^%(?:env|set_env)\s+([A-Za-z_]\w*)(?:\s*=\s*|\s+)?(.*)$")
-_SHELL = re.compile(r"^(!{1,2}\s*)(.*)$", re.S)
-_ASSIGNMENT = re.compile(r"""([A-Za-z_]\w*)=(?:'[^']*'|"[^"]*"|\S*)\s*""")
+_ENV_MAGIC = re.compile(r"%(?:env|set_env)\s+([A-Za-z_]\w*)")
+_SHELL = re.compile(r"(!{1,2}[ \t]*)(.*)", re.S)
+_CONTINUATION = re.compile(r"\\\r?\n")
+_SEPARATOR = re.compile(r"(?:[ \t]|\\\r?\n)*")
+_ASSIGNMENT = re.compile(
+    r"""([A-Za-z_]\w*)=(?:'[^']*'|"[^"]*"|\\[^\r\n]|[^\s\\'"])*(?=\s|\\\r?\n|\Z)"""
+)
+_BLANK_CONTINUATION = re.compile(r"[ \t]*\\\r?")
 
 
 @dataclass(frozen=True)
 class ShellRewrite:
-    line: str  # the new line (a comment when the step is gone)
+    text: str  # the new command (a comment when the step is gone)
     message: str  # what changed, for the report
     code: str = "NM009"  # environment (NM009) or a launch step (NM005)
     precision: bool = False  # an XLA bf16 switch was dropped
+    removes: bool = False  # the whole command goes; `text` says why
 
 
-def rewrite_shell_line(line: str) -> ShellRewrite | None:
-    """The migrated form of one `!`/`%env` line, or None when it needs nothing."""
-    stripped = line.strip()
-    env = _ENV_MAGIC.match(stripped)
+def rewrite_shell_command(command: str) -> ShellRewrite | None:
+    """The migrated form of one `!` or `%env` command, all of its lines when it goes on with a
+    trailing backslash; None when it needs nothing."""
+    env = _ENV_MAGIC.match(command)
     if env and XLA_VARIABLE.match(env.group(1)):
         name = env.group(1)
         return ShellRewrite(
             f"# (removed `%env {name}`: it configured the XLA runtime)",
             f"removed `%env {name}`",
             precision=name in PRECISION,
+            removes=True,
         )
-    shell = _SHELL.match(stripped)
+    shell = _SHELL.fullmatch(command)
     if not shell:
         return None
-    prefix, command = shell.groups()
-    kept: list[str] = []
-    dropped: list[str] = []
-    position = 0
-    while True:
-        match = _ASSIGNMENT.match(command, position)
-        if not match:
-            break
-        (dropped if XLA_VARIABLE.match(match.group(1)) else kept).append(match.group(0))
-        position = match.end()
-    rest = command[position:]
+    prefix, body = shell.groups()
+    assignments, rest = _leading_assignments(body)
+    words = _CONTINUATION.sub(" ", body[rest:]).split()
     for step, why in REMOVED_STEPS.items():
-        if rest.startswith(step):
-            return ShellRewrite(f"# (removed: {why})", f"removed a `{step}` step", code="NM005")
+        if words[: len(step.split())] == step.split():
+            return ShellRewrite(
+                f"# (removed: {why})", f"removed a `{step}` step", code="NM005", removes=True
+            )
+    dropped = [match for match in assignments if XLA_VARIABLE.match(match.group(1))]
     if not dropped:
         return None
-    names = [d.split("=", 1)[0] for d in dropped]
+    names = [match.group(1) for match in dropped]
     return ShellRewrite(
-        prefix + "".join(kept) + rest,
+        _without(prefix, body, dropped),
         f"removed {', '.join(names)} from a shell command",
         precision=any(n in PRECISION for n in names),
     )
+
+
+def _leading_assignments(body: str) -> tuple[list[re.Match[str]], int]:
+    """The `NAME=value` words that start a command, and where the command proper starts."""
+    found: list[re.Match[str]] = []
+    position = 0
+    while match := _ASSIGNMENT.match(body, position):
+        found.append(match)
+        position = _SEPARATOR.match(body, match.end()).end()  # type: ignore[union-attr]
+    return found, position
+
+
+def _without(prefix: str, body: str, dropped: list[re.Match[str]]) -> str:
+    """`prefix + body` without the `dropped` words, and without a line that only continued them."""
+    for match in reversed(dropped):
+        start, end = match.span()
+        after = end + len(body[end:]) - len(body[end:].lstrip(" \t"))
+        if after < len(body) and body[after] not in "\\\r\n":  # another word follows on the line
+            body = body[:start] + body[after:]
+        else:
+            before = len(body[:start].rstrip(" \t"))
+            body = body[:before] + body[end:]
+    lines = body.split("\n")
+    while len(lines) > 1 and _BLANK_CONTINUATION.fullmatch(lines[0]):
+        lines[:2] = [lines[1].lstrip(" \t")]  # the first line only continued: the next moves up
+    middle = [line for line in lines[1:-1] if not _BLANK_CONTINUATION.fullmatch(line)]
+    return prefix + "\n".join(lines[:1] + middle + lines[1:][-1:])

@@ -69,3 +69,24 @@ def test_errors_point_into_the_cell() -> None:
     assert check_notebook("{not json", "nb.ipynb", CheckOptions()).error.startswith(
         "nb.ipynb:1:1: not a readable notebook"
     )
+
+
+def test_a_line_that_continues_an_expression_with_percent_is_python() -> None:
+    source = "import torch\n\ndef forward(a):\n    x = (a\n    % 2)\n    return torch.nonzero(x)\n"
+    report = check_notebook(notebook(("code", source)), "nb.ipynb", CheckOptions())
+    assert report.error is None
+    assert [(d.code, d.cell, d.line) for d in report.diagnostics] == [("NM101", 1, 6)]
+
+
+def test_continued_shell_commands_and_question_marks_in_strings() -> None:
+    source = (
+        "import torch\n"
+        "!pip install \\\n    torch\n"
+        "def forward(x):\n"
+        '    label = "why?"  # or why not?\n'
+        "    return torch.nonzero(x)\n"
+        "torch.nonzero?\n"
+    )
+    report = check_notebook(notebook(("code", source)), "nb.ipynb", CheckOptions())
+    assert report.error is None
+    assert [(d.code, d.line, d.column) for d in report.diagnostics] == [("NM101", 6, 12)]
