@@ -58,7 +58,7 @@ def _run(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
 
 
 def test_every_status_matches_the_written_files(tmp_path: Path) -> None:
-    src, out, files = _run(tmp_path)
+    _, out, files = _run(tmp_path)
     data = json.loads((tmp_path / "r.json").read_text())
     seen = set()
     for entry in data["files"]:

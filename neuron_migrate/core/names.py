@@ -9,6 +9,7 @@ while a tree is walked (`add`), so that a single-pass checker needs no extra pas
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -117,3 +118,48 @@ def qualified_names_used(tree: ast.AST, table: ImportTable) -> set[str]:
     for binding in table.all_bindings:
         used.add(binding.qualified)
     return used
+
+
+# Calls that import a module named by a string at run time.
+RUN_TIME_IMPORTS = ("importlib.import_module", "__import__")
+
+
+def string_prefix(node: ast.AST) -> str | None:
+    """The literal text a string expression starts with: `"a.b"`, `"a." + x`, `f"a.{x}"`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return string_prefix(node.left)
+    if isinstance(node, ast.JoinedStr) and node.values:
+        return string_prefix(node.values[0])
+    return None
+
+
+_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\.?")
+
+
+def modules_out_of_sight(tree: ast.AST, table: ImportTable) -> set[str]:
+    """Modules a file reaches without binding names the alias table can follow.
+
+    `from m import *` binds names nobody can list without importing `m`;
+    `importlib.import_module("m")` / `__import__("m")` import a module named by a string; and a
+    string that spells a dotted path (`"m.f"`: a `mock.patch` target, a `sys.modules` key, an
+    `eval`) names one.
+    """
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _DOTTED_PATH.fullmatch(node.value):
+                found.add(node.value.rstrip("."))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if any(alias.name == "*" for alias in node.names):
+                found.add(node.module)
+        elif isinstance(node, ast.Call) and node.args:
+            dotted = ast_dotted_name(node.func)
+            name = table.resolve_dotted(dotted) if dotted else None
+            if name is None and dotted == "__import__" and "__import__" not in table.bindings:
+                name = "__import__"
+            prefix = string_prefix(node.args[0]) if name in RUN_TIME_IMPORTS else None
+            if prefix and prefix.strip("."):
+                found.add(prefix.strip("."))
+    return found

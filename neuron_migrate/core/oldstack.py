@@ -17,7 +17,10 @@ PACKAGES: tuple[str, ...] = (
 OPTIMUM_NEURON = "optimum.neuron"
 
 # Variables that only steer the XLA runtime and mean nothing natively.
-XLA_VARIABLE = re.compile(r"^(XLA_\w+|PT_XLA_\w+|PJRT_\w+|TPU_NUM_DEVICES|CPU_NUM_DEVICES|XRT_\w+)$")
+_XLA_NAMES = r"XLA_\w+|PT_XLA_\w+|PJRT_\w+|TPU_NUM_DEVICES|CPU_NUM_DEVICES|XRT_\w+"
+XLA_VARIABLE = re.compile(rf"^({_XLA_NAMES})$")
+# Of those, the ones JAX and TensorFlow read too: PyTorch/XLA's only in a file that uses it.
+SHARED_XLA_VARIABLE = re.compile(r"^(XLA_FLAGS|XLA_PYTHON_CLIENT_\w+)$")
 # The switches that changed the precision of every float tensor, and the dtype they meant.
 PRECISION = {
     "XLA_USE_BF16": "bfloat16",
@@ -25,6 +28,31 @@ PRECISION = {
     "XLA_USE_FP16": "float16",
     "XLA_DOWNCAST_FP16": "float16",
 }
+
+_OLD_STACK_IMPORT = re.compile(
+    rf"^[ \t]*(?:import|from)[ \t]+(?:{'|'.join(re.escape(p) for p in (*PACKAGES, OPTIMUM_NEURON))})\b",
+    re.MULTILINE,
+)
+_OTHER_XLA_FRONTEND = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:jax|jaxlib|flax|tensorflow|keras)\b", re.MULTILINE)
+_XLA_NAME = re.compile(rf"\b(?:{_XLA_NAMES})\b")
+
+
+def uses_pytorch_xla(text: str) -> bool:
+    """Does this file use PyTorch/XLA: import its stack, or name a variable only it reads?
+
+    `XLA_FLAGS` in a JAX or TensorFlow program is theirs, and stays.
+    """
+    if _OLD_STACK_IMPORT.search(text):
+        return True
+    if _OTHER_XLA_FRONTEND.search(text):
+        return False
+    return any(not SHARED_XLA_VARIABLE.match(m.group()) for m in _XLA_NAME.finditer(text))
+
+
+def is_xla_variable(name: str, pytorch_xla_file: bool) -> bool:
+    """Is `name` a variable of the PyTorch/XLA runtime, in a file that does (or does not) use it?"""
+    return bool(XLA_VARIABLE.match(name)) and (pytorch_xla_file or not SHARED_XLA_VARIABLE.match(name))
+
 
 # Workflow steps of the old stack, with why they are gone natively.
 REMOVED_STEPS = {

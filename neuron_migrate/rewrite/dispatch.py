@@ -17,7 +17,9 @@ from typing import Any
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import Codemod, Frame, MigrationContext, dotted_name
+from neuron_migrate.core.scopes import Scope, ScopeTable
+from neuron_migrate.rewrite.codemods.base import Codemod, Frame, MigrationContext, dotted_name, stmt
+from neuron_migrate.rewrite.effects import has_effects
 
 _STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 # Where an expression needs no parentheses of its own.
@@ -92,6 +94,86 @@ class _LeftoverFinder(StatementHeaderVisitor):
         if node.value in self.names:
             self.found.append(node.value)
 
+    # A definition's own name and its parameters bind names; only what they evaluate is a use.
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for part in (*node.decorators, node.params, node.returns):
+            if part is not None:
+                part.visit(self)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        for part in (*node.decorators, *node.bases, *node.keywords):
+            part.visit(self)
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        for part in (node.annotation, node.default):
+            if part is not None:
+                part.visit(self)
+        return False
+
+
+_SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+class ScopeMismatch(Exception):
+    """The LibCST tree and the `ast` scope table disagree: no rewrite may rely on either."""
+
+
+def _inner_parts(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of a scope's node that are evaluated inside the scope: a function's body (its
+    decorators and defaults are not), a comprehension's all but its first iterable."""
+    if isinstance(node, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+        return [node.body]
+    assert isinstance(node, cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp)
+    parts: list[cst.CSTNode] = [node.key, node.value] if isinstance(node, cst.DictComp) else [node.elt]
+    first = node.for_in
+    parts += [first.target, *first.ifs]
+    if first.inner_for_in is not None:
+        parts.append(first.inner_for_in)
+    return parts
+
+
+class ScopeFollower:
+    """Keeps `ctx.scope_stack` current along the traversal, numbering scopes and statements as the
+    `ast` scope table did (and checking that both agree)."""
+
+    def __init__(self, table: ScopeTable, stack: list[Scope]) -> None:
+        self.table = table
+        self.stack = stack
+        self.next_scope = 0
+        self.next_statement = 0
+        self.entries: dict[int, Scope] = {}  # id of a node -> the scope it is evaluated in
+
+    def statement(self, node: cst.CSTNode) -> int:
+        number = self.next_statement
+        self.next_statement += 1
+        size = len(node.body) if isinstance(node, cst.SimpleStatementLine) else 1
+        expected = self.table.statements[number] if number < len(self.table.statements) else None
+        if expected != (type(node).__name__, size):
+            raise ScopeMismatch(f"statement {number + 1} is {type(node).__name__}, the scope table says {expected}")
+        return number
+
+    def enter(self, node: cst.CSTNode) -> None:
+        if type(node) in _SCOPE_NODES:  # exact types: `isinstance` on LibCST nodes is slow
+            number = self.next_scope
+            self.next_scope += 1
+            scope = self.table.scopes[number] if number < len(self.table.scopes) else None
+            if scope is None or scope.kind != type(node).__name__:
+                raise ScopeMismatch(f"scope {number + 1} is {type(node).__name__}, the scope table says {scope}")
+            for part in _inner_parts(node):
+                self.entries[id(part)] = scope
+        scope = self.entries.get(id(node))
+        if scope is not None:
+            self.stack.append(scope)
+
+    def leave(self, node: cst.CSTNode) -> Scope | None:
+        """The scope whose part `node` was, now left."""
+        scope = self.entries.pop(id(node), None)
+        if scope is not None:
+            self.stack.pop()
+        return scope
+
 
 class Dispatcher(cst.CSTTransformer):
     def __init__(
@@ -100,9 +182,13 @@ class Dispatcher(cst.CSTTransformer):
         codemods: Sequence[Codemod],
         old_stack_names: Iterable[str],
         manual_messages: Callable[[str], tuple[str, str] | None],
+        add_imports: Callable[[cst.Module], cst.Module] = lambda module: module,
     ) -> None:
         super().__init__()
         self.ctx = ctx
+        # Applied to the module while the statements the codemods removed still stand, so that a
+        # new from-import takes the place of the old-stack import line it replaces.
+        self.add_imports = add_imports
         self.old_stack_names = frozenset(old_stack_names)
         self.manual_messages = manual_messages
         self._visits: dict[str, list[Callable[..., Any]]] = defaultdict(list)
@@ -115,11 +201,18 @@ class Dispatcher(cst.CSTTransformer):
                     self._leaves[attr[6:]].append(getattr(codemod, attr))
         self._saw_old_name: list[bool] = []
         self._import_depth = 0
+        self._elifs: set[int] = set()  # `elif` clauses, which are `If` nodes but no statements of a block
+        assert ctx.scopes is not None
+        self._scopes = ScopeFollower(ctx.scopes, ctx.scope_stack)
+        self._in_fstring = 0
 
     # -- traversal ------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.If) and isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+        self._scopes.enter(node)
         if isinstance(node, _STATEMENT_TYPES):
-            self.ctx.frames.append(Frame())
+            self.ctx.frames.append(Frame(statement=self._scopes.statement(node)))
             self._saw_old_name.append(False)
         elif isinstance(node, cst.Import | cst.ImportFrom):
             self._import_depth += 1
@@ -147,9 +240,16 @@ class Dispatcher(cst.CSTTransformer):
         if isinstance(result, cst.SimpleStatementLine | cst.SimpleStatementSuite):
             result = self._sweep_small(result)
         if isinstance(original_node, _STATEMENT_TYPES):
-            result = self._finish_statement(result)
+            result = self._finish_statement(result, elif_clause=id(original_node) in self._elifs)
+        if isinstance(result, cst.Module):
+            result = self.add_imports(result)
         if isinstance(result, cst.Module | cst.IndentedBlock):
             result = sweep_block(result, self.ctx.removed, self.ctx.placeholders)
+        if isinstance(result, cst.FormattedString) and result is not original_node:
+            result = requoted(result)
+        left = self._scopes.leave(original_node)
+        if left is not None and isinstance(result, cst.IndentedBlock) and left in self.ctx.function_imports:
+            result = with_imports_on_top(result, list(self.ctx.function_imports.pop(left)))
         return result
 
     def _ungroup(self, node: Any) -> Any:
@@ -160,11 +260,13 @@ class Dispatcher(cst.CSTTransformer):
         return node
 
     # -- statements -----------------------------------------------------------------------------
-    def _finish_statement(self, result: Any) -> Any:
+    def _finish_statement(self, result: Any, elif_clause: bool = False) -> Any:
         frame = self.ctx.frames.pop()
-        if emptied_if(result, self.ctx.placeholders):
+        if not elif_clause and emptied_if(result, self.ctx.placeholders):
             # Its test only guarded what was removed (a metrics print on rank 0, say).
-            self.ctx.remove(result)
+            result = without_emptied_if(result, self.ctx)
+            if id(result) in self.ctx.removed:
+                frame.todos.clear()  # they were about its test, which went with it
         saw_old = self._saw_old_name.pop()
         if saw_old and isinstance(result, _STATEMENT_TYPES) and id(result) not in self.ctx.removed:
             self._mark_leftovers(result, frame)
@@ -175,6 +277,8 @@ class Dispatcher(cst.CSTTransformer):
             nodes = []
         else:
             nodes = [result]
+        if frame.late_imports:
+            self._add_late_imports(frame, [n for n in nodes if id(n) not in self.ctx.removed])
         if not (frame.todos or frame.comments or frame.before or frame.after):
             return result
         removed = bool(nodes) and all(id(n) in self.ctx.removed for n in nodes)
@@ -215,7 +319,9 @@ class Dispatcher(cst.CSTTransformer):
         else:
             node.visit(finder)
         for dotted in dict.fromkeys(finder.found):
-            qualified = self.ctx.imports.resolve_dotted(dotted) or dotted
+            qualified = self._possible_import(dotted)
+            if qualified is None:
+                continue  # a parameter or local variable named like an import
             manual = self.manual_messages(qualified)
             if manual is None:
                 continue
@@ -224,13 +330,36 @@ class Dispatcher(cst.CSTTransformer):
             if (code, message) not in frame.todos:
                 frame.todos.append((code, message))
 
+    def _add_late_imports(self, frame: Frame, kept: list[Any]) -> None:
+        """The imports this statement now needs before the scope's own import of the same name:
+        at the top of a function (the name is local to all of it), or above a module statement."""
+        used = names_read([*frame.before, *kept, *frame.after])
+        lines = [line for line, name in frame.late_imports.items() if name in used]
+        scope = self.ctx.scope
+        if scope.kind == "Module":
+            frame.before[:0] = [stmt(line + "\n") for line in lines]
+        else:
+            self.ctx.function_imports.setdefault(scope, {}).update(dict.fromkeys(lines))
+
+    def _possible_import(self, dotted: str) -> str | None:
+        """What `dotted` may name through an old-stack import here (a `None` stand-in aside)."""
+        head, _, rest = dotted.partition(".")
+        owner = self.ctx.scope.lookup(head)
+        imports = owner.bound[head].imports if owner is not None else []
+        if not imports:
+            return None
+        base = imports[-1].qualified
+        return f"{base}.{rest}" if rest else base
+
     def _sweep_small(self, node: cst.SimpleStatementLine | cst.SimpleStatementSuite) -> Any:
         kept = [s for s in node.body if id(s) not in self.ctx.removed]
         if len(kept) == len(node.body):
             return node
         if not kept:
             if isinstance(node, cst.SimpleStatementSuite):
-                return node.with_changes(body=[cst.Pass()])
+                placeholder = cst.Pass()
+                self.ctx.placeholders[id(placeholder)] = placeholder
+                return node.with_changes(body=[placeholder])
             return self.ctx.remove(node)
         kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return node.with_changes(body=kept)
@@ -273,12 +402,98 @@ def sweep_block(
 
 
 def emptied_if(node: cst.CSTNode, placeholders: dict[int, cst.CSTNode]) -> bool:
-    """An `if` whose whole body the migration removed, with no `else`: it can go too."""
+    """An `if` whose whole body the migration removed, with no `else` nor comment: it can go too."""
+    if not isinstance(node, cst.If) or node.orelse is not None or len(node.body.body) != 1:
+        return False
+    if isinstance(node.body, cst.SimpleStatementSuite):  # `if x: xm.mark_step()`
+        return id(node.body.body[0]) in placeholders and node.body.trailing_whitespace.comment is None
+    body = node.body
     return (
-        isinstance(node, cst.If)
-        and node.orelse is None
-        and isinstance(node.body, cst.IndentedBlock)
-        and len(node.body.body) == 1
-        and id(node.body.body[0]) in placeholders
-        and not node.body.footer
+        isinstance(body, cst.IndentedBlock)
+        and id(body.body[0]) in placeholders
+        and not body.footer
+        and body.header.comment is None
     )
+
+
+def without_emptied_if(node: cst.If, ctx: MigrationContext) -> Any:
+    """What stays of an emptied `if`: nothing, unless its test does something.
+
+    `if save_checkpoint(model, path): xm.mark_step()` still saves: the call stays as a
+    statement. A test that calls something inside a larger expression keeps its `if`.
+    """
+    test = node.test
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and not test.lpar:
+        test = test.expression
+    if not has_effects(test, ctx.resolve_dotted):
+        return ctx.remove(node)
+    if isinstance(test, cst.Call | cst.Await):
+        call = cst.Expr(test.with_changes(lpar=[], rpar=[]))
+        return cst.SimpleStatementLine([call], leading_lines=node.leading_lines)
+    return node
+
+
+def with_imports_on_top(block: cst.IndentedBlock, lines: Sequence[str]) -> cst.IndentedBlock:
+    """A function body with `lines` (imports) first, after its docstring."""
+    body = list(block.body)
+    first = body[0] if body else None
+    docstring = (
+        isinstance(first, cst.SimpleStatementLine)
+        and isinstance(first.body[0], cst.Expr)
+        and isinstance(first.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+    at = 1 if docstring else 0
+    new = [stmt(line + "\n") for line in lines]  # comments stay with the statement they precede
+    return block.with_changes(body=[*body[:at], *new, *body[at:]])
+
+
+class _Requoter(cst.CSTTransformer):
+    """Turns `quote` into the other quote in the plain strings of an f-string's expressions."""
+
+    def __init__(self, quote: str) -> None:
+        super().__init__()
+        self.quote = quote
+        self.other = "'" if quote == '"' else '"'
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+        return False  # a nested f-string has quotes of its own
+
+    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        if updated_node.quote != self.quote:
+            return updated_node
+        prefix = updated_node.prefix
+        body = updated_node.value[len(prefix) + 1 : -1]
+        if self.other in body or "\\" in body:
+            return updated_node
+        return updated_node.with_changes(value=f"{prefix}{self.other}{body}{self.other}")
+
+
+def requoted(node: cst.FormattedString) -> cst.FormattedString:
+    """Before Python 3.12 an f-string's expressions cannot hold its own quote: a rewrite that put
+    `torch.device("neuron")` into `f"{...}"` must say `torch.device('neuron')`."""
+    quote = node.end
+    if len(quote) != 1:
+        return node  # a triple-quoted f-string takes either quote inside
+    parts = [
+        part.with_changes(expression=part.expression.visit(_Requoter(quote)))
+        if isinstance(part, cst.FormattedStringExpression)
+        else part
+        for part in node.parts
+    ]
+    return node.with_changes(parts=parts)
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+def names_read(nodes: Iterable[cst.CSTNode]) -> set[str]:
+    collector = _NameCollector()
+    for node in nodes:
+        node.visit(collector)
+    return collector.names

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from neuron_migrate.core import selection
-from neuron_migrate.core.names import ImportTable, qualified_names_used
+from neuron_migrate.core.names import ImportTable, modules_out_of_sight, qualified_names_used
 from neuron_migrate.core.oldstack import OPTIMUM_NEURON
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
+from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.core.source import syntax_error_message
 from neuron_migrate.rewrite.codemods import CODEMODS, manual_message
 from neuron_migrate.rewrite.codemods.base import PORTABLE, FileFacts, MigrationContext, Target
@@ -33,7 +34,8 @@ from neuron_migrate.rewrite.results import FileResult, ManualItem
 # A file that contains none of these cannot need a migration.
 PREFILTER = re.compile(
     r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://"
-    r"|optimum\.neuron|from optimum import neuron|optimum-cli|torch_neuron|neuronx_distributed"
+    r"|optimum\.neuron|from\s+optimum\s+import\b[^\n]*\bneuron\b|from\s+optimum\s+import\s*\([^)]*\bneuron\b"
+    r"|optimum-cli|torch_neuron|neuronx_distributed"
     r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
 )
 
@@ -90,7 +92,11 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
     table = ImportTable.from_ast(tree)
     facts = FileFacts(used=qualified_names_used(tree, table))
     old_names = table.names_under(OLD_STACK_PACKAGES)
-    gate = old_names or table.names_under((OPTIMUM_NEURON,))
+    # A star import, or a module named by a string (`import_module("...")`, a patch target), too.
+    gate = old_names or table.names_under((OPTIMUM_NEURON,)) or any(
+        m.split(".")[0] in OLD_STACK_PACKAGES or f"{m}.".startswith(f"{OPTIMUM_NEURON}.")
+        for m in modules_out_of_sight(tree, table)
+    )
     selected = [
         c
         for c in CODEMODS
@@ -116,16 +122,29 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         result.error = f"{path}:1:1: cannot be migrated without changing untouched lines (LibCST round trip); file left unchanged"
         return result
 
-    ctx = MigrationContext(target=options.target, imports=table, facts=facts, path=path, source=text, old_stack_file=bool(old_names))
+    try:
+        scopes = ScopeTable.from_ast(tree, text)
+    except RecursionError:
+        result.error = f"{path}:1:1: cannot parse: nesting too deep"
+        return result
+    ctx = MigrationContext(
+        target=options.target,
+        imports=table,
+        facts=facts,
+        path=path,
+        source=text,
+        old_stack_file=bool(old_names),
+        scopes=scopes,
+    )
     codemods = [c(ctx) for c in selected]
 
     def leftover(qualified: str) -> tuple[str, str] | None:
         code, message = manual_message(qualified)
         return (code, message) if options.enabled(code) else None  # an ignored rule stays quiet
 
-    dispatcher = Dispatcher(ctx, codemods, old_names, leftover)
+    dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
-        migrated = add_from_imports(module.visit(dispatcher), ctx)
+        migrated = module.visit(dispatcher)
         after = ast.parse(migrated.code)
         if options.enabled("NM012"):
             migrated = remove_dead_imports(migrated, ctx, tree, after, old_names)
@@ -134,9 +153,14 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         helpers = [source for name, source in ctx.helpers.items() if name in used]
         for source in [*ctx.module_prologue, *helpers]:
             used |= used_names(ast.parse(source))
-        imports = {m: a for m, a in ctx.new_imports.items() if (a or m.split(".")[0]) in used}
+        requested = [*ctx.new_imports.items(), *ctx.more_imports]
+        # Only module-level imports bind names for module-level code and helpers.
+        existing = scopes.module_imports()
+        imports = [(m, a) for m, a in requested if (a or m.split(".")[0]) in used]
+        # `import a.b` adds nothing next to an `import a.b as c`: `a` is bound on its own.
+        loaded = {m for m, a in [*existing, *imports] if a is not None}
+        imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
         if imports or helpers or ctx.module_prologue:
-            existing = {(b.qualified, b.local if b.local != b.qualified else None) for b in table.all_bindings}
             migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
         code = migrated.code + tail
         ast.parse(code)

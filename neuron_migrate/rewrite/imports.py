@@ -17,8 +17,9 @@ from typing import Any
 
 import libcst as cst
 
+from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.rewrite.codemods.base import MigrationContext, code_of, dotted_name
-from neuron_migrate.rewrite.dispatch import sweep_block
+from neuron_migrate.rewrite.dispatch import names_read, sweep_block
 
 
 def _is_stdlib(module: str) -> bool:
@@ -146,18 +147,20 @@ class _ImportRemover(cst.CSTTransformer):
         return sweep_block(updated_node, self.ctx.removed)
 
 
-def _functions_in_order(tree: ast.AST) -> list[ast.AST]:
-    """Function definitions in source (pre-)order, as LibCST visits them."""
-    found: list[ast.AST] = []
-
-    def walk(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                found.append(child)
-            walk(child)
-
-    walk(tree)
-    return found
+def _names_read(after: ast.Module, code: str) -> tuple[set[str], list[set[str]]]:
+    """The names whose module-level (or class-level) binding is read, and for each function in
+    source order (as LibCST visits them), the names whose binding in that function is read."""
+    table = ScopeTable.from_ast(after, code)
+    functions = [s for s in table.scopes if s.kind == "FunctionDef"]
+    number = {scope: i for i, scope in enumerate(functions)}
+    outside: set[str] = set()
+    inside: list[set[str]] = [set() for _ in functions]
+    for owner, name in table.read_bindings():
+        if owner in number:
+            inside[number[owner]].add(name)
+        elif owner.kind in ("Module", "ClassDef"):
+            outside.add(name)
+    return outside, inside
 
 
 def remove_dead_imports(
@@ -167,10 +170,14 @@ def remove_dead_imports(
     after: ast.AST,
     old_stack_names: Iterable[str],
 ) -> cst.Module:
-    """Drop imports the migration left unused (old-stack ones, and any whose uses it rewrote)."""
+    """Drop imports the migration left unused (old-stack ones, and any whose uses it rewrote).
+
+    Used means read where the import's binding is seen: a parameter or local variable that
+    shares the import's name keeps nothing alive.
+    """
     used_before = used_names(before)
-    used_after = used_names(after)
-    in_function = [used_names(f) for f in _functions_in_order(after)]
+    assert isinstance(after, ast.Module)
+    used_after, in_function = _names_read(after, module.code)
     old = set(old_stack_names)
 
     def is_dead(name: str, scope: int | None) -> bool:
@@ -231,7 +238,7 @@ def _top_module(statement: cst.CSTNode) -> str:
 
 def add_module_level(
     module: cst.Module,
-    imports: dict[str, str | None],
+    imports: Sequence[tuple[str, str | None]],
     existing: set[tuple[str, str | None]],
     blocks: Sequence[str],
 ) -> cst.Module:
@@ -248,8 +255,11 @@ def add_module_level(
         if _is_import(statement):
             last_import = i
     anchor = max(last_import + 1, first_code)
+    additions = [(m, a) for m, a in dict.fromkeys(imports) if (m, a) not in existing]
+    # Never below the first statement that needs them (a notebook imports cell by cell).
+    needed = {a or m.split(".")[0] for m, a in additions} | _defined_by(blocks)
+    anchor = max(min(anchor, _first_reader(body, needed)), first_code)
 
-    additions = [(m, a) for m, a in imports.items() if (m, a) not in existing]
     for module_name, asname in sorted(additions, key=lambda ma: (not _is_stdlib(ma[0]), ma[0])):
         line = cst.parse_statement(_import_source(module_name, asname))
         top = module_name.split(".")[0]
@@ -330,6 +340,26 @@ def _top(module: str) -> str:
     return module.split(".")[0]
 
 
+def _defined_by(blocks: Sequence[str]) -> set[str]:
+    """The names module-level `blocks` define (helpers, set-up statements)."""
+    names: set[str] = set()
+    for source in blocks:
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _first_reader(body: Sequence[cst.CSTNode], names: set[str]) -> int:
+    """The index of the first statement, imports aside, that mentions one of `names`."""
+    for index, statement in enumerate(body):
+        if not _is_import(statement) and names & names_read([statement]):
+            return index
+    return len(body)
+
+
 def add_from_imports(module: cst.Module, ctx: MigrationContext) -> cst.Module:
     """Merge the needed names into existing `from module import ...` lines, or add new lines."""
     needed = ctx.from_imports
@@ -338,8 +368,9 @@ def add_from_imports(module: cst.Module, ctx: MigrationContext) -> cst.Module:
     body = list(module.body)
     for module_name in sorted(needed):
         names = list(needed[module_name])
+        first_use = _first_reader(body, set(names))
         merged = False
-        for i, statement in enumerate(body):
+        for i, statement in enumerate(body[:first_use]):
             found = _from_module(statement)
             if found is None or found[0] != module_name:
                 continue
@@ -369,6 +400,7 @@ def add_from_imports(module: cst.Module, ctx: MigrationContext) -> cst.Module:
                     position = i
         if position < 0:
             position = _after_docstring(body) - 1
+        position = max(min(position, first_use - 1), _after_docstring(body) - 1)
         body.insert(position + 1, line)
     needed.clear()
     return module.with_changes(body=body)

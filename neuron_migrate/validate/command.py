@@ -29,6 +29,10 @@ process. A migrated data-parallel program run with --nproc 2 is then checked aga
 ranks train on different shards and must still end with the same parameters; a missing gradient
 all-reduce makes them drift apart.
 
+Working directory: both programs start in this one unless --original-cwd / --migrated-cwd say
+otherwise. They run at the same time, so give each its own where they write files under relative
+paths (checkpoints, logs) or find data and modules through them (`sys.path.append('..')`).
+
 Random ops: dropout draws on different random streams on the two stacks (XLA has its own device
 generator), so a program that uses dropout is not expected to agree; --no-dropout turns it off in
 both.
@@ -89,8 +93,9 @@ def add_parsers(commands: Any) -> None:
     reference = env_commands.add_parser(
         "reference",
         help="build the reference (old-stack) virtualenv: torch 2.9, torch_xla 2.9, transformers 4.57",
-        description="Create a virtualenv at DIR with the old stack (torch==2.9.0, torch-xla==2.9.0 and "
-        "the transformers release optimum-neuron 0.4.5 pins). Does nothing if DIR already holds a "
+        description="Create a virtualenv at DIR with the old stack (torch==2.9.0, torch-xla==2.9.0, "
+        "torchvision==0.24.0, tensorboard and the transformers release optimum-neuron 0.4.5 pins). "
+        "Does nothing if DIR already holds a "
         "complete one. validate finds it through $NEURON_MIGRATE_REFERENCE_PYTHON, or at "
         "~/.cache/neuron-migrate/refenv.",
     )
@@ -124,6 +129,18 @@ def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PYTHON",
         help="interpreter for the migrated program (default: this Python)",
+    )
+    parser.add_argument(
+        "--original-cwd",
+        type=Path,
+        metavar="DIR",
+        help="working directory of the original (default: this one)",
+    )
+    parser.add_argument(
+        "--migrated-cwd",
+        type=Path,
+        metavar="DIR",
+        help="working directory of the migrated program (default: this one)",
     )
     parser.add_argument(
         "--nproc",
@@ -223,13 +240,7 @@ def _error(message: str) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from neuron_migrate.validate import refenv
-    from neuron_migrate.validate.runner import (
-        CaptureOptions,
-        Program,
-        default_python,
-        imports_torch_xla,
-    )
+    from neuron_migrate.validate.runner import CaptureOptions
 
     scripts, script_args = args.programs, getattr(args, "script_args", [])
     if not args.compile_stats and len(scripts) != 2:
@@ -244,24 +255,10 @@ def run_validate(args: argparse.Namespace) -> int:
     labels = ["original", "migrated"] if len(scripts) == 2 else ["program"]
     programs = []
     for label, script in zip(labels, scripts, strict=True):
-        path = Path(script)
-        explicit = args.original_python if label == "original" else args.migrated_python
-        python = explicit
-        if python is None and imports_torch_xla(path):
-            python = refenv.default_python()
-            if python is None or not python.exists():
-                where = f"{refenv.ENV_VAR}={python}" if python else str(refenv.DEFAULT_DIR)
-                return _error(
-                    f"{script} imports torch_xla, but no reference environment was found ({where}): "
-                    "build one with `neuron-migrate env reference`, or pass --original-python "
-                    "(or --migrated-python)"
-                )
-        if python is None:
-            python = default_python()
-        if not Path(python).exists():
-            return _error(f"{python}: no such interpreter")
-        nproc = args.original_nproc if label == "original" else args.nproc
-        programs.append(Program(label, path, Path(python), list(script_args), nproc))
+        program = _program(args, label, Path(script), script_args)
+        if isinstance(program, str):
+            return _error(program)
+        programs.append(program)
     options = CaptureOptions(args.seed, args.no_dropout, args.forward, args.compile_stats)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="neuron-migrate-validate-"))
     try:
@@ -269,6 +266,33 @@ def run_validate(args: argparse.Namespace) -> int:
     finally:
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _program(args: argparse.Namespace, label: str, path: Path, script_args: list[str]):
+    """One side's Program, or the message saying why it cannot run."""
+    from neuron_migrate.validate import refenv
+    from neuron_migrate.validate.runner import Program, default_python, imports_torch_xla
+
+    python = args.original_python if label == "original" else args.migrated_python
+    if python is None and imports_torch_xla(path):
+        python = refenv.default_python()
+        if python is None or not python.exists():
+            where = f"{refenv.ENV_VAR}={python}" if python else str(refenv.DEFAULT_DIR)
+            return (
+                f"{path} imports torch_xla, but no reference environment was found ({where}): "
+                "build one with `neuron-migrate env reference`, or pass --original-python "
+                "(or --migrated-python)"
+            )
+    python = Path(python or default_python())
+    if not python.exists():
+        return f"{python}: no such interpreter"
+    cwd = args.original_cwd if label == "original" else args.migrated_cwd
+    if cwd is not None and not cwd.is_dir():
+        return f"{cwd}: no such directory"
+    if cwd is not None:  # the program and its interpreter, as named from here
+        path, python = path.absolute(), python.absolute()
+    nproc = args.original_nproc if label == "original" else args.nproc
+    return Program(label, path, python, list(script_args), nproc, cwd)
 
 
 def _validate(args: argparse.Namespace, programs: list, options: Any, work_dir: Path) -> int:

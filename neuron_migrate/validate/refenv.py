@@ -16,8 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # torch_xla 2.9 is the last release that runs the lazy-tensor scripts on CPU; the transformers
-# pin is the one optimum-neuron 0.4.5 declares (`transformers~=4.57.1`).
-PINS = ("torch==2.9.0", "torch-xla==2.9.0", "transformers~=4.57.1", "safetensors", "numpy")
+# pin is the one optimum-neuron 0.4.5 declares (`transformers~=4.57.1`). torchvision 0.24.0 is
+# the release built against torch 2.9.0 (another would replace torch); the vision samples load
+# their data through it, and several log through torch.utils.tensorboard.
+PINS = (
+    "torch==2.9.0",
+    "torch-xla==2.9.0",
+    "torchvision==0.24.0",
+    "transformers~=4.57.1",
+    "safetensors",
+    "numpy",
+    "tensorboard",
+)
 STAMP = "neuron-migrate-refenv.json"
 ENV_VAR = "NEURON_MIGRATE_REFERENCE_PYTHON"
 DEFAULT_DIR = Path.home() / ".cache" / "neuron-migrate" / "refenv"
@@ -25,9 +35,11 @@ DEFAULT_DIR = Path.home() / ".cache" / "neuron-migrate" / "refenv"
 # Run inside the reference env: imports the stack and runs one lazy-tensor op on XLA:CPU.
 _PROBE = """
 import json, torch, torch_xla, torch_xla.core.xla_model as xm, transformers, safetensors
+import torchvision, torch.utils.tensorboard
 t = torch.ones(2, device=torch_xla.device()) * 2
 assert t.cpu().tolist() == [2.0, 2.0]
 print(json.dumps({"torch": torch.__version__, "torch_xla": torch_xla.__version__,
+                  "torchvision": torchvision.__version__,
                   "transformers": transformers.__version__, "safetensors": safetensors.__version__}))
 """
 

@@ -31,6 +31,7 @@ class Program:
     python: Path
     args: list[str] = field(default_factory=list)
     nproc: int | None = None  # None: plain `python script`; N: torchrun with N processes
+    cwd: Path | None = None  # None: validate's own working directory
 
 
 @dataclass
@@ -137,7 +138,8 @@ def run_programs(
     """Runs the programs at the same time, each with its own capture folder under `work_dir`."""
     started = []
     for program in programs:
-        out = work_dir / program.label
+        # Absolute: a program started in another working directory must still find it.
+        out = (work_dir / program.label).absolute()
         out.mkdir(parents=True, exist_ok=True)
         log = work_dir / f"{program.label}.log"
         command = command_for(program)
@@ -147,6 +149,7 @@ def run_programs(
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                cwd=program.cwd,
                 env=environment(program, options, out),
                 start_new_session=True,  # so a timeout ends the whole process tree
             )

@@ -91,7 +91,7 @@ def test_magics_and_shell_lines_in_the_cell_are_kept(ip: Any) -> None:
 
 
 def test_manual_items_are_listed(ip: Any) -> None:
-    cell = "import torch_xla.core.xla_model as xm\ntracker = xm.RateTracker()\n"
+    cell = "import torch\nimport torch_xla.core.xla_model as xm\n\nx = torch.ones(2)\ny = xm.all_gather(x)\n"
     _, [shown], _ = run_magic(ip, "neuron_migrate", cell)
     assert "TODO(neuron-migrate NM006)" in shown["text/plain"]
     assert "Left for you" in shown["text/html"]

@@ -23,6 +23,7 @@ import pytest
 from neuron_migrate.rewrite.codemods.neuronx_distributed import NeuronxDistributed
 from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
 from neuron_migrate.rewrite.codemods.optimum import diffusion as diffusion
+from neuron_migrate.rewrite.codemods.optimum import fields as fields
 from neuron_migrate.rewrite.codemods.optimum import inference as inference
 from neuron_migrate.rewrite.codemods.optimum import training as training
 
@@ -262,7 +263,9 @@ def test_training_argument_fields_are_all_handled(wheel: dict[str, ast.Module]) 
         )
     )
     native = {f.name for f in dataclasses.fields(TrainingArguments)}
-    handled = set(training.FIELDS) | set(training.PARALLEL_FIELDS) | {"warmup_ratio", "logging_dir"}
+    handled = (
+        set(fields.TRAINING_FIELDS) | set(fields.PARALLEL_FIELDS) | {"warmup_ratio", "logging_dir"}
+    )
     assert neuron - native == handled
     assert not handled & native  # nothing valid natively is ever removed
 
@@ -353,7 +356,7 @@ def test_inference_keywords_exist(wheel: dict[str, ast.Module]) -> None:
         | _parameters(pipeline)
         | _strings(pipeline)  # kwargs.pop("num_cores"), "sequence_length", ...
     )
-    consumed = set(inference.KNOWN) - {
+    consumed = set(fields.EXPORT_OPTIONS) - {
         "dtype"
     }  # `dtype` is transformers' own spelling, passed through
     assert sorted(consumed - accepted) == []

@@ -118,3 +118,15 @@ def test_no_dropout_makes_a_dropout_program_deterministic(capsys):
     code, document = validate_json(capsys, with_dropout, without, "--seed", "3", "--no-dropout")
     assert code == 0 and document["verdict"] == "match"
     assert not any("dropout" in n for n in document["notes"])
+
+
+def test_an_optimizer_stepped_inside_another_is_part_of_its_step(capsys):
+    # ZeRO-1 steps a local optimizer over shards (copies) of the parameters: one step, whose
+    # parameters are the module's, as with the plain optimizer it replaces.
+    plain = str(PROGRAMS / "sharded_optimizer_train.py")
+    sharded = str(PROGRAMS / "sharded_optimizer_train_zero.py")
+    code, document = validate_json(capsys, plain, sharded)
+    assert (code, document["verdict"]) == (0, "match"), document["items"]
+    items = items_by_key(document)
+    assert items["parameters"]["title"] == "final parameters (4 tensors)"
+    assert [run["ranks"][0]["optimizer_steps"] for run in document["runs"]] == [4, 4]

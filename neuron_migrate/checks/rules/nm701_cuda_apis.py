@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from neuron_migrate.checks.context import dotted
 from neuron_migrate.checks.model import SAFE, UNSAFE
@@ -24,6 +25,14 @@ LEFT_TO_NM404 = frozenset(
     {"graph", "graphs", "CUDAGraph", "make_graphed_callables", "graph_pool_handle"}
 )
 DEVICE_KEYWORDS = frozenset({"device", "device_type", "map_location", "device_map"})
+
+
+_PORTED = re.compile(r"\btorch\.cuda\.(?:{})\b".format("|".join(ACCELERATOR)))
+
+
+def _cuda_only(code: str) -> bool:
+    """Does `code` still ask for CUDA once its `torch.cuda` calls with an accelerator twin are fixed?"""
+    return "cuda" in _PORTED.sub("", code)
 
 
 def cuda_string(node: ast.AST) -> str | None:
@@ -153,7 +162,7 @@ class CudaApis(Rule):
                 return False
             node = guard[1]
             branch = [node.body] if isinstance(node, ast.IfExp) else node.body
-            return not any("cuda" in self.ctx.source(part) for part in branch)
+            return not any(_cuda_only(self.ctx.source(part)) for part in branch)
         if member in RAISES_WITHOUT_ACCELERATOR:
             return guard is not None and not guard[0] and "is_available" in self.ctx.source(guard[1].test)
         return True

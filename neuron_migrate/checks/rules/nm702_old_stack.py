@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.checks.context import FileContext
 from neuron_migrate.checks.model import Severity
 from neuron_migrate.checks.rules.base import Invalid, Rule, constant
 from neuron_migrate.core import oldstack
@@ -31,7 +32,8 @@ class OldStack(Rule):
     Finds imports of `torch_xla`, `torch_neuronx`, `libneuronxla`, `neuronx_distributed` and
     `optimum.neuron`, and the XLA-era environment variables (`PJRT_DEVICE`, `XLA_USE_BF16`,
     `XLA_DOWNCAST_BF16`, `NEURON_CC_FLAGS`, ...). Imports inside a guard (`if`, `try`) are
-    informational: they are dead code once the old stack is gone.
+    informational: they are dead code once the old stack is gone. `XLA_FLAGS` is flagged only
+    in files that use PyTorch/XLA: JAX and TensorFlow read it too.
 
     ## Why
     PyTorch/XLA is not part of PyTorch 2.10 and later; on TorchNeuron these imports fail and
@@ -59,7 +61,11 @@ class OldStack(Rule):
     severity = Severity.ERROR
     nodes = (ast.Import, ast.ImportFrom, ast.Subscript)
     calls = frozenset({"get", "setdefault", "getenv", "pop", "putenv"})
-    VALID = ("import torch\n\ndevice = torch.device('neuron')\n",)
+    VALID = (
+        "import torch\n\ndevice = torch.device('neuron')\n",
+        "import os\n\nimport jax\n\nos.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\n",
+        "import os\n\nflags = os.environ.get('XLA_FLAGS', '')\n",
+    )
     INVALID = (
         Invalid(
             "import torch_xla.core.xla_model as xm\n",
@@ -69,16 +75,30 @@ class OldStack(Rule):
         ),
         Invalid("from optimum.neuron import NeuronTrainer\n", line=1),
         Invalid("import os\n\nos.environ['PJRT_DEVICE'] = 'NEURON'\n", line=3),
+        Invalid("import os\n\nos.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp'\nos.environ['PJRT_DEVICE'] = 'NEURON'\n", line=3),
         Invalid(
             "try:\n    import torch_xla\nexcept ImportError:\n    torch_xla = None\n",
             severity="info",
         ),
     )
 
+    def __init__(self, ctx: FileContext) -> None:
+        super().__init__(ctx)
+        self._pytorch_xla_file: bool | None = None
+
+    def _old_variable(self, key: object) -> bool:
+        """`key` is a PyTorch/XLA variable here (`XLA_FLAGS` of a JAX program is not)."""
+        if key not in ENV:
+            return False
+        assert isinstance(key, str)
+        if self._pytorch_xla_file is None:
+            self._pytorch_xla_file = oldstack.uses_pytorch_xla(self.ctx.text)
+        return oldstack.is_xla_variable(key, self._pytorch_xla_file) or not oldstack.XLA_VARIABLE.match(key)
+
     def visit(self, node: ast.AST) -> None:
         if isinstance(node, ast.Subscript):
             key = constant(node.slice)
-            if key in ENV and (self.ctx.qualify(node.value) or "") == "os.environ":
+            if self._old_variable(key) and (self.ctx.qualify(node.value) or "") == "os.environ":
                 self.report(
                     node,
                     f"`{key}` belongs to the PyTorch/XLA stack and does nothing on TorchNeuron; run `neuron-migrate rewrite`",
@@ -103,7 +123,7 @@ class OldStack(Rule):
         )
 
     def visit_call(self, node: ast.Call, name: str) -> None:
-        if not node.args or constant(node.args[0]) not in ENV:
+        if not node.args or not self._old_variable(constant(node.args[0])):
             return
         qualified = self.ctx.qualify(node.func) or ""
         if qualified.startswith(("os.environ.", "os.getenv", "os.putenv")):

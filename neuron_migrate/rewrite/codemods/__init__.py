@@ -20,10 +20,12 @@ from neuron_migrate.rewrite.codemods.xla_compile import XlaCompileBackend
 from neuron_migrate.rewrite.codemods.xla_data import XlaData
 from neuron_migrate.rewrite.codemods.xla_device import XlaDevice
 from neuron_migrate.rewrite.codemods.xla_env import XlaEnv
+from neuron_migrate.rewrite.codemods.xla_fsdp import XlaFsdp
 from neuron_migrate.rewrite.codemods.xla_launch import XlaLaunch
 from neuron_migrate.rewrite.codemods.xla_metrics import XlaMetrics
 from neuron_migrate.rewrite.codemods.xla_optimizer import XlaOptimizer
 from neuron_migrate.rewrite.codemods.xla_sync import XlaSync
+from neuron_migrate.rewrite.codemods.xla_utils import XlaUtils
 
 CODEMODS: tuple[type[Codemod], ...] = (
     XlaMetrics,
@@ -34,6 +36,8 @@ CODEMODS: tuple[type[Codemod], ...] = (
     XlaData,
     XlaLaunch,
     XlaCollectives,
+    XlaUtils,
+    XlaFsdp,
     XlaAutocast,
     XlaCompileBackend,
     OptimumTraining,

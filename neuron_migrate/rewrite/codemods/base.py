@@ -9,7 +9,10 @@ allows it, so comments survive and blocks never end up empty.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+import builtins
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -17,7 +20,9 @@ import libcst as cst
 
 from neuron_migrate.core.names import ImportTable
 from neuron_migrate.core.oldstack import OPTIMUM_NEURON
+from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.results import Change, Note
+from neuron_migrate.rewrite.spelling import State, renamed, state, visible_import
 
 _EMPTY = cst.Module(body=[])
 N = TypeVar("N", bound=cst.CSTNode)
@@ -32,6 +37,27 @@ def dotted_name(node: cst.CSTNode) -> str | None:
         base = dotted_name(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
+
+
+def names_in(source: str) -> frozenset[str]:
+    """Every name `source` binds or reads, in any scope (a new module-level name must avoid them)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+    return frozenset(names)
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -76,6 +102,28 @@ def fix_trailing_comma(args: Sequence[cst.Arg]) -> list[cst.Arg]:
         if not (isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace)):
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return args
+
+
+_NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """`name=value`, spaced as keyword arguments are."""
+    return cst.Arg(keyword=cst.Name(name), value=value, equal=_NO_SPACE)
+
+
+def append_arg(call: cst.Call, args: Sequence[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """`args` with `new` after them, keeping a one-per-line layout."""
+    args = list(args)
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
+        separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
+        return [*args[:-1], last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
+    if not isinstance(last.comma, cst.Comma):
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return [*args, new]
 
 
 def string_value(node: cst.CSTNode) -> str | None:
@@ -164,6 +212,11 @@ class Frame:
     comments: list[str] = field(default_factory=list)  # plain comments, e.g. a launch command
     before: list[cst.BaseStatement] = field(default_factory=list)
     after: list[cst.BaseStatement] = field(default_factory=list)
+    statement: int = -1  # its number in the file's `ScopeTable.statements`
+    # Imports of this scope that come only after this statement: import line -> the name it
+    # binds, repeated (at the top of a function, or above a module-level statement) if the
+    # rewritten statement reads the name.
+    late_imports: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -188,9 +241,67 @@ class MigrationContext:
     module_prologue: list[str] = field(default_factory=list)  # statements placed after imports
     grouped: dict[int, cst.CSTNode] = field(default_factory=dict)  # parentheses we added, maybe needlessly
     placeholders: dict[int, cst.CSTNode] = field(default_factory=dict)  # `pass` we put in emptied blocks
-    # Per scope (module, then each enclosing function): the variable that already holds the
-    # native device, so later uses in that scope say `device` instead of repeating the lookup.
-    device_names: list[str | None] = field(default_factory=lambda: [None])
+    # Per scope: the variable that holds the native device for the whole scope (assigned once),
+    # so later uses in that scope say `device` instead of repeating the lookup.
+    device_names: dict[Scope, str] = field(default_factory=dict)
+    scopes: ScopeTable | None = None  # what each name means where; built from `source` if not given
+    scope_stack: list[Scope] = field(default_factory=list)  # the dispatcher keeps it current
+    # Imports to put at the top of a function that imports the same names only further down.
+    function_imports: dict[Scope, dict[str, None]] = field(default_factory=dict)
+    # Each name handed out for a module: ("import", module, asname) or ("from", module, name).
+    spelled: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
+    more_imports: dict[tuple[str, str | None], None] = field(default_factory=dict)  # beyond `new_imports`
+    file_names: frozenset[str] | None = None  # every name the source binds or reads (see unused_name)
+    _at_module_end: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scopes is None:
+            try:
+                tree = ast.parse(self.source)
+            except (SyntaxError, ValueError):
+                tree = ast.Module(body=[], type_ignores=[])
+            self.scopes = ScopeTable.from_ast(tree, self.source)
+        if not self.scope_stack:
+            self.scope_stack.append(self.scopes.module)
+        if self.file_names is None:
+            self.file_names = self.scopes.names
+
+    # -- where we are ---------------------------------------------------------------------------
+    @property
+    def scope(self) -> Scope:
+        """The scope the node being rewritten is evaluated in."""
+        return self.scope_stack[-1]
+
+    @property
+    def statement(self) -> int:
+        """The number of the statement being rewritten (after the last one for module-level helpers)."""
+        if self._at_module_end or not self.frames:
+            assert self.scopes is not None
+            return len(self.scopes.statements)
+        return self.frames[-1].statement
+
+    @property
+    def _table(self) -> ScopeTable:
+        assert self.scopes is not None
+        return self.scopes
+
+    def binding_key(self, name: str) -> tuple[Scope, str] | None:
+        """Which variable `name` is here: equal keys in two places mean the same variable. None
+        where it is no variable of the file, or one that a `del` may have unbound."""
+        owner = self.scope.lookup(name)
+        return (owner, name) if owner is not None and not owner.bound[name].deleted else None
+
+    @contextmanager
+    def _module_level(self) -> Iterator[None]:
+        """Spell names for a definition added at module level, after every statement of the file."""
+        saved = self._at_module_end
+        self.scope_stack.append(self.scope.module)
+        self._at_module_end = True
+        try:
+            yield
+        finally:
+            self.scope_stack.pop()
+            self._at_module_end = saved
 
     # -- reporting ------------------------------------------------------------------------------
     def changed(self, code: str, message: str) -> None:
@@ -237,35 +348,68 @@ class MigrationContext:
 
     # -- imports and helpers --------------------------------------------------------------------
     def need_import(self, module: str, asname: str | None = None) -> str:
-        """The name to write for `module` here, adding `import module [as asname]` if needed."""
-        existing = self.imports.local_for(module)
-        if existing is not None:
-            return existing
-        if "." not in module and asname is None:
-            self.new_imports.setdefault(module, None)
-            return module
-        local = asname or module
-        if asname is not None and self.imports.bindings.get(asname, module) != module:
-            local, asname = module, None  # the short name means something else in this file
-        self.new_imports.setdefault(module, asname)
-        if "." in module and asname is None:
-            self.new_imports.setdefault(module.split(".")[0], None)
-        return local
+        """The name to write for `module` here, adding `import module [as asname]` if needed.
+
+        An import already seen here is reused; else `asname`, then the dotted module name, then a
+        fresh alias, whichever is free here. A function that imports the name only further down
+        gets the import at its top instead (the name is local to all of that function).
+        """
+        found = visible_import(self._table, self.scope, self.statement, module, prefer=asname)
+        if found is not None:
+            return self._spell(found, ("import", module, found if found != module else None))
+        top = module.split(".")[0]
+        candidates: list[tuple[str, str, str | None]] = [(asname, module, asname)] if asname else []
+        candidates.append((top, top, None))
+        for name, qualified, alias in candidates:
+            bound = self._bind(name, qualified, f"import {module}" + (f" as {alias}" if alias else ""))
+            if bound is State.FREE or (bound is State.USABLE and "." in module):
+                self._add_import(module, alias)  # `torch.distributed` is spelled through `torch`
+            if bound is State.FREE and "." in module and alias is None:
+                self._add_import(top, None)
+            if bound is not State.TAKEN:
+                return self._spell(alias or module, ("import", module, alias))
+        fresh = self.unused_name(asname or top)
+        self._add_import(module, fresh)
+        return self._spell(fresh, ("import", module, fresh))
+
+    def _add_import(self, module: str, alias: str | None) -> None:
+        if self.new_imports.setdefault(module, alias) != alias:
+            self.more_imports[(module, alias)] = None  # the same module under a second name
 
     def need_from(self, module: str, name: str) -> str:
-        """The local name for `module.name`, adding `from module import name` if the file lacks it."""
+        """The local name for `module.name`, adding `from module import name` if it is not bound here."""
         qualified = f"{module}.{name}"
         if qualified in self.provided:
             return name
-        existing = self.imports.local_for(qualified)
-        if existing is not None and "." not in existing:
-            return existing
-        bound = self.imports.bindings.get(name)
-        if bound not in (None, qualified) and not bound.startswith(OPTIMUM_NEURON):
-            # The short name means something else here: spell it through the module.
-            return f"{self.need_import(module)}.{name}"
-        self.from_imports.setdefault(module, {})[name] = None
-        return name
+        found = visible_import(self._table, self.scope, self.statement, qualified, prefer=name)
+        if found is not None and "." not in found:
+            return self._spell(found, ("from", module, name))
+        bound = self._bind(name, qualified, f"from {module} import {name}", replaced=OPTIMUM_NEURON)
+        if bound is State.FREE:
+            self.from_imports.setdefault(module, {})[name] = None
+        if bound is not State.TAKEN:
+            return self._spell(name, ("from", module, name))
+        # The short name means something else here: spell it through the module.
+        return f"{self.need_import(module)}.{name}"
+
+    def _bind(self, name: str, qualified: str, line: str, replaced: str | None = None) -> State:
+        """Can `name` mean `qualified` here? TAKEN when it cannot; a function that imports it only
+        further down gets `line` at its top. A module-level import (FREE) is the caller's to add."""
+        found = state(self.scope, self.statement, name, qualified, self._table)
+        if found is State.TAKEN and replaced is not None:
+            owner = self.scope.lookup(name)
+            meaning = owner.bound[name].imported_as if owner is not None else None
+            if meaning is not None and meaning.startswith(replaced):
+                found = State.FREE  # an import the migration rewrites in place
+        if found is State.FREE and name in vars(builtins):
+            return State.TAKEN
+        if found is State.LATE:
+            self.frames[-1].late_imports[line] = name  # added if the statement ends up reading it
+        return found
+
+    def _spell(self, written: str, how: tuple[str, str, str | None]) -> str:
+        self.spelled.setdefault(written.split(".")[0], how)
+        return written
 
     def shared(self, kind: type[S]) -> S:
         """The state of type `kind` that the codemods of one family share in this file."""
@@ -273,6 +417,17 @@ class MigrationContext:
         if found is None:
             found = self.family_state[kind] = kind()
         return found
+
+    def resolve_dotted(self, dotted: str) -> str | None:
+        """What `dotted` stands for here in the migrated code, the imports the migration adds included."""
+        found = self.scope.resolve_dotted(dotted)
+        if found is not None:
+            return found
+        head, _, rest = dotted.partition(".")
+        added = {asname or module: module for module, asname in self.new_imports.items()}
+        if head not in added:
+            return None
+        return f"{added[head]}.{rest}" if rest else added[head]
 
     def torch(self) -> str:
         return self.need_import("torch")
@@ -284,16 +439,31 @@ class MigrationContext:
         return self.need_import("os")
 
     def need_helper(self, name: str, source: str) -> str:
-        self.helpers.setdefault(name, source)
+        """Add the module-level definition `source` once. The module names in it were spelled
+        for the place that asked: respell them for the module level, adding imports there."""
+        if name not in self.helpers:
+            self.helpers[name] = self._for_module_level(source)
         return name
+
+    def _for_module_level(self, source: str) -> str:
+        spellings: dict[str, str] = {}
+        with self._module_level():
+            for written in sorted(names_in(source) & self.spelled.keys()):
+                kind, module, alias = self.spelled[written]
+                if kind == "import":
+                    spellings[written] = self.need_import(module, alias)
+                else:
+                    spellings[written] = self.need_from(module, alias or "")
+        return renamed(source, {old: new for old, new in spellings.items() if old != new})
 
     # -- spellings shared by several codemods ---------------------------------------------------
     def device_expr(self) -> str:
-        return self.device_names[-1] or self.target.device(self.torch())
+        return self.device_names.get(self.scope) or self.target.device(self.torch())
 
     def device_type_expr(self) -> str:
-        if self.device_names[-1]:
-            return f"{self.device_names[-1]}.type"
+        variable = self.device_names.get(self.scope)
+        if variable:
+            return f"{variable}.type"
         return self.target.device_type(self.torch())
 
     def local_rank_expr(self) -> str:
@@ -310,6 +480,29 @@ class MigrationContext:
         if self.facts.distributed:
             return f"{dist}.get_world_size()"
         return f"({dist}.get_world_size() if {dist}.is_initialized() else 1)"
+
+    # Before a process group exists, only the launcher's environment knows the ranks (torchrun
+    # sets these variables; a plain `python` run is one process).
+    def env_rank_expr(self) -> str:
+        return f'int({self.os()}.environ.get("RANK", 0))'
+
+    def env_world_size_expr(self) -> str:
+        return f'int({self.os()}.environ.get("WORLD_SIZE", 1))'
+
+    @property
+    def notebook(self) -> bool:
+        """The code is a notebook's cells: it runs in a kernel, not as a launched script."""
+        return self.path.endswith(".ipynb")
+
+    def unused_name(self, name: str) -> str:
+        """`name`, or `name_2`, `name_3`, ... where the file already uses `name` for something else."""
+        if self.file_names is None:
+            self.file_names = names_in(self.source)
+        candidate, number = name, 1
+        while candidate in self.file_names:
+            number += 1
+            candidate = f"{name}_{number}"
+        return candidate
 
 
 class Codemod(cst.CSTTransformer):
@@ -343,8 +536,10 @@ class Codemod(cst.CSTTransformer):
         return any(marker in text for marker in cls.markers)
 
     def qualify(self, node: cst.CSTNode) -> str | None:
+        """What `node` names through an import, where it is evaluated; None for anything else
+        (a parameter or local variable named like an import is not that import)."""
         dotted = dotted_name(node)
-        return self.ctx.imports.resolve_dotted(dotted) if dotted else None
+        return self.ctx.scope.resolve_dotted(dotted) if dotted else None
 
     def called(self, node: cst.CSTNode, *names: str) -> bool:
         """Is `node` a call of one of the qualified `names`?"""

@@ -11,6 +11,11 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of
+from neuron_migrate.rewrite.codemods.optimum.support import (
+    mark_named_module,
+    mark_run_time_import,
+    mark_star_import,
+)
 
 NXD = "neuronx_distributed"
 MOVE_TO_DEVICE = (
@@ -19,6 +24,8 @@ MOVE_TO_DEVICE = (
 )
 INF1_TRACE = ("torch.neuron.trace", "torch_neuron.trace")
 INF1 = "Inf1 torch-neuron (the `torch.neuron` trace API of Inferentia 1) is out of scope for TorchNeuron, which runs on Trn2/Trn3 only and owns the `torch.neuron` namespace; keep this code on the Inf1 stack or rewrite it for the `neuron` device with `torch.compile(model, dynamic=False)`"
+
+ROOTS = (NXD, "transformers_neuronx", "neuronx_distributed_inference", "torch_neuron")
 
 TP_PLAN = 'build the model from `nn.Linear`/`nn.Embedding` and shard it with `torch.distributed.tensor.parallel.parallelize_module(model, mesh["tp"], plan)`; for transformers models pass `distributed_config=DistributedConfig(tp_size=...)` to `from_pretrained`'
 
@@ -33,7 +40,9 @@ class NeuronxDistributed(Codemod):
     naming the native replacement: DTensor and `parallelize_module` plans on a `DeviceMesh`,
     `DistributedConfig` for transformers models, `torch.distributed.pipelining`, FSDP2,
     `torch.distributed.checkpoint` (DCP), and `generate` with a static cache for inference.
-    `move_model_to_device(model, device)` becomes `model.to(device)`.
+    `move_model_to_device(model, device)` becomes `model.to(device)`. Star imports of these
+    packages and modules named in strings (`importlib.import_module(...)`, patch targets) get a
+    TODO as well: what they reach cannot be seen.
 
     ## Why
     These libraries are built on torch_xla and their own sharded layers; the model code itself
@@ -59,13 +68,8 @@ class NeuronxDistributed(Codemod):
     code = "NM024"
     name = "neuronx-distributed"
     summary = "neuronx-distributed, transformers-neuronx, NxDI and Inf1 code -> TODOs naming the native replacement"
-    triggers = (
-        NXD,
-        "transformers_neuronx",
-        "neuronx_distributed_inference",
-        "torch_neuron",
-        "torch.neuron.trace",
-    )
+    triggers = (*ROOTS, "torch.neuron.trace")
+    markers = ROOTS  # also reached by `importlib.import_module(...)` or `import *`
     manual: ClassVar[dict[str, str]] = {
         # neuronx_distributed: parallel layers and state
         f"{NXD}.parallel_layers.layers.ColumnParallelLinear": f"use `nn.Linear` + `ColwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
@@ -121,6 +125,7 @@ class NeuronxDistributed(Codemod):
     }
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        mark_run_time_import(self, original_node, ROOTS)
         name = self.qualify(original_node.func)
         if name in MOVE_TO_DEVICE:
             model = arg_value(updated_node, 0, "model")
@@ -135,4 +140,14 @@ class NeuronxDistributed(Codemod):
     def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> Any:
         if any(code_of(alias.name) == "torch_neuron" for alias in updated_node.names):
             self.todo(INF1)
+        return updated_node
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> Any:
+        mark_star_import(self, original_node, ROOTS)
+        return updated_node
+
+    def leave_SimpleString(
+        self, original_node: cst.SimpleString, updated_node: cst.SimpleString
+    ) -> cst.SimpleString:
+        mark_named_module(self, original_node, ROOTS)
         return updated_node

@@ -8,8 +8,20 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.core.names import ast_dotted_name
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, stmt
-from neuron_migrate.rewrite.codemods.optimum.support import literal, one_per_line, with_args
+from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, dotted_name, stmt
+from neuron_migrate.rewrite.codemods.optimum.support import (
+    keyword as keyword_arg,
+)
+from neuron_migrate.rewrite.codemods.optimum.support import (
+    literal,
+    mark_named_module,
+    mark_run_time_import,
+    mark_star_import,
+    one_per_line,
+    with_args,
+)
+
+ROOTS = ("torch_neuronx",)
 
 TRACE = ("torch_neuronx.trace", "torch_neuronx.xla_impl.trace.trace")
 JIT_SAVE = ("torch.jit.save",)
@@ -19,6 +31,13 @@ PASS_THROUGH = {  # wrappers whose argument is what the migrated code uses
     "torch_neuronx.lazy_load": "deferred loading the compiled model; torch.compile compiles on the first call anyway",
     "torch_neuronx.move_trace_to_device": "moved a compiled model to a NeuronCore; the model was moved with `.to(device)` before compiling",
 }
+TRACE_OPTIONS = (
+    "compiler_workdir",
+    "inline_weights_to_neff",
+    "partitioner_config",
+    "input_output_aliases",
+    "cpu_backend",
+)
 DATA_PARALLEL = ("torch_neuronx.DataParallel", "torch_neuronx.xla_impl.data_parallel.DataParallel")
 DYNAMIC_BATCH = ("torch_neuronx.dynamic_batch",)
 LOAD_TODO = "a compiled model cannot be loaded from a file: rebuild the model from its class, `load_state_dict(torch.load(path))` with weights saved by `torch.save(model.state_dict(), path)`, then `torch.compile(model, dynamic=False)`"
@@ -68,18 +87,37 @@ def _example_kind(tree: ast.AST, name: str) -> str:
     return kinds.pop() if len(kinds) == 1 else ""
 
 
+def _example_kind_of(example: cst.BaseExpression, tree: ast.AST | None) -> str:
+    """ "tuple", "tensor" or "" (unknown) for the example inputs given to `trace`."""
+    if isinstance(example, cst.Tuple | cst.List):
+        return "tuple"
+    if isinstance(example, cst.Call) and dotted_name(example.func) in TENSOR_FACTORIES:
+        return "tensor"
+    if isinstance(example, cst.Name) and tree is not None:
+        return _example_kind(tree, example.value)
+    return ""
+
+
 class NeuronxTrace(Codemod):
     """Replaces ahead-of-time `torch_neuronx.trace` with `torch.compile` on the device.
 
     ## What it does
     `traced = torch_neuronx.trace(model, example_inputs, compiler_args=..., compiler_workdir=...)`
     becomes `traced = torch.compile(model.to(device), dynamic=False)` followed by a warm-up call
-    on `example_inputs`, which compiles for those shapes as `trace` did. `torch.jit.save` of the
-    traced model saves `model.state_dict()` instead, and a `torch.jit.load` of that same file in
-    the script becomes `load_state_dict(torch.load(path))` + `torch.compile`.
+    on `example_inputs`, which compiles for those shapes as `trace` did: a tuple of tensors is
+    unpacked into positional inputs, a single tensor is passed as it is, and an example whose
+    kind this tool cannot tell gets a TODO instead of a guess. Calls of the traced model keep
+    their positional tensors. `torch.jit.save(traced, path)` and `traced.save(path)` save
+    `model.state_dict()` instead, and a `torch.jit.load` of that same file in the script becomes
+    `load_state_dict(torch.load(path))` + `torch.compile`. `from_pretrained(..., torchscript=True)`
+    becomes `return_dict=False`, so outputs stay the tuples the traced graph returned.
+    `m.forward = torch_neuronx.trace(m, ...)` compiles `m.forward` itself. A compiled module
+    stored in an attribute of the module it compiles (`m.graph = torch_neuronx.trace(m, ...)`)
+    gets a TODO: natively it would wrap, and so contain and call, itself.
     `torch_neuronx.async_load`, `lazy_load` and `move_trace_to_device` go; `DataParallel` and
-    `dynamic_batch` keep the model they wrap, with a TODO. With `--target neuron` the device is
-    `"neuron"` and the backend is spelled out.
+    `dynamic_batch` keep the model they wrap, with a TODO. Star imports of torch_neuronx and
+    modules named in strings (`importlib.import_module("torch_neuronx")`) get a TODO. With
+    `--target neuron` the device is `"neuron"` and the backend is spelled out.
 
     ## Why
     TorchNeuron has no trace API: models run eagerly on the `neuron` device or compiled by
@@ -111,7 +149,8 @@ class NeuronxTrace(Codemod):
     code = "NM023"
     name = "neuronx-trace"
     summary = "`torch_neuronx.trace` -> `torch.compile(model.to(device), dynamic=False)` + warm-up"
-    triggers = ("torch_neuronx",)
+    triggers = ROOTS
+    markers = ROOTS  # also reached by `importlib.import_module("torch_neuronx")` or `import *`
     manual: ClassVar[dict[str, str]] = {
         "torch_neuronx.xla_impl": "torch_neuronx XLA internals (custom ops, NKI via `nki_jit`) have no automatic migration; NKI kernels need the native NKI integration",
         "torch_neuronx.xla_impl.ops.nki_jit": "NKI kernels through `nki_jit` need the native NKI integration of TorchNeuron; rewrite the kernel call by hand",
@@ -124,10 +163,15 @@ class NeuronxTrace(Codemod):
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
-        self._target: str | None = None
-        self._traced: dict[str, str] = {}  # traced var -> source model expression
-        self._saved: dict[str, str] = {}  # path expression -> source model expression
+        self._target: str | None = None  # the name or attribute the current statement assigns
+        self._assigned_value: cst.BaseExpression | None = None  # ... and the value it assigns
+        # traced name -> the module it compiled (None: an expression that cannot be repeated)
+        # (keyed by `_place`: the same name in another function is another variable)
+        self._traced: dict[tuple[object, str], str | None] = {}
+        # path expression -> the source model expression, and its `_place` where it was saved
+        self._saved: dict[str, tuple[str, tuple[object, str]]] = {}
         self._tree: ast.AST | None = None
+        self._known: tuple[set[str], set[tuple[object, str]]] = (set(), set())
 
     def visit_Module(self, node: cst.Module) -> None:
         try:
@@ -137,22 +181,71 @@ class NeuronxTrace(Codemod):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         target = node.targets[0].target if len(node.targets) == 1 else None
-        self._target = target.value if isinstance(target, cst.Name) else None
+        self._target = dotted_name(target) if target is not None else None
+        self._assigned_value = node.value
+        # What this statement records itself stays: only older entries are forgotten.
+        self._known = (set(self._saved), set(self._traced))
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
+        known, self._known = self._known, (set(), set())
+        result = self._assignment(original_node, updated_node)
+        for assigned in original_node.targets:
+            self._forget(assigned.target, known)
+        return result
+
+    def leave_Del(self, original_node: cst.Del, updated_node: cst.Del) -> cst.Del:
+        self._forget(original_node.target, (set(self._saved), set(self._traced)))
+        return updated_node
+
+    def _forget(
+        self,
+        target: cst.BaseExpression,
+        known: tuple[set[str], set[tuple[object, str]]],
+    ) -> None:
+        """A name bound anew (or deleted) no longer holds the module that was traced or saved."""
+        if isinstance(target, cst.Tuple | cst.List):
+            for element in target.elements:
+                self._forget(element.value, known)
+            return
+        if not isinstance(target, cst.Name):
+            return
+        name = target.value
+
+        def about(dotted: str | None) -> bool:
+            return dotted is not None and dotted.split(".")[0] == name
+
+        self._saved = {
+            path: saved
+            for path, saved in self._saved.items()
+            if path not in known[0] or not about(saved[0])
+        }
+        self._traced = {
+            place: source
+            for place, source in self._traced.items()
+            if place not in known[1] or not (about(place[1]) or about(source))
+        }
+
+    def _assignment(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
         target = self._target
-        self._target = None
+        self._target = self._assigned_value = None
         value = original_node.value
         if (
             target is not None
-            and isinstance(updated_node.value, cst.Name)
-            and updated_node.value.value == target
+            and self.called(value, *PASS_THROUGH, *DATA_PARALLEL, *DYNAMIC_BATCH)
+            and dotted_name(updated_node.value) == target
         ):
             return self.ctx.remove(updated_node)  # `m = wrapper(m)` with the wrapper gone
+        if (
+            target is not None
+            and isinstance(value, cst.Name)
+            and self._place(value.value) in self._traced
+        ):
+            self._check_not_inside(target, self._traced[self._place(value.value)], value.value)
         if target is not None and self.called(value, *JIT_LOAD):
             assert isinstance(value, cst.Call)
             path = arg_value(value, 0, "f")
-            source = self._saved.get(code_of(path.value)) if path is not None else None
+            saved = self._saved.get(code_of(path.value)) if path is not None else None
+            source = saved[0] if saved is not None and self._place(saved[0]) == saved[1] else None
             if source is not None and path is not None:
                 torch = self.ctx.torch()
                 self.changed(
@@ -166,6 +259,25 @@ class NeuronxTrace(Codemod):
                 self.todo(LOAD_TODO)
         return updated_node
 
+    def _place(self, dotted: str) -> tuple[object, str]:
+        """`dotted` with the variable its first name is here (a new object where none is sure)."""
+        return (self.ctx.binding_key(dotted.split(".")[0]) or object(), dotted)
+
+    def _check_not_inside(self, target: str, source: str | None, compiled: str) -> bool:
+        """TODO when a compiled module is stored in an attribute of the module it compiled.
+
+        A traced graph was a separate object; `torch.compile(m)` is a wrapper that calls `m`: as
+        `m.attr` it makes `m` its own submodule (`state_dict()` recurses without end) and, if
+        `m.forward` calls `self.attr`, a call that never returns.
+        """
+        owner = target.rpartition(".")[0]
+        if source is None or not owner or not (owner == source or owner.startswith(source + ".")):
+            return False
+        self.todo(
+            f"`{target}` would hold `{compiled}`, natively `torch.compile({source})`: a wrapper that calls `{source}` itself, so `{source}` becomes its own submodule (`state_dict()` recurses without end) and a forward that calls `self.{target.rpartition('.')[2]}` never returns; keep the compiled module in a variable of its own and call that"
+        )
+        return True
+
     def _device(self) -> str:
         return '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
 
@@ -174,9 +286,10 @@ class NeuronxTrace(Codemod):
         return f"{self.ctx.torch()}.compile({model}, {backend}dynamic=False)"
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        mark_run_time_import(self, original_node, ROOTS)
         name = self.qualify(original_node.func)
         if name in TRACE:
-            return self._trace(updated_node)
+            return self._trace(original_node, updated_node)
         if name in PASS_THROUGH and updated_node.args:
             self.changed(f"`{code_of(original_node.func)}(...)` removed: {PASS_THROUGH[name]}")
             return updated_node.args[0].value
@@ -191,38 +304,68 @@ class NeuronxTrace(Codemod):
             )
             return updated_node.args[0].value
         if name in JIT_SAVE and len(updated_node.args) >= 2:
-            saved = updated_node.args[0].value
-            if isinstance(saved, cst.Name) and saved.value in self._traced:
-                source = self._traced[saved.value]
-                path = code_of(updated_node.args[1].value)
-                self._saved[path] = source
-                self.changed(
-                    "`torch.jit.save` of the traced model -> `torch.save(model.state_dict(), path)`"
-                )
-                return cst.parse_expression(
-                    f"{self.ctx.torch()}.save({source}.state_dict(), {path})"
-                )
+            return self._save(updated_node, updated_node.args[0].value, updated_node.args[1].value)
+        func = updated_node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "save" and updated_node.args:
+            return self._save(updated_node, func.value, updated_node.args[0].value)
+        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
+            return self._without_torchscript(updated_node)
         if (
-            isinstance(updated_node.func, cst.Attribute)
-            and updated_node.func.attr.value == "from_pretrained"
-            and any(
-                a.keyword is not None and a.keyword.value == "torchscript"
-                for a in updated_node.args
-            )
+            name in JIT_LOAD
+            and self.ctx.facts.uses("torch_neuronx")
+            and original_node is not self._assigned_value  # `x = torch.jit.load(...)`: leave_Assign
         ):
-            self.changed(
-                "dropped `torchscript=True`: transformers 5 removed it; outputs are a `ModelOutput`, and `[0]` still gives the first one"
-            )
-            return with_args(
-                updated_node,
-                [
-                    a
-                    for a in updated_node.args
-                    if not (a.keyword is not None and a.keyword.value == "torchscript")
-                ],
-            )
-        if name in JIT_LOAD and self.ctx.facts.uses("torch_neuronx") and not self._target:
             self.todo(LOAD_TODO)
+        return updated_node
+
+    def _save(
+        self, call: cst.Call, saved: cst.BaseExpression, path: cst.BaseExpression
+    ) -> cst.BaseExpression:
+        """`torch.jit.save(traced, path)` / `traced.save(path)`: save the weights instead."""
+        traced = dotted_name(saved)
+        if traced is None or self._place(traced) not in self._traced:
+            return call
+        source = self._traced[self._place(traced)]
+        if source is None or self.ctx.binding_key(source.split(".")[0]) is None:
+            self.todo(
+                f"`{traced}` is compiled natively, not a TorchScript graph that can be saved: save the weights of the module that was compiled (`torch.save(module.state_dict(), {code_of(path)})`)"
+            )
+            return call
+        self._saved[code_of(path)] = (source, self._place(source))
+        self.changed(
+            "saving the traced model -> `torch.save(model.state_dict(), path)` (a compiled model is not a file)"
+        )
+        # `m = torch.compile(m)` put the wrapper in the module's place: its weights are those
+        # of the module it wraps (saved without the wrapper's `_orig_mod.` prefix).
+        weights = f"{source}._orig_mod" if source == traced else source
+        return cst.parse_expression(
+            f"{self.ctx.torch()}.save({weights}.state_dict(), {code_of(path)})"
+        )
+
+    def _without_torchscript(self, call: cst.Call) -> cst.Call:
+        """`from_pretrained(..., torchscript=True)` -> `return_dict=False`: the traced graph
+        returned tuples, and code that unpacks the outputs still gets tensors."""
+        flag = keyword_arg(call, "torchscript")
+        if flag is None:
+            return call
+        args = [a for a in call.args if a is not flag]
+        if literal(flag.value) is not False and keyword_arg(call, "return_dict") is None:
+            args.append(flag.with_changes(keyword=cst.Name("return_dict"), value=cst.Name("False")))
+            self.changed(
+                "`torchscript=True` -> `return_dict=False` (transformers 5 removed `torchscript`; outputs stay tuples, as the traced graph returned)"
+            )
+        else:
+            self.changed("dropped `torchscript=`: transformers 5 removed it")
+        return with_args(call, args)
+
+    def leave_SimpleString(
+        self, original_node: cst.SimpleString, updated_node: cst.SimpleString
+    ) -> cst.SimpleString:
+        mark_named_module(self, original_node, ROOTS)
+        return updated_node
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> Any:
+        mark_star_import(self, original_node, ROOTS)
         return updated_node
 
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
@@ -237,23 +380,29 @@ class NeuronxTrace(Codemod):
             self.todo(LOAD_TODO)
         return updated_node
 
-    def _trace(self, call: cst.Call) -> cst.BaseExpression:
+    def _trace(self, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
         model = arg_value(call, 0, "func")
         example = arg_value(call, 1, "example_inputs")
         if model is None or example is None:
             return call
-        self._cast_options(call)
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value in (
-                "compiler_workdir",
-                "inline_weights_to_neff",
-                "partitioner_config",
-                "input_output_aliases",
-                "cpu_backend",
-            ):
-                self.changed(f"dropped `{arg.keyword.value}=` (a neuronx-cc trace option)")
-        source = code_of(model.value)
-        compiled = cst.parse_expression(self._compile(f"{source}.to({self._device()})"))
+        target = self._target if original is self._assigned_value else None
+        module = dotted_name(model.value)
+        # `trace(m.forward, ...)` compiled a bound method: compile the method of the moved module.
+        owner = module.removesuffix(".forward") if module and module.endswith(".forward") else None
+        if module is not None and target == f"{module}.forward":
+            owner = module  # `m.forward = trace(m, ...)`: the compiled method replaces the forward
+        inside = (
+            target is not None
+            and owner is None
+            and self._check_not_inside(target, module, f"torch_neuronx.trace({module}, ...)")
+        )
+        self._drop_trace_options(call)
+        moved = (
+            f"{owner}.to({self._device()}).forward"
+            if owner
+            else f"{code_of(model.value)}.to({self._device()})"
+        )
+        compiled = cst.parse_expression(self._compile(moved))
         if isinstance(compiled, cst.Call) and len(code_of(compiled)) > 88:
             compiled = one_per_line(compiled)
         self.changed(
@@ -263,30 +412,43 @@ class NeuronxTrace(Codemod):
             self.code,
             "inputs of compiled models must be on the model's device: Neuron copies host tensors into compiled graphs itself (unless TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1), other devices do not",
         )
-        if self._target is None:
+        if target is None:
             self.todo(
                 "warm the compiled model up once on the example inputs: the first call compiles for their shapes, as `torch_neuronx.trace` did"
             )
             return compiled
-        if isinstance(model.value, cst.Name):
-            self._traced[self._target] = source
-        example_code = code_of(example.value)
-        kind = "tuple" if isinstance(example.value, cst.Tuple | cst.List) else ""
-        if not kind and isinstance(example.value, cst.Name) and self._tree is not None:
-            kind = _example_kind(self._tree, example.value.value)
-        if kind == "tuple":
-            warm = f"{self._target}(*{example_code})"
-        elif kind == "tensor":
-            warm = f"{self._target}({example_code})"
-        else:
-            warm = f"{self._target}(*{example_code})"
-            self.todo(
-                f"check the warm-up call: `{example_code}` is unpacked as a tuple of inputs; call `{self._target}({example_code})` if it is a single tensor"
-            )
-        comment = "# Compiled for the shapes of the example inputs, as torch_neuronx.trace did: the first call compiles.\n"
-        self.ctx.insert_after(stmt(f"{warm}\n"))
-        self.ctx.comment(comment.strip())
+        self._traced[self._place(target)] = owner or module
+        if inside:
+            return compiled  # no warm-up: it would start the recursion the TODO describes
+        self._warm_up(target, example.value)
         return compiled
+
+    def _drop_trace_options(self, call: cst.Call) -> None:
+        self._cast_options(call)
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value in TRACE_OPTIONS:
+                self.changed(f"dropped `{arg.keyword.value}=` (a neuronx-cc trace option)")
+
+    def _warm_up(self, compiled: str, example: cst.BaseExpression) -> None:
+        """Call the compiled model once on the example, as the traced graph was called: a tuple
+        of tensors is unpacked into positional arguments, a single tensor is passed as it is."""
+        text = code_of(example)
+        kind = _example_kind_of(example, self._tree)
+        if kind == "":
+            self.todo(
+                f"warm `{compiled}` up once on `{text}`, as `torch_neuronx.trace` compiled for its shapes: `{compiled}(*{text})` if it is a tuple of tensors, `{compiled}({text})` if it is one tensor"
+            )
+            return
+        if isinstance(example, cst.Tuple | cst.List) and not any(
+            isinstance(e, cst.StarredElement) for e in example.elements
+        ):
+            warm = f"{compiled}({', '.join(code_of(e.value) for e in example.elements)})"
+        else:
+            warm = f"{compiled}(*{text})" if kind == "tuple" else f"{compiled}({text})"
+        self.ctx.insert_after(stmt(f"{warm}\n"))
+        self.ctx.comment(
+            "# Compiled for the shapes of the example inputs, as torch_neuronx.trace did: the first call compiles."
+        )
 
     def _cast_options(self, call: cst.Call) -> None:
         options = arg_value(call, None, "compiler_args")

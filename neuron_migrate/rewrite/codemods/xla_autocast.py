@@ -8,11 +8,13 @@ import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    append_arg,
     arg_value,
     code_of,
     expr,
     fix_trailing_comma,
     has_star_args,
+    keyword_arg,
     string_value,
     with_string_value,
 )
@@ -82,7 +84,7 @@ class XlaAutocast(Codemod):
             device_type = f"{code_of(value)}.type"
         else:
             device_type = f"({code_of(value)}).type"
-        args = [_keyword("device_type", expr(device_type)).with_changes(comma=device.comma)]
+        args = [keyword_arg("device_type", expr(device_type)).with_changes(comma=device.comma)]
         position = 0
         for arg in call.args:
             if arg.keyword is None:
@@ -90,8 +92,8 @@ class XlaAutocast(Codemod):
                 if arg is device:
                     continue
                 # torch.autocast orders its parameters differently: name them.
-                keyword = cst.Name(XLA_AUTOCAST_PARAMETERS[position - 1])
-                arg = arg.with_changes(keyword=keyword, equal=_EQUAL)
+                named = keyword_arg(XLA_AUTOCAST_PARAMETERS[position - 1], arg.value)
+                arg = arg.with_changes(keyword=named.keyword, equal=named.equal)
             elif arg is device:
                 continue
             args.append(arg)
@@ -124,7 +126,7 @@ class XlaAutocast(Codemod):
             dtype = positional[1] if len(positional) > 1 else None
         bf16 = expr(f"{self.ctx.torch()}.bfloat16")
         if dtype is None:
-            return _append(call, args, _keyword("dtype", bf16))
+            return append_arg(call, args, keyword_arg("dtype", bf16))
         if code_of(dtype.value) == "None":
             return [a.with_changes(value=bf16) if a is dtype else a for a in args]
         if only_bf16 and self.qualify(dtype.value) != "torch.bfloat16":
@@ -136,24 +138,6 @@ class XlaAutocast(Codemod):
 
 
 XLA_AUTOCAST_PARAMETERS = ("device", "enabled", "dtype", "cache_enabled")
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-
-
-def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(keyword=cst.Name(name), value=value, equal=_EQUAL)
-
-
-def _append(call: cst.Call, args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """Add an argument after the others, keeping a one-per-line layout."""
-    if not args:
-        return [new]
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
-        separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
-        return [*args[:-1], last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
-    return [*args, new]
-
-
 def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
     """Every argument but the last gets a comma; the last keeps a one-per-line layout's comma."""
     fixed = []

@@ -11,9 +11,12 @@ from neuron_migrate.rewrite.codemods.base import (
     arg_value,
     code_of,
     expr,
+    has_star_args,
     stmt,
     string_value,
 )
+from neuron_migrate.rewrite.codemods.group_lifetime import calls_before_group
+from neuron_migrate.rewrite.codemods.replica_groups import groups_argument, process_group
 
 XM = "torch_xla.core.xla_model"
 XR = "torch_xla.runtime"
@@ -27,7 +30,9 @@ MASTER_PRINT = (f"{XM}.master_print",)
 RENDEZVOUS = (f"{XM}.rendezvous",)
 ALL_REDUCE = (f"{XM}.all_reduce",)
 MESH_REDUCE = (f"{XM}.mesh_reduce",)
-SAVE = (f"{XM}.save",)
+SAVE = (f"{XM}.save", "torch_xla.utils.serialization.save")
+INIT_PROCESS_GROUP = ("torch.distributed.init_process_group",)
+LAUNCH = ("torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")
 MANUAL_SEED = (f"{XM}.set_rng_state", "torch_xla.manual_seed")
 
 REDUCE_OPS = {
@@ -42,8 +47,20 @@ REDUCE_OPS = {
 REDUCE_LITERALS = {"sum": "SUM", "mul": "PRODUCT", "min": "MIN", "max": "MAX", "and": "BAND", "or": "BOR"}
 
 MESH_REDUCE_HELPER = '''\
-def mesh_reduce(data, reduce_fn):
+def {name}(data, reduce_fn):
     """Gather `data` from every process and reduce it, as `xm.mesh_reduce` did."""
+
+    def on_cpu(value):
+        if isinstance(value, {torch}.Tensor):
+            return value.cpu()
+        if isinstance(value, dict):
+            return {{key: on_cpu(item) for key, item in value.items()}}
+        if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+            return type(value)(on_cpu(item) for item in value)
+        return value
+
+    # Tensors travel on the CPU, as with torch_xla, so every process can read them.
+    data = on_cpu(data)
     if not {dist}.is_initialized():
         return reduce_fn([data])
     gathered = [None] * {dist}.get_world_size()
@@ -65,13 +82,17 @@ class XlaCollectives(Codemod):
     | `xm.is_master_ordinal(local=False)` | `dist.get_rank() == 0` |
     | `xm.master_print(x)` (global by default) | `if dist.get_rank() == 0: print(x)` |
     | `xm.rendezvous("tag")` | `dist.barrier()` |
-    | `y = xm.all_reduce(xm.REDUCE_SUM, x)` | `y = x.clone()`; `dist.all_reduce(y, op=dist.ReduceOp.SUM)` |
+    | `y = xm.all_reduce(xm.REDUCE_SUM, x, scale=s)` | `y = x.clone()`; `dist.all_reduce(y)`; `y *= s` |
+    | `xm.all_reduce(op, x, groups=[[0, 1], [2, 3]])` | `dist.all_reduce(y, op=..., group=replica_group(groups))` |
     | `xm.mesh_reduce("tag", v, np.mean)` | `mesh_reduce(v, np.mean)` (a helper over `all_gather_object`) |
     | `xm.save(obj, path)` | `if <local rank 0>: torch.save(obj, path)` |
     | `xm.set_rng_state(s)`, `torch_xla.manual_seed(s)` | `torch.manual_seed(s)` |
 
-    In a file that does not set up the process group itself, ranks and sizes fall back to a
-    single process (`dist.get_rank() if dist.is_initialized() else 0`).
+    Where no process group exists yet (at module level, or in a function before its own
+    `init_process_group`), ranks and sizes come from the launcher's environment:
+    `int(os.environ.get("RANK", 0))` and `int(os.environ.get("WORLD_SIZE", 1))`. Elsewhere, in
+    a file that does not set up the process group itself, they fall back to a single process
+    (`dist.get_rank() if dist.is_initialized() else 0`).
 
     ## Why
     `xm.xrt_world_size()` and `xm.get_ordinal()` were removed in torch_xla 2.7, so scripts using
@@ -94,12 +115,21 @@ class XlaCollectives(Codemod):
     ```
 
     ## Fix safety
-    Safe for the forms above. Replica `groups=`, `rendezvous` payloads, `all_gather`,
-    `reduce_scatter`, `all_to_all`, `send`/`recv` and `RateTracker` get a TODO naming the
-    native call to use. `xm.all_reduce(op, tensors)` whose result is dropped reduced a list in
-    place: it becomes a loop over `tensors`, with a TODO to confirm it is a list. In a file
-    that creates no process group, collectives run only once one exists (torch_xla skipped
-    them in a single process) and a TODO says where ranks fall back to a single process.
+    Safe for the forms above. `xm.all_reduce` on one tensor always works on a copy, even when
+    the result is bound to the input's name, since another reference may still see the input.
+    In a world of one process torch_xla skipped the collective and the scaling; so does the
+    migrated code (`if dist.get_world_size() > 1:`). Replica `groups=` become the process group
+    holding this rank (`replica_group`, a helper that has every rank create every group once,
+    in the same order). `xm.save(..., master_only=m, global_master=g)` with flags known only at
+    run time keeps them in its test. `xm.master_print(..., **kwargs)` passes `kwargs` on to
+    `print`: an `fd` or `local` key in them now fails there (say `file=`, or test the rank).
+    `mesh_reduce` gathers on the CPU, as torch_xla did, and takes another name where the file
+    already has a `mesh_reduce`. `rendezvous` payloads, `all_gather`, `reduce_scatter`,
+    `all_to_all`, `send`/`recv` and an `all_reduce` inside a larger expression get a TODO naming
+    the native call to use. `xm.all_reduce(op, tensors)` whose result is dropped reduced a list
+    in place: it becomes a loop over `tensors`, with a TODO to confirm it is a list. In a file
+    that creates no process group, collectives run only once one exists (torch_xla skipped them
+    in a single process) and a TODO says where ranks fall back to a single process.
     `torch.save` keeps tensors on their device, where `xm.save` moved them to the CPU (the
     report says so).
     """
@@ -126,8 +156,6 @@ class XlaCollectives(Codemod):
         f"{XM}.all_reduce": "`{name}` returns a new tensor (a list is reduced in place); use `dist.all_reduce(t, op=...)` on a clone, with `group=dist.new_group(ranks)` for replica `groups=`",
         f"{XM}.rendezvous": "`{name}(tag, payload)` returned every process's payload; use `replies = [None] * dist.get_world_size()` and `dist.all_gather_object(replies, payload)`",
         f"{XM}.do_on_ordinals": "run the function under `if dist.get_rank() in ordinals:` followed by `dist.barrier()`",
-        f"{XM}.RateTracker": "torch_xla's throughput tracker; count samples and divide by `time.perf_counter()` deltas",
-        f"{XM}.get_rng_state": "use `torch.get_rng_state()` (host) or the accelerator's generator state",
         f"{XM}.is_master_ordinal": "use `int(os.environ.get(\"LOCAL_RANK\", 0)) == 0` (local) or `dist.get_rank() == 0` (global)",
         f"{XM}.master_print": "use `print(...)` under `if dist.get_rank() == 0:`",
         f"{XM}.save": "use `torch.save` under `if int(os.environ.get(\"LOCAL_RANK\", 0)) == 0:`",
@@ -143,6 +171,14 @@ class XlaCollectives(Codemod):
         super().__init__(*args, **kwargs)
         self._xla_arguments: dict[int, cst.CSTNode] = {}
         self._warned_no_group = False
+        self._early: set[int] = set()  # calls that run before the process group exists
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._early = calls_before_group(
+            node,
+            lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP,
+            lambda call: self.qualify(call.func) in LAUNCH,
+        )
 
     def _single_process_fallback(self) -> None:
         """Ranks and sizes fall back to one process in a file that creates no process group:
@@ -156,9 +192,23 @@ class XlaCollectives(Codemod):
         )
 
     # -- expressions ---------------------------------------------------------------------------
-    def _is_master(self, local: bool) -> str:
+    def _rank(self, early: bool) -> str:
+        if early:
+            return self.ctx.env_rank_expr()
+        self._single_process_fallback()
+        return self.ctx.rank_expr()
+
+    def _world_size(self, early: bool) -> str:
+        if early:
+            return self.ctx.env_world_size_expr()
+        self._single_process_fallback()
+        return self.ctx.world_size_expr()
+
+    def _is_master(self, local: bool, early: bool) -> str:
         if local:
             return f"{self.ctx.local_rank_expr()} == 0"
+        if early:
+            return f"{self.ctx.env_rank_expr()} == 0"
         dist = self.ctx.dist()
         if self.ctx.facts.distributed:
             return f"{dist}.get_rank() == 0"
@@ -169,14 +219,13 @@ class XlaCollectives(Codemod):
         if name is None:
             return updated_node
         old = code_of(updated_node.func)
+        early = id(original_node) in self._early
         if name in WORLD_SIZE:
             self.changed(f"`{old}()` -> `dist.get_world_size()`")
-            self._single_process_fallback()
-            return self.ctx.group(expr(self.ctx.world_size_expr()))
+            return self.ctx.group(expr(self._world_size(early)))
         if name in RANK:
             self.changed(f"`{old}()` -> `dist.get_rank()`")
-            self._single_process_fallback()
-            return self.ctx.group(expr(self.ctx.rank_expr()))
+            return self.ctx.group(expr(self._rank(early)))
         if name in LOCAL_RANK:
             self.changed(f"`{old}()` -> `LOCAL_RANK`")
             return expr(self.ctx.local_rank_expr())
@@ -189,19 +238,23 @@ class XlaCollectives(Codemod):
             if local is not None and code_of(local.value) not in ("True", "False"):
                 return updated_node
             self.changed(f"`{old}()` -> {'local' if is_local else 'global'} rank-0 test")
-            return self.ctx.group(expr(self._is_master(is_local)))
-        if name in MESH_REDUCE and len(updated_node.args) >= 3:
-            helper = self.ctx.need_helper("mesh_reduce", MESH_REDUCE_HELPER.format(dist=self.ctx.dist()))
-            data = arg_value(updated_node, 1, "data")
-            fn = arg_value(updated_node, 2, "reduce_fn")
-            if data is None or fn is None:
-                return updated_node
-            self.changed("`xm.mesh_reduce(tag, data, fn)` -> `mesh_reduce(data, fn)`")
-            return expr(f"{helper}({code_of(data.value)}, {code_of(fn.value)})")
+            return self.ctx.group(expr(self._is_master(is_local, early)))
+        if name in MESH_REDUCE:
+            return self._mesh_reduce(updated_node)
         if name in MANUAL_SEED and updated_node.args:
             self.changed(f"`{old}(seed)` -> `torch.manual_seed(seed)`")
             return expr(f"{self.ctx.torch()}.manual_seed({code_of(updated_node.args[0].value)})")
         return updated_node
+
+    def _mesh_reduce(self, call: cst.Call) -> cst.BaseExpression:
+        data, fn = arg_value(call, 1, "data"), arg_value(call, 2, "reduce_fn")
+        if data is None or fn is None or has_star_args(call):
+            return call
+        name = self.ctx.unused_name("mesh_reduce")
+        helper = MESH_REDUCE_HELPER.format(name=name, dist=self.ctx.dist(), torch=self.ctx.torch())
+        self.ctx.need_helper(name, helper)
+        self.changed(f"`xm.mesh_reduce(tag, data, fn)` -> `{name}(data, fn)`")
+        return expr(f"{name}({code_of(data.value)}, {code_of(fn.value)})")
 
     def visit_Call(self, node: cst.Call) -> None:
         # A reduce constant handed to a torch_xla call keeps its torch_xla spelling: the call is
@@ -244,13 +297,14 @@ class XlaCollectives(Codemod):
         if not isinstance(call, cst.Call):
             return updated_node
         name = self.qualify(call.func)
+        early = id(getattr(original_node.body[0], "value", None)) in self._early
         if isinstance(small, cst.Expr):
             if name in MASTER_PRINT:
-                return self._master_print(updated_node, call)
+                return self._master_print(updated_node, call, early)
             if name in RENDEZVOUS:
                 return self._rendezvous(updated_node, call)
             if name in SAVE:
-                return self._save(updated_node, call)
+                return self._save(updated_node, call, early)
         if name in ALL_REDUCE:
             return self._all_reduce(updated_node, small, call)
         return updated_node
@@ -264,7 +318,7 @@ class XlaCollectives(Codemod):
             new = new.with_changes(body=new.body.with_changes(body=[inner.with_changes(trailing_whitespace=comment)]))
         return new.with_changes(leading_lines=line.leading_lines)
 
-    def _master_print(self, line: cst.SimpleStatementLine, call: cst.Call) -> Any:
+    def _master_print(self, line: cst.SimpleStatementLine, call: cst.Call, early: bool) -> Any:
         local = arg_value(call, None, "local")
         if local is not None and code_of(local.value) not in ("True", "False"):
             return line
@@ -272,13 +326,13 @@ class XlaCollectives(Codemod):
         parts = []
         for arg in call.args:
             if arg.keyword is None:
-                parts.append(("*" if arg.star == "*" else "") + code_of(arg.value))
+                parts.append(arg.star + code_of(arg.value))  # `**kwargs` goes on to `print`
             elif arg.keyword.value == "fd":
                 parts.append(f"file={code_of(arg.value)}")
-            elif arg.keyword.value == "flush":
-                parts.append(f"flush={code_of(arg.value)}")
+            elif arg.keyword.value != "local":
+                parts.append(f"{arg.keyword.value}={code_of(arg.value)}")
         self.changed(f"`xm.master_print(...)` -> `print` on {'local' if is_local else 'global'} rank 0")
-        return self._guarded(line, self._is_master(is_local), f"print({', '.join(parts)})")
+        return self._guarded(line, self._is_master(is_local, early), f"print({', '.join(parts)})")
 
     def _rendezvous(self, line: cst.SimpleStatementLine, call: cst.Call) -> Any:
         if len(call.args) > 1:
@@ -290,12 +344,10 @@ class XlaCollectives(Codemod):
         self._single_process_fallback()
         return self._guarded(line, f"{dist}.is_initialized()", f"{dist}.barrier()")
 
-    def _save(self, line: cst.SimpleStatementLine, call: cst.Call) -> Any:
+    def _save(self, line: cst.SimpleStatementLine, call: cst.Call, early: bool) -> Any:
         data, path = arg_value(call, 0, "data"), arg_value(call, 1, "file_or_path")
-        if data is None or path is None:
+        if data is None or path is None or has_star_args(call):
             return line
-        master_only = arg_value(call, 2, "master_only")
-        global_master = arg_value(call, 3, "global_master")
         save = f"{self.ctx.torch()}.save({code_of(data.value)}, {code_of(path.value)})"
         self.changed("`xm.save(obj, path)` -> `torch.save` on the master process")
         self.ctx.note(
@@ -303,65 +355,114 @@ class XlaCollectives(Codemod):
             "`torch.save` writes tensors on the device they live on, where `xm.save` moved them to the CPU "
             'first: load such checkpoints on another machine with `torch.load(path, map_location="cpu")`',
         )
-        if master_only is not None and code_of(master_only.value) == "False":
+        master_only = arg_value(call, 2, "master_only")
+        only = True if master_only is None else _literal_bool(master_only.value)
+        if only is False:
             return line.with_changes(body=[cst.Expr(expr(save))])
-        is_global = global_master is not None and code_of(global_master.value) == "True"
-        return self._guarded(line, self._is_master(local=not is_global), save)
+        condition = self._save_master(arg_value(call, 3, "global_master"), early)
+        if only is None:
+            assert master_only is not None
+            condition = f"{_negated(master_only.value)} or {condition}"
+        return self._guarded(line, condition, save)
+
+    def _save_master(self, global_master: cst.Arg | None, early: bool) -> str:
+        """Who saves when only a master does: the local master, the global one, or as a flag says."""
+        is_global = False if global_master is None else _literal_bool(global_master.value)
+        if is_global is not None:
+            return self._is_master(local=not is_global, early=early)
+        assert global_master is not None
+        flag = code_of(global_master.value)
+        return f"({self._is_master(local=False, early=early)} if {flag} else {self._is_master(local=True, early=early)})"
 
     def _all_reduce(self, line: cst.SimpleStatementLine, small: cst.BaseSmallStatement, call: cst.Call) -> Any:
         reduce_type, inputs = arg_value(call, 0, "reduce_type"), arg_value(call, 1, "inputs")
-        if reduce_type is None or inputs is None or arg_value(call, None, "groups") is not None:
+        if reduce_type is None or inputs is None or has_star_args(call):
             return line
-        scale = arg_value(call, 2, "scale")
-        scaling = scale is not None and code_of(scale.value) not in ("1.0", "1")
+        plan = self._all_reduce_targets(small, inputs.value)
+        if plan is None:
+            return line
+        copies, targets, loop = plan
         dist = self.ctx.dist()
         op = self._reduce_op(reduce_type.value)
-        op_kw = "" if op.endswith("ReduceOp.SUM") else f", op={op}"
-        before: list[str] = []
-        reduce: list[str] = []  # the collective, which needs a process group
-        if isinstance(inputs.value, cst.List | cst.Tuple):
-            # torch_xla reduces a list in place too.
-            if isinstance(small, cst.Assign) or any(isinstance(e, cst.StarredElement) for e in inputs.value.elements):
-                return line
-            for element in inputs.value.elements:
-                target = code_of(element.value)
-                reduce.append(f"{dist}.all_reduce({target}{op_kw})")
-                if scaling:
-                    reduce.append(f"{target} *= {code_of(scale.value)}")  # type: ignore[union-attr]
-        elif isinstance(small, cst.Assign):
-            # One tensor: torch_xla returned the result and left the input alone.
-            if len(small.targets) != 1:
-                return line
-            tensor = inputs.value
-            result = code_of(small.targets[0].target)
-            if result != code_of(tensor):
-                source = code_of(tensor) if _is_atom(tensor) else f"({code_of(tensor)})"
-                before.append(f"{result} = {source}.clone()")
-            reduce.append(f"{dist}.all_reduce({result}{op_kw})")
-            if scaling:
-                reduce.append(f"{result} *= {code_of(scale.value)}")  # type: ignore[union-attr]
-        else:
-            # The result is dropped, so the input is a list of tensors, reduced in place.
-            tensors = code_of(inputs.value)
-            self.todo(
-                f"`xm.all_reduce` reduced the tensors of `{tensors}` in place; "
-                "if it is one tensor, the old call did nothing (its result was dropped): delete this"
-            )
-            body = f"    {dist}.all_reduce(tensor{op_kw})\n"
-            if scaling:
-                body += f"    tensor *= {code_of(scale.value)}\n"  # type: ignore[union-attr]
-            reduce.append(f"for tensor in {tensors}:\n{body}")
-        if not self.ctx.facts.distributed:
-            # torch_xla skipped the collective (and the scaling) in a single process.
-            self._single_process_fallback()
-            inner = "".join(f"    {line_}\n" for part in reduce for line_ in part.rstrip("\n").split("\n"))
-            reduce = [f"if {dist}.is_initialized():\n{inner}"]
+        options = [] if op.endswith("ReduceOp.SUM") else [f"op={op}"]
+        groups = groups_argument(call, 3)
+        if groups is not None:
+            options.append(f"group={process_group(self.ctx, groups)}")
+        scale = arg_value(call, 2, "scale")
+        scaling = code_of(scale.value) if scale is not None and code_of(scale.value) not in ("1.0", "1") else None
+        reduce = []
+        for target in targets:
+            reduce.append(f"{dist}.all_reduce({', '.join([target, *options])})")
+            if scaling is not None:
+                reduce.append(f"{target} *= {scaling}")
+        if loop is not None:
+            reduce = [_block(f"for {targets[0]} in {loop}:", reduce)]
+        reduce = self._when_several_processes(reduce, scaled=scaling is not None)
         self.changed("`xm.all_reduce(...)` -> `dist.all_reduce(...)` (in place)")
-        new = [stmt(source if source.endswith("\n") else source + "\n") for source in [*before, *reduce]]
-        new[0] = new[0].with_changes(leading_lines=line.leading_lines)
-        for extra in new[1:]:
-            self.ctx.insert_after(extra)
-        return new[0]
+        # The collective stands in for the call, so what its arguments still name of the old
+        # stack (a `groups=` from neuronx_distributed, say) is seen and marked like the rest.
+        self.ctx.insert_before(*(stmt(source + "\n") for source in copies))
+        self.ctx.insert_after(*(stmt(source + "\n") for source in reduce[1:]))
+        return stmt(reduce[0] + "\n").with_changes(leading_lines=line.leading_lines)
+
+    def _all_reduce_targets(
+        self, small: cst.BaseSmallStatement, tensors: cst.BaseExpression
+    ) -> tuple[list[str], list[str], str | None] | None:
+        """(copies to make first, tensors to reduce in place, what they are looped over), or None
+        to leave the call alone."""
+        if isinstance(tensors, cst.List | cst.Tuple):
+            # torch_xla reduces a list in place.
+            if isinstance(small, cst.Assign) or any(isinstance(e, cst.StarredElement) for e in tensors.elements):
+                return None
+            return [], [code_of(e.value) for e in tensors.elements], None
+        if isinstance(small, cst.Assign):
+            # One tensor: torch_xla returned a new one and left the input alone, even when the
+            # result is bound to the same name (another reference may still see the input).
+            if len(small.targets) != 1:
+                return None
+            result = code_of(small.targets[0].target)
+            source = code_of(tensors) if _is_atom(tensors) else f"({code_of(tensors)})"
+            return [f"{result} = {source}.clone()"], [result], None
+        # The result is dropped, so the input is a list of tensors, reduced in place.
+        name = code_of(tensors)
+        self.todo(
+            f"`xm.all_reduce` reduced the tensors of `{name}` in place; "
+            "if it is one tensor, the old call did nothing (its result was dropped): delete this"
+        )
+        return [], [self.ctx.unused_name("tensor")], name
+
+    def _when_several_processes(self, reduce: list[str], scaled: bool) -> list[str]:
+        """torch_xla skipped the collective, and the scaling, in a world of one process."""
+        dist = self.ctx.dist()
+        if self.ctx.facts.distributed:
+            condition = f"{dist}.get_world_size() > 1" if scaled else None
+        else:
+            self._single_process_fallback()
+            condition = f"{dist}.is_initialized()"
+            if scaled:
+                condition += f" and {dist}.get_world_size() > 1"
+        return reduce if condition is None else [_block(f"if {condition}:", reduce)]
+
+
+def _block(header: str, lines: list[str]) -> str:
+    """`header` with `lines` (statements, maybe blocks themselves) indented under it."""
+    body = "".join(f"    {line}\n" for statement in lines for line in statement.split("\n"))
+    return f"{header}\n{body}".rstrip("\n")
+
+
+def _literal_bool(node: cst.BaseExpression) -> bool | None:
+    """True or False for those literals, None for anything else (a flag known only at run time)."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def _negated(node: cst.BaseExpression) -> str:
+    """`not node`, without a double negation."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not) and not node.lpar:
+        inner = node.expression
+        return code_of(inner) if _is_atom(inner) else f"({code_of(inner)})"
+    return f"not {code_of(node)}" if _is_atom(node) else f"not ({code_of(node)})"
 
 
 def _is_atom(node: cst.BaseExpression) -> bool:

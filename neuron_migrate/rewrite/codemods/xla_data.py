@@ -12,7 +12,7 @@ MP_DEVICE_LOADER = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)
 PARALLEL_LOADER = ("torch_xla.distributed.parallel_loader.ParallelLoader",)
 
 DEVICE_LOADER = '''\
-class DeviceLoader:
+class {name}:
     """Iterates `loader` and moves each batch to `device`, as `MpDeviceLoader` did."""
 
     def __init__(self, loader, device):
@@ -81,20 +81,20 @@ class XlaData(Codemod):
     triggers = (*MP_DEVICE_LOADER, *PARALLEL_LOADER)
     manual: ClassVar[dict[str, str]] = {
         "torch_xla.distributed.parallel_loader.PerDeviceLoader": "build a `DeviceLoader(loader, device)` instead",
-        "torch_xla.utils.utils.SampleGenerator": "fake-data generator of torch_xla; use a `TensorDataset` of random tensors in a `DataLoader`",
     }
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.parallel_loaders: set[str] = set()
+        self.parallel_loaders: set[tuple[object, str]] = set()  # binding keys of `ParallelLoader`s
         # `ParallelLoader(...)` calls already rewritten: `.per_device_loader(d)` on one is the loader.
         self.rewritten: dict[int, cst.CSTNode] = {}
 
     def _loader(self, loader: cst.BaseExpression, device: cst.BaseExpression, call: cst.Call) -> cst.BaseExpression:
         if arg_value(call, None, "input_sharding") is not None:
             self.todo("`input_sharding=` sharded batches over an SPMD mesh; use DTensor `distribute_tensor` on each batch")
-        helper = self.ctx.need_helper("DeviceLoader", DEVICE_LOADER.format(torch=self.ctx.torch()))
-        return expr(f"{helper}({code_of(loader)}, {code_of(device)})")
+        name = self.ctx.unused_name("DeviceLoader")
+        self.ctx.need_helper(name, DEVICE_LOADER.format(name=name, torch=self.ctx.torch()))
+        return expr(f"{name}({code_of(loader)}, {code_of(device)})")
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         name = self.qualify(updated_node.func)
@@ -110,7 +110,7 @@ class XlaData(Codemod):
             if id(receiver) in self.rewritten:
                 # The receiver already moves batches to the device `ParallelLoader` was given.
                 return receiver
-            if isinstance(receiver, cst.Name) and receiver.value in self.parallel_loaders:
+            if isinstance(receiver, cst.Name) and self.ctx.binding_key(receiver.value) in self.parallel_loaders:
                 self.changed("`.per_device_loader(device)` -> the `DeviceLoader` itself")
                 return receiver
         if name in PARALLEL_LOADER:
@@ -132,5 +132,6 @@ class XlaData(Codemod):
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self.qualify(node.value.func) in PARALLEL_LOADER:
             for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    self.parallel_loaders.add(target.target.value)
+                key = self.ctx.binding_key(target.target.value) if isinstance(target.target, cst.Name) else None
+                if key is not None:
+                    self.parallel_loaders.add(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import libcst as cst
@@ -13,6 +14,19 @@ from neuron_migrate.rewrite.codemods.base import (
     expr,
     string_value,
     with_string_value,
+)
+from neuron_migrate.rewrite.codemods.device_strings import (
+    FLAG_ASSIGNED,
+    FLAG_COMPARED,
+    FLAG_DEVICE_TYPE,
+    FLAG_OPTION,
+    DeviceStrings,
+    compares_xla,
+    device_type_attribute,
+    is_xla_string,
+    names_device_type,
+    option_values,
+    read_device_strings,
 )
 
 XLA_DEVICE = (
@@ -29,10 +43,7 @@ DEVICE_COUNT = (
 )
 DEVICE_TYPE = ("torch_xla.runtime.device_type",)
 DEVICE_HW = ("torch_xla.core.xla_model.xla_device_hw",)
-
-
-def _is_xla_string(value: str | None) -> bool:
-    return value is not None and (value == "xla" or value.startswith("xla:"))
+XLA_STRING = re.compile(r"""['"]xla[:'"]""")  # where none is, no string needs reading
 
 
 class XlaDevice(Codemod):
@@ -40,9 +51,11 @@ class XlaDevice(Codemod):
 
     ## What it does
     Rewrites `xm.xla_device()` and `torch_xla.device()`, the string `"xla"` where it names a
-    device (`.to("xla")`, `device="xla"`, `torch.device("xla:0")`, `device = "xla"`), device
-    counts (`xr.global_runtime_device_count()`), `xr.device_type()`, `xm.xla_device_hw()` and
-    `tensor.device.type == "xla"` tests.
+    device (`.to("xla")`, `device="xla"`, `torch.device("xla:0")`, and `device = "xla"` when
+    `device` is then used as one), device counts (`xr.global_runtime_device_count()`),
+    `xr.device_type()`, `xm.xla_device_hw()` and `tensor.device.type == "xla"` tests.
+    An `"xla"` that is a mode name (`if args.device == "xla":`, `choices=["cpu", "xla"]`, a
+    `device_type = "xla"` that only selects code paths) is left as it is, with a TODO.
 
     ## Why
     TorchNeuron registers Trainium as the PyTorch device `neuron`; there is no `xla` device.
@@ -67,6 +80,9 @@ class XlaDevice(Codemod):
     `max(torch.accelerator.device_count(), 1)`. Device 0 (`"xla:0"`, `xm.xla_device(0)`) was
     the first device of the calling process, so the portable spelling is the current device
     rather than device 0 of the host, which on CUDA would put every process on the first GPU.
+    `t.device.type == "xla"` becomes `!= "cpu"` only in a script written for XLA alone: where
+    the file also tests for CUDA or the CPU, the XLA branch is one among several and gets a
+    TODO instead, as do mode names, whose comparisons a device in their place would break.
     """
 
     code = "NM001"
@@ -101,9 +117,11 @@ class XlaDevice(Codemod):
             return expr(f"{self.ctx.torch()}.device({code_of(updated_node.args[0].value)}).type.upper()")
         if name in ("torch.device",) and updated_node.args:
             return self._torch_device(updated_node)
+        if self.ctx.old_stack_file and option_values(updated_node):
+            self.todo(FLAG_OPTION)
         if isinstance(updated_node.func, cst.Attribute) and updated_node.func.attr.value == "to":
             first = arg_value(updated_node, 0, "device")
-            if first is not None and _is_xla_string(string_value(first.value)):
+            if first is not None and is_xla_string(string_value(first.value)):
                 # An argument needs no parentheses around `a or b`.
                 new = self._device_for(first.value, grouped=False)
                 return updated_node.with_changes(
@@ -122,7 +140,7 @@ class XlaDevice(Codemod):
     def _torch_device(self, call: cst.Call) -> cst.BaseExpression:
         first = call.args[0]
         value = string_value(first.value)
-        if not _is_xla_string(value) or first.keyword is not None:
+        if not is_xla_string(value) or first.keyword is not None:
             return call
         return self._device_for(first.value, whole_call=call)
 
@@ -153,67 +171,95 @@ class XlaDevice(Codemod):
         return self.ctx.group(device) if grouped else device
 
     # -- scopes: reuse the variable that holds the device ---------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.ctx.device_names.append(None)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
-        self.ctx.device_names.pop()
-        return updated_node
-
     def _remember_device(self, original: cst.Assign) -> None:
+        """`device = xm.xla_device()`: later lookups in this scope can say `device`, if nothing
+        else in the scope assigns `device` (a later `device = torch.device("cpu")` would not
+        hold the accelerator) and it is this scope's own variable."""
         value = original.value
-        if (
-            len(original.targets) == 1
-            and isinstance(original.targets[0].target, cst.Name)
+        target = original.targets[0].target if len(original.targets) == 1 else None
+        if not (
+            isinstance(target, cst.Name)
             and isinstance(value, cst.Call)
             and self.qualify(value.func) in XLA_DEVICE
             and not value.args
-            and self.ctx.device_names[-1] is None
         ):
-            self.ctx.device_names[-1] = original.targets[0].target.value
+            return
+        scope = self.ctx.scope
+        if scope in self.ctx.device_names or scope.lookup(target.value) is not scope:
+            return
+        if scope.bound[target.value].count == 1:
+            self.ctx.device_names[scope] = target.value
 
     # -- keywords and assignments ----------------------------------------------------------------
+    strings = DeviceStrings()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        # Whether `name = "xla"` is a device depends on where `name` goes later in the file.
+        if XLA_STRING.search(self.ctx.source):
+            self.strings = read_device_strings(node, self.qualify)
+
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
         if (
             updated_node.keyword is not None
             and updated_node.keyword.value in ("device", "map_location")
-            and _is_xla_string(string_value(updated_node.value))
+            and is_xla_string(string_value(updated_node.value))
         ):
             return updated_node.with_changes(value=self._device_for(updated_node.value))
         return updated_node
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         self._remember_device(original_node)
-        if _is_xla_string(string_value(updated_node.value)) and any(
-            isinstance(t.target, cst.Name | cst.Attribute) and "device" in code_of(t.target).lower()
-            for t in updated_node.targets
-        ):
-            return updated_node.with_changes(value=self._device_for(updated_node.value))
-        return updated_node
+        if len(updated_node.targets) != 1:
+            return updated_node
+        value = self._assigned_string(original_node, updated_node.targets[0].target, updated_node.value)
+        return updated_node if value is None else updated_node.with_changes(value=value)
+
+    def leave_AnnAssign(self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign) -> cst.AnnAssign:
+        if updated_node.value is None:
+            return updated_node
+        value = self._assigned_string(original_node, updated_node.target, updated_node.value)
+        return updated_node if value is None else updated_node.with_changes(value=value)
+
+    def _assigned_string(
+        self, original: cst.Assign | cst.AnnAssign, target: cst.BaseExpression, value: cst.BaseExpression
+    ) -> cst.BaseExpression | None:
+        """`name = "xla"`: the native device if the name is used as one, else None (and a TODO)."""
+        if not is_xla_string(string_value(value)) or not isinstance(target, cst.Name | cst.Attribute):
+            return None
+        if self.strings.names_device(original):
+            return self._device_for(value)
+        if self.ctx.old_stack_file:
+            self.todo(FLAG_ASSIGNED.format(name=code_of(target)))
+        return None
 
     def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.Comparison:
-        """`x.device.type == "xla"` asks "is it on the accelerator?"."""
-        if not self.ctx.old_stack_file:
+        """`x.device.type == "xla"` asks "is it on the accelerator?" in a script written for XLA
+        alone; anywhere else `"xla"` in a comparison is a mode name, or one device among several."""
+        if not self.ctx.old_stack_file or not compares_xla(updated_node):
             return updated_node  # a library that merely supports XLA among other devices
-        left = updated_node.left
-        if not (isinstance(left, cst.Attribute) and left.attr.value == "type") or len(updated_node.comparisons) != 1:
-            return updated_node
         target = updated_node.comparisons[0]
-        if string_value(target.comparator) != "xla" or not isinstance(target.comparator, cst.SimpleString):
+        xla = _device_type_is_xla(updated_node)
+        if xla is None or self.strings.several_devices:
+            self.todo(FLAG_DEVICE_TYPE if names_device_type(updated_node.left) else FLAG_COMPARED)
             return updated_node
         self.changed('`.type == "xla"` -> native device type test')
         if self.ctx.target.neuron:
-            return updated_node.with_changes(
-                comparisons=[target.with_changes(comparator=with_string_value(target.comparator, "neuron"))]
-            )
+            return updated_node.with_changes(comparisons=[target.with_changes(comparator=with_string_value(xla, "neuron"))])
         operator = target.operator
-        flipped: cst.BaseCompOp
-        if isinstance(operator, cst.Equal):
-            flipped = cst.NotEqual(whitespace_before=operator.whitespace_before, whitespace_after=operator.whitespace_after)
-        elif isinstance(operator, cst.NotEqual):
-            flipped = cst.Equal(whitespace_before=operator.whitespace_before, whitespace_after=operator.whitespace_after)
-        else:
-            return updated_node
+        assert isinstance(operator, cst.Equal | cst.NotEqual)
+        kind = cst.NotEqual if isinstance(operator, cst.Equal) else cst.Equal
+        flipped = kind(whitespace_before=operator.whitespace_before, whitespace_after=operator.whitespace_after)
         return updated_node.with_changes(
-            comparisons=[target.with_changes(operator=flipped, comparator=with_string_value(target.comparator, "cpu"))]
+            comparisons=[target.with_changes(operator=flipped, comparator=with_string_value(xla, "cpu"))]
         )
+
+
+def _device_type_is_xla(comparison: cst.Comparison) -> cst.SimpleString | None:
+    """The `"xla"` of `t.device.type == "xla"` (or `!=`), a test this codemod can turn native."""
+    if len(comparison.comparisons) != 1 or not device_type_attribute(comparison.left):
+        return None
+    target = comparison.comparisons[0]
+    xla = target.comparator
+    if not isinstance(target.operator, cst.Equal | cst.NotEqual) or not isinstance(xla, cst.SimpleString):
+        return None
+    return xla if string_value(xla) == "xla" else None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.core.oldstack import PRECISION, XLA_VARIABLE
+from neuron_migrate.core.oldstack import PRECISION, is_xla_variable, uses_pytorch_xla
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     code_of,
@@ -16,8 +17,9 @@ from neuron_migrate.rewrite.codemods.base import (
     stmt,
     string_value,
 )
+from neuron_migrate.rewrite.codemods.env_roles import ENVIRON, EnvRoles, Role, read_roles
+from neuron_migrate.rewrite.codemods.precision import PrecisionPolicy
 
-ENVIRON = "os.environ"
 GETENV = ("os.getenv", "os.environ.get")
 SETTERS = ("os.environ.setdefault", "os.putenv")
 UPDATE = ("os.environ.update",)
@@ -25,11 +27,23 @@ UPDATE = ("os.environ.update",)
 # An XLA variable being set in this file: `env["XLA_X"] = ...`, `("XLA_X", ...)`, `{"XLA_X": ...}`, `XLA_X=...`.
 SETTING = re.compile(r"""['"](?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)['"]\s*(?:\]\s*=[^=]|,|:)|\b(?:XLA_\w+|PJRT_\w+)=""")
 TRUE_VALUES = frozenset({"1", "true", "True", "TRUE", "yes"})
+FALSE_VALUES = frozenset({"0", "false", "False", ""})
+# `XLA_USE_BF16=1 python train.py` in a command string: the child's precision.
+SWITCH_IN_COMMAND = re.compile(rf"\b({'|'.join(PRECISION)})=")
 
-
-def _key(node: cst.CSTNode) -> str | None:
-    value = string_value(node)
-    return value if value is not None and XLA_VARIABLE.match(value) else None
+REMOTE_TODO = (
+    "this environment configures a remote job, not this program: its XLA variables are left for "
+    "that job; migrate the job's own script (its `entry_point`){precision} and drop them once it runs natively"
+)
+REMOTE_PRECISION = (
+    ", where `{variable}=1` becomes an explicit dtype (`torch.set_default_dtype(torch.{dtype})`, "
+    "and `dtype=torch.{dtype}` for models loaded with `from_pretrained`),"
+)
+CHILD_PRECISION_TODO = (
+    "`{variable}` set the precision of the process started here ({dtype} on the device); natively it "
+    "does nothing: set the dtype in the script that process runs (`torch.set_default_dtype(torch.{dtype})`, "
+    "and `dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
+)
 
 
 class XlaEnv(Codemod):
@@ -37,11 +51,13 @@ class XlaEnv(Codemod):
 
     ## What it does
     Deletes assignments of `XLA_*`, `PT_XLA_*` and `PJRT_*` variables (`os.environ[...] = ...`,
-    `setdefault`, `update`, `putenv`, entries of env dicts handed to subprocesses, written as
-    literals or as `dict(os.environ, NAME=value)`).
-    `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` become `torch.set_default_dtype(torch.bfloat16)`
-    after the imports, and code that read them to choose behaviour now asks
-    `torch.get_default_dtype() == torch.bfloat16`.
+    `setdefault`, `update` with a dict or keywords, `putenv`, entries of env dicts handed to
+    subprocesses, written as literals or as `dict(os.environ, NAME=value)`).
+    `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` set for this program become
+    `torch.set_default_dtype(torch.bfloat16)` after the imports; models the file loads with
+    `from_pretrained` / `from_config` get `dtype=torch.bfloat16`, since they keep the dtype of
+    their checkpoint or config whatever the default; code that read the switches to choose
+    behaviour now asks `torch.get_default_dtype() == torch.bfloat16`.
 
     ## Why
     These variables configured the XLA runtime. `XLA_USE_BF16=1` silently stored every float32
@@ -54,6 +70,7 @@ class XlaEnv(Codemod):
     os.environ["PJRT_DEVICE"] = "NEURON"
     import torch
     ...
+    model = AutoModelForCausalLM.from_pretrained(name)
     if os.environ.get("XLA_USE_BF16") == "1":
         print("training in bf16")
     ```
@@ -64,14 +81,22 @@ class XlaEnv(Codemod):
 
     torch.set_default_dtype(torch.bfloat16)
     ...
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16)
     if torch.get_default_dtype() == torch.bfloat16:
         print("training in bf16")
     ```
 
     ## Fix safety
-    The precision policy changes form: new float tensors and parameters are bf16 everywhere,
-    including on the host, while data converted from numpy stays float32 until cast. The report
-    says so; compare runs with `neuron-migrate validate`. `NEURON_*` runtime variables are kept.
+    The precision policy changes form: modules built in the code and new float tensors are bf16
+    everywhere, the host included, while tensors made from numpy keep numpy's dtype until cast.
+    A switch set only under a condition stays under it, and a model loaded elsewhere in the file
+    then gets a TODO instead of a `dtype=`; so does a later `torch.set_default_dtype(torch.float32)`
+    or `torch.set_default_tensor_type(torch.FloatTensor)` that would undo the policy. A switch in
+    the environment of a child process (`subprocess.run(..., env=...)`, a command string) is
+    removed with a TODO: the dtype belongs in the script that process runs. The `environment=`
+    of a remote job (a SageMaker estimator) configures that job and is left as it is, with a TODO.
+    `XLA_FLAGS` is left alone in files that do not use PyTorch/XLA (JAX and TensorFlow read it
+    too). `NEURON_*` runtime variables are kept. Compare runs with `neuron-migrate validate`.
     """
 
     code = "NM009"
@@ -83,9 +108,17 @@ class XlaEnv(Codemod):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.policy: str | None = None  # dtype set by a bf16/fp16 switch in this file
+        self.pytorch_xla = uses_pytorch_xla(self.ctx.source)
+        self.roles = EnvRoles()
+        self.precision = PrecisionPolicy(self)
+        self.remote_todos: set[str] = set()  # TODO texts left on a remote job's environment
+        self.answered: dict[int, cst.CSTNode] = {}  # readers already rewritten or given a TODO
         self.depth = 0
         self.torch_imported = False  # seen `import torch` yet, in source order
+
+    def _key(self, node: cst.CSTNode) -> str | None:
+        value = string_value(node)
+        return value if value is not None and is_xla_variable(value, self.pytorch_xla) else None
 
     # -- where we are ---------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -101,10 +134,9 @@ class XlaEnv(Codemod):
 
     def visit_Module(self, node: cst.Module) -> None:
         # Readers anywhere in the file follow a policy set anywhere in it: find it first.
-        for variable, dtype in PRECISION.items():
-            pattern = re.compile(rf"""['"]{variable}['"]\s*\]\s*=\s*['"]1['"]|['"]{variable}['"]\s*,\s*['"]1['"]|['"]{variable}['"]\s*:\s*['"]1['"]""")
-            if pattern.search(self.ctx.source):
-                self.policy = dtype
+        if SETTING.search(self.ctx.source):
+            self.roles = read_roles(node, self.qualify, _turns_on)
+            self.precision.start(self.roles.process_switches)
 
     # -- setters --------------------------------------------------------------------------------
     def _apply_policy(self, variable: str, value: str | None) -> None:
@@ -125,17 +157,43 @@ class XlaEnv(Codemod):
                 self.ctx.insert_after(stmt("import torch\n"))
             self.ctx.comment(comment)
             self.ctx.insert_after(stmt(f"{line}\n"))
+        self.precision.note_policy(variable)
+
+    def _setting(self, variable: str, value: cst.BaseExpression | None, role: Role) -> bool:
+        """Migrate `variable=value` set for `role`; False when the setting must stay."""
+        literal = string_value(value) if value is not None else None
+        if role is Role.REMOTE:
+            self._remote_job(variable if variable in PRECISION and literal not in FALSE_VALUES else None)
+            return False
+        if variable in PRECISION and role is Role.PROCESS:
+            self._apply_policy(variable, literal)
+        elif variable in PRECISION and literal not in FALSE_VALUES:
+            self._child_precision(variable)
+        self.changed(f"removed the `{variable}` setting (XLA runtime only)")
+        return True
+
+    def _remote_job(self, switch: str | None) -> None:
+        """One TODO per statement, naming a precision switch if the statement sets one."""
+        message = REMOTE_TODO.format(
+            precision=REMOTE_PRECISION.format(variable=switch, dtype=PRECISION[switch]) if switch else ""
+        )
+        todos = self.ctx.frames[-1].todos
+        said = next((todo for todo in todos if todo[1] in self.remote_todos), None)
+        if said is not None and (switch is None or said[1] != REMOTE_TODO.format(precision="")):
+            return
+        if said is not None:
+            todos.remove(said)  # the one naming the switch says more
+        self.remote_todos.add(message)
+        self.todo(message)
+
+    def _child_precision(self, variable: str) -> None:
+        dtype = PRECISION[variable]
+        self.todo(CHILD_PRECISION_TODO.format(variable=variable, dtype=dtype))
         self.ctx.note(
             self.code,
-            f"precision policy changed: {variable}=1 made XLA store float32 tensors as {dtype}; "
-            f"the migrated code calls `torch.set_default_dtype(torch.{dtype})` instead, so parameters and new "
-            "float tensors are bf16 on every device while data built from numpy stays float32 until cast",
+            f"precision: `{variable}` no longer reaches the processes this file starts; they run in "
+            f"float32 until their scripts set the dtype (see the TODOs)",
         )
-
-    def _removed_setting(self, variable: str, value: cst.BaseExpression | None) -> None:
-        if variable in PRECISION:
-            self._apply_policy(variable, string_value(value) if value is not None else None)
-        self.changed(f"removed the `{variable}` setting (XLA runtime only)")
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
         if len(updated_node.targets) != 1:
@@ -146,10 +204,9 @@ class XlaEnv(Codemod):
         index = target.slice[0].slice
         if not isinstance(index, cst.Index):
             return updated_node
-        variable = _key(index.value)
-        if variable is None:
+        variable = self._key(index.value)
+        if variable is None or not self._setting(variable, updated_node.value, self.roles.role(original_node)):
             return updated_node
-        self._removed_setting(variable, updated_node.value)
         return self.ctx.remove(updated_node)
 
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
@@ -158,43 +215,47 @@ class XlaEnv(Codemod):
             return updated_node
         name = self.qualify(call.func)
         if name in SETTERS and len(call.args) == 2:
-            variable = _key(call.args[0].value)
+            variable = self._key(call.args[0].value)
             if variable is not None:
-                self._removed_setting(variable, call.args[1].value)
+                self._setting(variable, call.args[1].value, Role.PROCESS)
                 return self.ctx.remove(updated_node)
-        if (
-            name in UPDATE
-            and len(call.args) == 1
-            and isinstance(call.args[0].value, cst.Dict)
-            and not call.args[0].value.elements
-        ):
+        if name in UPDATE and _emptied_update(call):
             self.changed("removed an `os.environ.update` left empty")
             return self.ctx.remove(updated_node)
         return updated_node
 
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        """`dict(os.environ, PJRT_DEVICE="NEURON")`: an env built with keywords."""
-        if not (isinstance(updated_node.func, cst.Name) and updated_node.func.value == "dict"):
-            return updated_node
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = updated_node.func
+        if isinstance(func, cst.Name) and func.value == "dict":
+            # `dict(os.environ, PJRT_DEVICE="NEURON")`: an environment built with keywords.
+            return self._without_keywords(updated_node, lambda arg: self.roles.role(original_node))
+        if isinstance(func, cst.Attribute) and func.attr.value == "update":
+            # `os.environ.update(XLA_USE_BF16="1")`, `env.update(PJRT_DEVICE="NEURON")`
+            by_arg = dict(zip(map(id, updated_node.args), original_node.args, strict=False))
+            return self._without_keywords(updated_node, lambda arg: self.roles.role(by_arg.get(id(arg), arg)))
+        return self.precision.leave_call(updated_node)
+
+    def _without_keywords(self, call: cst.Call, role_of: Callable[[cst.Arg], Role]) -> cst.Call:
         kept = []
-        for arg in updated_node.args:
-            if arg.keyword is not None and XLA_VARIABLE.match(arg.keyword.value):
-                self._removed_setting(arg.keyword.value, arg.value)
-            else:
+        for arg in call.args:
+            variable = arg.keyword.value if arg.keyword is not None else None
+            if variable is None or not is_xla_variable(variable, self.pytorch_xla) or not self._setting(variable, arg.value, role_of(arg)):
                 kept.append(arg)
-        if len(kept) == len(updated_node.args):
-            return updated_node
-        return updated_node.with_changes(args=fix_trailing_comma(kept))
+        if len(kept) == len(call.args):
+            return call
+        return call.with_changes(args=fix_trailing_comma(kept))
 
     def leave_Dict(self, original_node: cst.Dict, updated_node: cst.Dict) -> cst.Dict:
+        role = self.roles.role(original_node)
         kept = []
         for element in updated_node.elements:
-            variable = _key(element.key) if isinstance(element, cst.DictElement) else None
+            variable = self._key(element.key) if isinstance(element, cst.DictElement) else None
             if variable is None:
                 kept.append(element)
-            else:
-                assert isinstance(element, cst.DictElement)
-                self._removed_setting(variable, element.value)
+                continue
+            assert isinstance(element, cst.DictElement)
+            if not self._setting(variable, element.value, role):
+                kept.append(element)
         if len(kept) == len(updated_node.elements):
             return updated_node
         if kept:
@@ -207,10 +268,10 @@ class XlaEnv(Codemod):
     def _reader_variable(self, node: cst.CSTNode) -> str | None:
         """`os.environ.get("X")`, `os.getenv("X")`, `os.environ["X"]` -> "X"."""
         if isinstance(node, cst.Call) and self.qualify(node.func) in GETENV and node.args:
-            return _key(node.args[0].value)
+            return self._key(node.args[0].value)
         if isinstance(node, cst.Subscript) and self.qualify(node.value) == ENVIRON and len(node.slice) == 1:
             index = node.slice[0].slice
-            return _key(index.value) if isinstance(index, cst.Index) else None
+            return self._key(index.value) if isinstance(index, cst.Index) else None
         return None
 
     def _migrating_readers(self) -> bool:
@@ -220,14 +281,15 @@ class XlaEnv(Codemod):
         """
         return self.ctx.old_stack_file or bool(SETTING.search(self.ctx.source))
 
-    def _policy_test(self, variable: str, negate: bool = False) -> cst.BaseExpression | None:
+    def _policy_test(self, reader: cst.CSTNode, variable: str, negate: bool = False) -> cst.BaseExpression | None:
         if not self._migrating_readers():
             return None
+        self.answered[id(reader)] = reader
         if variable not in PRECISION:
             self.todo(f"`{variable}` configured the XLA runtime; natively it is never set, so this test is always false")
             return None
         dtype = PRECISION[variable]
-        if self.policy != dtype:
+        if self.precision.dtype != dtype:
             self.todo(f"`{variable}` no longer changes precision natively; replace this test with your own flag and set the dtype explicitly")
             return None
         torch = self.ctx.torch()
@@ -241,33 +303,50 @@ class XlaEnv(Codemod):
         operator = target.operator
         # "X" in os.environ
         if isinstance(operator, cst.In | cst.NotIn) and self.qualify(target.comparator) == ENVIRON:
-            variable = _key(updated_node.left)
+            variable = self._key(updated_node.left)
             if variable is not None:
-                return self._policy_test(variable, negate=isinstance(operator, cst.NotIn)) or updated_node
+                return self._policy_test(updated_node, variable, negate=isinstance(operator, cst.NotIn)) or updated_node
             return updated_node
         variable = self._reader_variable(updated_node.left)
         literal = string_value(target.comparator)
         if variable is None or literal is None or not isinstance(operator, cst.Equal | cst.NotEqual):
             return updated_node
         truthy = literal in TRUE_VALUES
-        if not truthy and literal not in ("0", "false", "False", ""):
+        if not truthy and literal not in FALSE_VALUES:
             return updated_node
         negate = isinstance(operator, cst.NotEqual) == truthy
-        return self._policy_test(variable, negate=negate) or updated_node
+        return self._policy_test(updated_node.left, variable, negate=negate) or updated_node
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine:
-        """Readers the rewrites above could not turn into a policy test still need a person."""
-        stack: list[cst.CSTNode] = [s for s in updated_node.body if id(s) not in self.ctx.removed]
+        """Readers the rewrites above could not turn into a policy test still need a person, and so
+        does a precision switch written into a command for another process."""
+        kept = [s for s in updated_node.body if id(s) not in self.ctx.removed]
+        self._flag_leftovers(kept)
+        if not (len(kept) == 1 and isinstance(kept[0], cst.Expr) and isinstance(kept[0].value, cst.SimpleString)):
+            self._flag_commands(kept)  # a docstring is no command
+        return updated_node
+
+    def _flag_leftovers(self, roots: Sequence[cst.CSTNode]) -> None:
+        stack = list(roots)
         while stack:
             node = stack.pop()
             variable = self._reader_variable(node)
             if variable is not None:
-                self._policy_test_todo(variable)
+                if id(node) not in self.answered:
+                    self._policy_test_todo(variable)
                 continue
             stack.extend(node.children)
-        return updated_node
+
+    def _flag_commands(self, roots: Sequence[cst.CSTNode]) -> None:
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.SimpleString | cst.FormattedStringText):
+                for match in SWITCH_IN_COMMAND.finditer(node.value):
+                    self._child_precision(match.group(1))
+            stack.extend(node.children)
 
     def _policy_test_todo(self, variable: str) -> None:
         if not self._migrating_readers():
@@ -277,18 +356,45 @@ class XlaEnv(Codemod):
         else:
             self.todo(f"`{variable}` configured the XLA runtime; natively it is never set")
 
-    def _bare_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
+    def _truth_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
+        """A reader used as a truth value (`if os.getenv("XLA_USE_BF16"):`, `a or b`, `not a`)."""
+        if isinstance(test, cst.BooleanOperation):
+            left, right = self._truth_test(test.left), self._truth_test(test.right)
+            if code_of(left) == code_of(right):
+                return left  # `XLA_USE_BF16 or XLA_DOWNCAST_BF16`: one policy, asked once
+            return test.with_changes(left=left, right=right)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return test.with_changes(expression=self._truth_test(test.expression))
         variable = self._reader_variable(test)
         if variable is None:
             return test
-        return self._policy_test(variable) or test
+        return self._policy_test(test, variable) or test
+
+    def _header_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
+        test = self._truth_test(test)
+        self._flag_leftovers([test])
+        return test
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
-        return updated_node.with_changes(test=self._bare_test(updated_node.test))
+        return updated_node.with_changes(test=self._header_test(updated_node.test))
+
+    def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
+        return updated_node.with_changes(test=self._header_test(updated_node.test))
 
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.IfExp:
-        test = self._bare_test(updated_node.test)
+        test = self._truth_test(updated_node.test)
         if id(test) in self.ctx.grouped and len(test.lpar) == 1:
             # A comparison binds tighter than `x if test else y`: no parentheses needed.
             test = test.with_changes(lpar=[], rpar=[])
         return updated_node.with_changes(test=test)
+
+
+def _turns_on(variable: str, value: cst.BaseExpression) -> bool:
+    return variable in PRECISION and string_value(value) in TRUE_VALUES
+
+
+def _emptied_update(call: cst.Call) -> bool:
+    """`os.environ.update({})` or `os.environ.update()`: every setting in it went."""
+    if not call.args:
+        return True
+    return len(call.args) == 1 and isinstance(call.args[0].value, cst.Dict) and not call.args[0].value.elements

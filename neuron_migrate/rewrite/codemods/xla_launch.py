@@ -12,16 +12,51 @@ from neuron_migrate.rewrite.codemods.base import (
     arg_value,
     code_of,
     fix_trailing_comma,
+    has_star_args,
     stmt,
     string_value,
     with_string_value,
 )
+from neuron_migrate.rewrite.codemods.parent_process import ParentOnly, parent_only_statements
 
-SPAWN = (
-    "torch_xla.distributed.xla_multiprocessing.spawn",
-    "torch_xla.launch",
-)
+XMP_SPAWN = "torch_xla.distributed.xla_multiprocessing.spawn"
+SPAWN = (XMP_SPAWN, "torch_xla.launch")
 INIT_PROCESS_GROUP = ("torch.distributed.init_process_group",)
+XLA_DEVICE = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
+XLA_INIT_METHODS = ("xla://", "pjrt://")
+
+RUN_ON_EACH_PROCESS = '''\
+def {name}(fn, *args):
+    """Run `fn(rank, *args)` in each process `notebook_launcher` starts, as `xmp.spawn` did."""
+    if "RANK" in {os}.environ:
+        {dist}.init_process_group({backend})
+    else:  # a single process: notebook_launcher ran it in the kernel itself
+        {dist}.init_process_group({backend_first}store={dist}.HashStore(), rank=0, world_size=1)
+    try:
+        fn({dist}.get_rank(), *args)
+        {dist}.barrier()
+    finally:
+        {dist}.destroy_process_group()
+'''
+
+# For a function that creates its process group itself.
+RUN_WITH_RANK = '''\
+def {name}(fn, *args):
+    """Run `fn(rank, *args)` in each process `notebook_launcher` starts, as `xmp.spawn` did."""
+    fn(int({os}.environ.get("RANK", 0)), *args)
+'''
+
+PARENT_ONLY = {
+    ParentOnly.BEFORE: (
+        "this ran once, in the parent process, before the workers were started; under torchrun "
+        "every rank runs it: if it must run once, move it below `dist.init_process_group()`, under "
+        "`if dist.get_rank() == 0:`, followed by `dist.barrier()`"
+    ),
+    ParentOnly.AFTER: (
+        "this ran once, in the parent process, after every worker had finished; under torchrun every "
+        'rank runs it: if it must run once, guard it with `if int(os.environ.get("RANK", 0)) == 0:`'
+    ),
+}
 
 
 class XlaLaunch(Codemod):
@@ -29,9 +64,19 @@ class XlaLaunch(Codemod):
 
     ## What it does
     `xmp.spawn(_mp_fn, args=(flags,), nprocs=8)` and `torch_xla.launch(_mp_fn, args=(flags,))`
-    become: initialize the process group, call `_mp_fn(local_rank, flags)` once, destroy the
-    process group. `dist.init_process_group("xla", init_method="xla://")` loses its XLA
-    backend and rendezvous (`env://`, what torchrun provides, is the default).
+    become: initialize the process group, call `_mp_fn(index, flags)` once, destroy the process
+    group. The index is what torch_xla passed: the global rank for `xmp.spawn` (`RANK`), the
+    local rank for `torch_xla.launch` (under torchrun it passed `LOCAL_RANK`).
+    `dist.init_process_group("xla", init_method="xla://")` loses its XLA backend and rendezvous
+    (`env://`, what torchrun provides, is the default); so does a backend given as a variable
+    holding the XLA device (`device = "xla"`, `init_process_group(device)`), and the older
+    `init_method="pjrt://"`.
+
+    In a notebook the kernel cannot be launched with torchrun, so the spawn becomes accelerate's
+    `notebook_launcher(run_on_each_process, args=(_mp_fn, flags), num_processes=N)`: it forks
+    one process per device, and a small helper creates the process group in each and calls
+    `_mp_fn(rank, flags)` (a function that creates its process group itself is only given its
+    rank, by `run_with_rank`).
 
     ## Why
     torch_xla started one process per device itself; native PyTorch leaves that to `torchrun`,
@@ -48,7 +93,7 @@ class XlaLaunch(Codemod):
     if __name__ == "__main__":
         # Launch with: torchrun --nproc_per_node=8 train.py
         dist.init_process_group()
-        _mp_fn(int(os.environ.get("LOCAL_RANK", 0)), flags)
+        _mp_fn(int(os.environ.get("RANK", 0)), flags)
         dist.barrier()
         dist.destroy_process_group()
     ```
@@ -60,13 +105,19 @@ class XlaLaunch(Codemod):
     ## Fix safety
     Safe for the code; the launch command changes (`python train.py` -> `torchrun ...`), which
     the report lists. `start_method`, `daemon` and `join` have no torchrun counterpart and go.
+    The statements next to the spawn ran once, in the parent process; under torchrun every
+    rank runs them. Argument parsing, imports, definitions and plain assignments are the same on
+    every rank; a `print` is kept to rank 0; anything else gets a TODO (if it must run once,
+    run it on rank 0 once the process group exists, then `dist.barrier()`). In a notebook,
+    `notebook_launcher` forks the kernel: no cell may use the accelerator before it (the
+    report says so).
     """
 
     code = "NM005"
     name = "xla-launch"
     summary = "`xmp.spawn`/`torch_xla.launch` -> torchrun entry point; `xla` process group -> native"
     triggers = (*SPAWN, *INIT_PROCESS_GROUP)
-    markers = ("xla://",)
+    markers = XLA_INIT_METHODS
     manual: ClassVar[dict[str, str]] = {
         "torch_xla.distributed.xla_multiprocessing.MpModelWrapper": "shares the model across spawned processes; under torchrun each process builds its own model",
         "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor": "serialized per-process work; use `dist.barrier()` around rank-ordered work instead",
@@ -74,6 +125,143 @@ class XlaLaunch(Codemod):
         "torch_xla.distributed.spmd": "XLA SPMD sharding; use DTensor (`init_device_mesh`, `distribute_tensor`, `parallelize_module`)",
         "torch_xla.distributed.xla_backend": "registers the `xla` process group, which native PyTorch does not need",
     }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._xla_device_names: frozenset[str] = frozenset()
+        self._self_initializing: set[str] = set()  # functions that create the process group
+        self._parent_only: dict[int, ParentOnly] = {}  # statements next to a spawn, by id
+
+    # -- what the file holds -------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        finder = _XlaDeviceNames(self.qualify)
+        node.visit(finder)
+        self._xla_device_names = finder.names()
+        self._self_initializing = {
+            statement.name.value
+            for statement in node.body
+            if isinstance(statement, cst.FunctionDef) and self._creates_group(statement)
+        }
+        if not self.ctx.notebook:
+            self._parent_only = parent_only_statements(node, self._is_spawn_statement)
+
+    def _creates_group(self, function: cst.FunctionDef) -> bool:
+        finder = _FindsCall(lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP)
+        function.body.visit(finder)
+        return finder.found
+
+    def _is_spawn_statement(self, statement: cst.BaseStatement) -> bool:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            return False
+        small = statement.body[0]
+        return isinstance(small, cst.Expr) and self.called(small.value, *SPAWN)
+
+    # -- statements that ran once, in the parent process ---------------------------------------
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._flag_parent_only(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._flag_parent_only(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._flag_parent_only(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._flag_parent_only(node)
+
+    def visit_With(self, node: cst.With) -> None:
+        self._flag_parent_only(node)
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self._flag_parent_only(node)
+
+    def _flag_parent_only(self, node: cst.BaseStatement) -> None:
+        when = self._parent_only.get(id(node))
+        if when is None or _print_call(node) is not None:
+            return  # a print is kept to rank 0 when the statement is left
+        self.todo(PARENT_ONLY[when])
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> Any:
+        if id(original_node) not in self._parent_only or _print_call(updated_node) is None:
+            return updated_node
+        self.changed("a `print` the parent process made once -> `print` on rank 0")
+        # The line itself goes in the block, so a call spread over lines keeps its layout.
+        return cst.If(
+            test=cst.parse_expression(f"{self.ctx.env_rank_expr()} == 0"),
+            body=cst.IndentedBlock(body=[updated_node.with_changes(leading_lines=[])]),
+            leading_lines=updated_node.leading_lines,
+        )
+
+    # -- the launch ----------------------------------------------------------------------------
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
+        call = updated_node.value
+        if not (isinstance(call, cst.Call) and self.qualify(call.func) in SPAWN) or has_star_args(call):
+            return updated_node
+        fn = arg_value(call, 0, "fn")
+        if fn is None:
+            return updated_node
+        args = arg_value(call, 1, "args")
+        user_args: list[str] = []
+        if args is not None:
+            value = args.value
+            if isinstance(value, cst.Tuple) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+                user_args = [code_of(e.value) for e in value.elements]
+            else:
+                user_args = [f"*{code_of(value)}"]
+        if self.ctx.notebook:
+            return updated_node.with_changes(value=cst.parse_expression(self._notebook_launch(call, fn, user_args)))
+        index = self.ctx.env_rank_expr() if self.qualify(call.func) == XMP_SPAWN else self.ctx.local_rank_expr()
+        self._torchrun_entry(call)
+        return updated_node.with_changes(value=cst.parse_expression(f"{code_of(fn.value)}({', '.join([index, *user_args])})"))
+
+    def _torchrun_entry(self, call: cst.Call) -> None:
+        """Create the process group around the call, and say how to launch the script."""
+        nprocs = arg_value(call, 2, "nprocs") if self.qualify(call.func) == XMP_SPAWN else None
+        count = code_of(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<processes>"
+        script = _script_name(self.ctx.path)
+        launch = f"torchrun --nproc_per_node={count} {script}"
+        self.ctx.comment(f"# Launch with: {launch}")
+        if not self.ctx.facts.inits_process_group:
+            self.ctx.insert_before(stmt(f"{self._init_call()}\n"))
+            pin = self._pin_device()
+            if pin is not None:
+                self.ctx.insert_before(pin)
+            # Wait for every rank before tearing down: gloo can abort a process that exits
+            # while a peer is still finishing its last collective.
+            dist = self.ctx.dist()
+            self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), stmt(f"{dist}.destroy_process_group()\n"))
+        self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
+        self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
+
+    def _notebook_launch(self, call: cst.Call, fn: cst.Arg, user_args: list[str]) -> str:
+        """`notebook_launcher` forks the kernel into one process per device; a helper joins them."""
+        os = self.ctx.os()
+        if isinstance(fn.value, cst.Name) and fn.value.value in self._self_initializing:
+            helper = self.ctx.unused_name("run_with_rank")
+            self.ctx.need_helper(helper, RUN_WITH_RANK.format(name=helper, os=os))
+        else:
+            dist = self.ctx.dist()
+            backend = 'backend="neuron"' if self.ctx.target.neuron else ""
+            helper = self.ctx.unused_name("run_on_each_process")
+            source = RUN_ON_EACH_PROCESS.format(
+                name=helper, dist=dist, os=os, backend=backend, backend_first=f"{backend}, " if backend else ""
+            )
+            self.ctx.need_helper(helper, source)
+        launcher = self.ctx.need_from("accelerate", "notebook_launcher")
+        nprocs = arg_value(call, 2, "nprocs") if self.qualify(call.func) == XMP_SPAWN else None
+        if nprocs is not None and isinstance(nprocs.value, cst.Integer):
+            count = code_of(nprocs.value)
+        else:
+            count = f"{self.ctx.torch()}.accelerator.device_count()"
+        self.changed(f"`{code_of(call.func)}(...)` -> `notebook_launcher(...)`")
+        self.ctx.note(
+            self.code,
+            "`notebook_launcher` forks the kernel once per process: no cell may use the accelerator before it runs",
+        )
+        launched = ", ".join([code_of(fn.value), *user_args]) + ("," if not user_args else "")
+        return f"{launcher}({helper}, args=({launched}), num_processes={count})"
 
     def _pin_device(self) -> cst.BaseStatement | None:
         if self.ctx.target.neuron:
@@ -89,50 +277,14 @@ class XlaLaunch(Codemod):
         backend = 'backend="neuron"' if self.ctx.target.neuron else ""
         return f"{self.ctx.dist()}.init_process_group({backend})"
 
-    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
-        call = updated_node.value
-        if not (isinstance(call, cst.Call) and self.qualify(call.func) in SPAWN):
-            return updated_node
-        fn = arg_value(call, 0, "fn")
-        if fn is None:
-            return updated_node
-        args = arg_value(call, 1, "args")
-        call_args = [self.ctx.local_rank_expr()]
-        if args is not None:
-            value = args.value
-            if isinstance(value, cst.Tuple) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
-                call_args += [code_of(e.value) for e in value.elements]
-            else:
-                call_args.append(f"*{code_of(value)}")
-        nprocs = arg_value(call, 2, "nprocs")
-        count = code_of(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<processes>"
-        script = Path(self.ctx.path).name if self.ctx.path not in ("", "<stdin>") else "script.py"
-        launch = f"torchrun --nproc_per_node={count} {script}"
-        before: list[cst.BaseStatement] = []
-        if not self.ctx.facts.inits_process_group:
-            init = stmt(f"{self._init_call()}\n")
-            before.append(init)
-            pin = self._pin_device()
-            if pin is not None:
-                before.append(pin)
-        self.ctx.comment(f"# Launch with: {launch}")
-        self.ctx.insert_before(*before)
-        if not self.ctx.facts.inits_process_group:
-            # Wait for every rank before tearing down: gloo can abort a process that exits
-            # while a peer is still finishing its last collective.
-            dist = self.ctx.dist()
-            self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), stmt(f"{dist}.destroy_process_group()\n"))
-        self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
-        self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
-        return updated_node.with_changes(value=cst.parse_expression(f"{code_of(fn.value)}({', '.join(call_args)})"))
-
+    # -- init_process_group("xla") -------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.qualify(updated_node.func) not in INIT_PROCESS_GROUP:
             return updated_node
         backend = arg_value(updated_node, 0, "backend")
         init_method = arg_value(updated_node, 1, "init_method")
-        xla_backend = backend is not None and string_value(backend.value) == "xla"
-        xla_init = init_method is not None and (string_value(init_method.value) or "").startswith("xla://")
+        xla_backend = backend is not None and self._names_xla(original_node, backend.value)
+        xla_init = init_method is not None and (string_value(init_method.value) or "").startswith(XLA_INIT_METHODS)
         if not (xla_backend or xla_init):
             return updated_node
         rename = xla_backend and self.ctx.target.neuron
@@ -145,8 +297,7 @@ class XlaLaunch(Codemod):
         args: list[cst.Arg] = []
         for arg in updated_node.args:
             if rename and arg is backend:
-                assert isinstance(arg.value, cst.SimpleString)
-                arg = arg.with_changes(value=with_string_value(arg.value, "neuron"))
+                arg = arg.with_changes(value=_neuron_backend(arg.value))
             elif any(arg is d for d in drop):
                 later = positional[next((k for k, p in enumerate(positional) if p is arg), len(positional)) + 1 :]
                 if any(all(p is not d for d in drop) for p in later):
@@ -162,3 +313,78 @@ class XlaLaunch(Codemod):
                 self.ctx.insert_after(pin)
         self.changed("`init_process_group('xla')` -> native process group")
         return new
+
+    def _names_xla(self, call: cst.Call, value: cst.BaseExpression) -> bool:
+        """Is the backend `"xla"`, or a variable that holds the XLA device (or its name)?"""
+        if string_value(value) == "xla":
+            return True
+        original = arg_value(call, 0, "backend")
+        return (
+            original is not None
+            and isinstance(original.value, cst.Name)
+            and original.value.value in self._xla_device_names
+        )
+
+
+def _script_name(path: str) -> str:
+    if path in ("", "<stdin>"):
+        return "script.py"
+    if ".ipynb:cell " in path:
+        return "<the %%writefile script>"  # a notebook cell that writes a script to launch
+    return Path(path).name
+
+
+def _neuron_backend(value: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(value, cst.SimpleString):
+        return with_string_value(value, "neuron")
+    return cst.SimpleString('"neuron"')
+
+
+def _print_call(statement: cst.CSTNode) -> cst.Call | None:
+    """The `print(...)` a one-statement line consists of, if it is one."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        func = small.value.func
+        if isinstance(func, cst.Name) and func.value == "print":
+            return small.value
+    return None
+
+
+class _FindsCall(cst.CSTVisitor):
+    def __init__(self, matches: Any) -> None:
+        self.matches = matches
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found = self.found or self.matches(node)
+
+
+class _XlaDeviceNames(cst.CSTVisitor):
+    """Variables only ever assigned the XLA device, or its name `"xla"`."""
+
+    def __init__(self, qualify: Any) -> None:
+        self.qualify = qualify
+        self.xla: set[str] = set()
+        self.other: set[str] = set()
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self.xla - self.other)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                (self.xla if self._is_xla(node.value) else self.other).add(target.target.value)
+
+    def _is_xla(self, value: cst.BaseExpression) -> bool:
+        text = string_value(value)
+        if text is not None:
+            return text == "xla" or text.startswith("xla:")
+        if isinstance(value, cst.Call):
+            name = self.qualify(value.func)
+            if name in XLA_DEVICE:
+                return True
+            if name == "torch.device" and value.args:
+                return self._is_xla(value.args[0].value)
+        return False

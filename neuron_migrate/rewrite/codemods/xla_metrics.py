@@ -64,7 +64,6 @@ class XlaMetrics(Codemod):
         XP: "use `torch.profiler.profile(...)` for traces",
         f"{MET}.executed_fallback_ops": "lists the ops torch_xla ran on the CPU; there is no native counterpart, remove the check (graph breaks show with `torch._dynamo.explain`)",
         f"{XP}.start_server": "`{name}` served traces to TensorBoard; record them with `torch.profiler.profile(on_trace_ready=torch.profiler.tensorboard_trace_handler(log_dir))`",
-        "torch_xla.test.test_utils": "torch_xla test helper; print the values directly",
         "torch_xla._XLAC": "private torch_xla runtime call; no native equivalent",
     }
 

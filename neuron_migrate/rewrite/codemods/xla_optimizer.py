@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    arg_value,
+    code_of,
+    expr,
+    has_star_args,
+    stmt,
+)
+from neuron_migrate.rewrite.codemods.replica_groups import groups_argument, process_group
 
 OPTIMIZER_STEP = ("torch_xla.core.xla_model.optimizer_step",)
 REDUCE_GRADIENTS = ("torch_xla.core.xla_model.reduce_gradients",)
@@ -23,8 +31,11 @@ MULTI_PROCESS_SIGNS = (
     "torch.utils.data.DistributedSampler",
 )
 
+# Statements whose value is evaluated right where they stand, so a call before them runs just before it.
+STATEMENT_VALUES = (cst.Expr, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return)
+
 AVERAGE_GRADIENTS = '''\
-def average_gradients(optimizer):
+def {name}(optimizer):
     """Average gradients across processes, as `xm.optimizer_step` did before stepping."""
     if not {dist}.is_initialized() or {dist}.get_world_size() == 1:
         return
@@ -35,16 +46,32 @@ def average_gradients(optimizer):
                 param.grad /= {dist}.get_world_size()
 '''
 
+AVERAGE_GRADIENTS_IN_GROUP = '''\
+def {name}(optimizer, group):
+    """Average gradients over a replica group, as `xm.optimizer_step(..., groups=...)` did."""
+    if not {dist}.is_initialized() or {dist}.get_world_size() == 1:
+        return
+    for param_group in optimizer.param_groups:
+        for param in param_group["params"]:
+            if param.grad is not None:
+                {dist}.all_reduce(param.grad, group=group)
+                # torch_xla divided the group's sum by the world size, not by the group size
+                param.grad /= {dist}.get_world_size()
+'''
+
 
 class XlaOptimizer(Codemod):
     """Rewrites `xm.optimizer_step`, `xm.reduce_gradients` and the syncfree optimizers.
 
     ## What it does
-    `xm.optimizer_step(optimizer)` becomes `optimizer.step()`. In a file that runs several
-    processes (it spawns them, initializes a process group, or shards data by rank) and does
-    not wrap the model in DDP/FSDP, a call to a small `average_gradients(optimizer)` helper
-    is inserted before the step, because `xm.optimizer_step` all-reduced the gradients across
-    replicas. `xm.reduce_gradients(optimizer)` becomes that helper call.
+    `xm.optimizer_step(optimizer)` becomes `optimizer.step()`, preceded by a call to a small
+    `average_gradients(optimizer)` helper, because `xm.optimizer_step` all-reduced the gradients
+    whenever more than one process ran. The helper does nothing in a single process (no process
+    group, or a world of one), so the same code is right in a helper module that cannot know how
+    it is launched. `xm.reduce_gradients(optimizer)` becomes that helper call. Replica
+    `groups=[[0, 1], [2, 3]]` average over the native process group holding this rank
+    (`average_gradients_in_group(optimizer, replica_group(groups))`; `replica_group` creates
+    each `dist.new_group` once, on every rank).
     `torch_xla.amp.syncfree.{Adam,AdamW,SGD}` become `torch.optim.{Adam,AdamW,SGD}`.
 
     ## Why
@@ -67,89 +94,111 @@ class XlaOptimizer(Codemod):
     already does, no helper is added.
 
     ## Fix safety
-    Safe. `optimizer_args` becomes keyword arguments of `step()`; `barrier=True` is dropped
-    (eager execution); replica `groups=` get a TODO. A file that shards its data by rank but
-    never creates a process group (torch_xla joined torchrun's processes by itself) gets a TODO
-    at the step: until `dist.init_process_group()` is called, the helper has nothing to average
-    over.
+    Safe. The average goes right before the step, so only a step that is a statement of its
+    own (`xm.optimizer_step(opt)`, `loss = ...`, `return ...`) is rewritten; one inside a
+    lambda, a comprehension, a `while` test or a larger expression is left with a TODO, since
+    averaging before that statement would run at the wrong time (or before `backward()`).
+    `optimizer_args` becomes keyword arguments of `step()`; `barrier=True` and `pin_layout`
+    are dropped (eager execution). With `groups=`, torch_xla divided the group's sum by the
+    world size, not the group size, and so does the helper. A file that shards its data by rank
+    but never creates a process group (torch_xla joined torchrun's processes by itself) gets a
+    TODO at the step: until `dist.init_process_group()` is called, there is nothing to average over.
     """
 
     code = "NM003"
     name = "xla-optimizer-step"
     summary = "`xm.optimizer_step` -> `optimizer.step()` (+ gradient all-reduce across processes)"
     triggers = (*OPTIMIZER_STEP, *REDUCE_GRADIENTS, SYNCFREE)
+    manual: ClassVar[dict[str, str]] = {
+        OPTIMIZER_STEP[0]: (
+            "`{name}` averaged gradients across processes just before stepping, which cannot be "
+            "placed inside a lambda, a comprehension or a loop test: make the step a statement of "
+            "its own, then migrate again"
+        ),
+    }
 
-    def _multi_process(self) -> bool:
-        facts = self.ctx.facts
-        return facts.distributed or facts.uses(*MULTI_PROCESS_SIGNS)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Calls that are the whole value of a one-statement line: the average can go just before.
+        self._statement_calls: set[int] = set()
 
-    def _sync_gradients(self, optimizer: str) -> bool:
-        """Ask for the all-reduce before the step; False when nothing is needed."""
-        if self.ctx.facts.syncs_gradients or not self._multi_process():
-            return False
-        self._check_process_group()
-        helper = self.ctx.need_helper("average_gradients", AVERAGE_GRADIENTS.format(dist=self.ctx.dist()))
-        self.ctx.insert_before(stmt(f"{helper}({optimizer})\n"))
-        return True
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        small = node.body[0] if len(node.body) == 1 else None
+        if isinstance(small, STATEMENT_VALUES) and isinstance(small.value, cst.Call):
+            self._statement_calls.add(id(small.value))
 
-    def _check_process_group(self) -> None:
-        """Under torchrun, torch_xla joined the processes without a process group; native
-        collectives need one, and without it the gradient average silently does nothing."""
-        if not self.ctx.facts.distributed:
+    def _average(self, optimizer: str, groups: cst.BaseExpression | None) -> str:
+        """The helper call that averages the gradients of `optimizer` (over `groups`, if any)."""
+        if not self.ctx.facts.distributed and self.ctx.facts.uses(*MULTI_PROCESS_SIGNS):
+            # Under torchrun, torch_xla joined the processes without a process group; natively
+            # the average needs one, and without it silently does nothing.
             self.todo(
                 "this file runs as several processes but creates no process group: call "
                 "`dist.init_process_group()` at start-up (torchrun provides the rendezvous), or gradients are not averaged"
             )
+        if groups is None:
+            name = self.ctx.unused_name("average_gradients")
+            self.ctx.need_helper(name, AVERAGE_GRADIENTS.format(name=name, dist=self.ctx.dist()))
+            return f"{name}({optimizer})"
+        name = self.ctx.unused_name("average_gradients_in_group")
+        self.ctx.need_helper(name, AVERAGE_GRADIENTS_IN_GROUP.format(name=name, dist=self.ctx.dist()))
+        return f"{name}({optimizer}, {process_group(self.ctx, groups)})"
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         name = self.qualify(updated_node.func)
         if name in OPTIMIZER_STEP:
-            return self._optimizer_step(updated_node)
+            return self._optimizer_step(original_node, updated_node)
         if name and name.startswith(SYNCFREE + ".") and name.rsplit(".", 1)[-1] in SYNCFREE_CLASSES:
             cls = name.rsplit(".", 1)[-1]
             self.changed(f"`{code_of(updated_node.func)}` -> `torch.optim.{cls}`")
             return updated_node.with_changes(func=expr(f"{self.ctx.torch()}.optim.{cls}"))
         return updated_node
 
-    def _optimizer_step(self, call: cst.Call) -> cst.BaseExpression:
+    def _optimizer_step(self, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
         optimizer = arg_value(call, 0, "optimizer")
-        if optimizer is None:
+        if optimizer is None or has_star_args(call):
             return call
         opt = code_of(optimizer.value)
-        if arg_value(call, None, "groups") is not None:
-            self.todo("`groups=` limited the gradient all-reduce to replica groups; reduce over a `dist.new_group(...)` instead")
-        step_args = ""
-        extra = arg_value(call, 2, "optimizer_args")
-        if extra is not None:
-            value = extra.value
-            if isinstance(value, cst.Dict) and all(
-                isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) for e in value.elements
-            ):
-                step_args = ", ".join(
-                    f"{e.key.evaluated_value}={code_of(e.value)}"  # type: ignore[attr-defined]
-                    for e in value.elements
-                    if isinstance(e, cst.DictElement)
-                )
-            else:
-                step_args = f"**{code_of(value)}"
         target = opt if isinstance(optimizer.value, cst.Name | cst.Attribute) else f"({opt})"
-        synced = self._sync_gradients(target)
-        what = " after averaging gradients across processes" if synced else ""
-        self.changed(f"`xm.optimizer_step({opt})` -> `{target}.step()`{what}")
-        return expr(f"{target}.step({step_args})")
+        step = f"{target}.step({_step_arguments(call)})"
+        groups = groups_argument(call, 3)
+        if self.ctx.facts.syncs_gradients and groups is None:
+            # DDP/FSDP averaged already; averaging equal gradients again changes nothing.
+            self.changed(f"`xm.optimizer_step({opt})` -> `{target}.step()`")
+            return expr(step)
+        if id(original) not in self._statement_calls:
+            return call  # a TODO from the manual table says why
+        self.ctx.insert_before(stmt(f"{self._average(target, groups)}\n"))
+        self.changed(f"`xm.optimizer_step({opt})` -> `{target}.step()` after averaging gradients across processes")
+        return expr(step)
 
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
         call = updated_node.value
         if not (isinstance(call, cst.Call) and self.qualify(call.func) in REDUCE_GRADIENTS):
             return updated_node
         optimizer = arg_value(call, 0, "optimizer")
-        if optimizer is None:
+        if optimizer is None or has_star_args(call):
             return updated_node
-        if self.ctx.facts.syncs_gradients:
+        groups = groups_argument(call, 1)
+        if self.ctx.facts.syncs_gradients and groups is None:
             self.changed("removed `xm.reduce_gradients`: DDP/FSDP already averages gradients")
             return self.ctx.remove(updated_node)
-        if self._multi_process():
-            self._check_process_group()
-        helper = self.ctx.need_helper("average_gradients", AVERAGE_GRADIENTS.format(dist=self.ctx.dist()))
         self.changed("`xm.reduce_gradients(opt)` -> `average_gradients(opt)`")
-        return updated_node.with_changes(value=expr(f"{helper}({code_of(optimizer.value)})"))
+        return updated_node.with_changes(value=expr(self._average(code_of(optimizer.value), groups)))
+
+
+def _step_arguments(call: cst.Call) -> str:
+    """`optimizer_args={"closure": c}` as the keyword arguments of `step()`."""
+    extra = arg_value(call, 2, "optimizer_args")
+    if extra is None:
+        return ""
+    value = extra.value
+    if isinstance(value, cst.Dict) and all(
+        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) for e in value.elements
+    ):
+        return ", ".join(
+            f"{e.key.evaluated_value}={code_of(e.value)}"  # type: ignore[attr-defined]
+            for e in value.elements
+            if isinstance(e, cst.DictElement)
+        )
+    return f"**{code_of(value)}"

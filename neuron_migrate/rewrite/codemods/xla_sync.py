@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
+from neuron_migrate.rewrite.codemods.timing import TimerFences, fences_before_timer
 
 MARK_STEP = (
     "torch_xla.core.xla_model.mark_step",
@@ -21,6 +22,12 @@ EAGER_TOGGLES = (
     "torch_xla._XLAC._set_use_eager_mode",
 )
 COMPILE = ("torch_xla.compile", "torch_xla.experimental.compile")
+
+
+def _waits(call: cst.Call) -> bool:
+    """`xm.mark_step(wait=True)`: the step also waited for the device to finish."""
+    wait = arg_value(call, 0, "wait")
+    return wait is not None and code_of(wait.value) == "True"
 
 
 def _takes_nothing(fn: cst.Lambda) -> bool:
@@ -38,7 +45,10 @@ class XlaSync(Codemod):
     (`torch_xla.experimental.eager_mode(True)`); unwraps `with torch_xla.step():`; turns
     `xm.add_step_closure(fn, args=(a, b))` into `fn(a, b)` (a closure `lambda: f(x)` into `f(x)`); `xm.wait_device_ops()` into
     `torch.accelerator.synchronize()`; `torch_xla.compile(fn)` into
-    `torch.compile(fn, dynamic=False)`.
+    `torch.compile(fn, dynamic=False)`. A `mark_step()` right before a clock read
+    (`time.perf_counter()`, `time.time()`, `timeit.default_timer()`), or called with `wait=True`,
+    becomes a synchronize too; when it ended every step of a loop timed after the loop, one
+    synchronize after the loop replaces it.
 
     ## Why
     Native PyTorch on Trainium runs eagerly: each op executes when it is called, so there is no
@@ -62,7 +72,12 @@ class XlaSync(Codemod):
     ## Fix safety
     Safe. A step closure now runs synchronously in the step: if it calls `.item()` it waits for
     the device there (the report says so). Comments above a removed `mark_step()` are kept.
-    `mark_step` passed as a value (a callback) is left with a TODO.
+    `mark_step` passed as a value (a callback) is left with a TODO. Natively an accelerator runs
+    ops asynchronously, so a clock read after a removed step boundary would time only the
+    launch: that is why those become `torch.accelerator.synchronize()`, guarded by
+    `torch.accelerator.is_available()` in the portable target since it raises on a machine
+    without an accelerator. An `if` left empty goes with its test, unless the test calls
+    something (`if save_checkpoint(model, path): xm.mark_step()` keeps `save_checkpoint(model, path)`).
     """
 
     code = "NM002"
@@ -76,11 +91,21 @@ class XlaSync(Codemod):
         "torch_xla.core.xla_model.unlazy": "no native equivalent: tensors are already materialized in eager mode; remove it",
     }
 
+    fences = TimerFences()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.fences = fences_before_timer(node, self.qualify, (*MARK_STEP, *WAIT_DEVICE_OPS))
+
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
         call = updated_node.value
         if not isinstance(call, cst.Call):
             return updated_node
         name = self.qualify(call.func)
+        in_line = self.fences.statements.get(id(original_node))
+        if name in MARK_STEP and (in_line is not None or _waits(call)):
+            # It made the host wait for the device, before a timer read or on request.
+            self.changed(f"`{code_of(call.func)}()` before a timer -> `torch.accelerator.synchronize()`")
+            return self._synchronize(updated_node, bool(in_line))
         if name in MARK_STEP:
             self.changed(f"removed `{code_of(call.func)}()`: eager execution has no step boundary")
             return self.ctx.remove(updated_node)
@@ -88,17 +113,43 @@ class XlaSync(Codemod):
             self.changed(f"removed `{code_of(call.func)}(...)`: native PyTorch is eager")
             return self.ctx.remove(updated_node)
         if name in WAIT_DEVICE_OPS:
-            return self._wait_device_ops(updated_node)
+            return self._wait_device_ops(updated_node, bool(in_line))
         return updated_node
 
-    def _wait_device_ops(self, node: cst.Expr) -> Any:
-        torch = self.ctx.torch()
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        self._wait_after_loop(original_node)
+        return updated_node
+
+    def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
+        self._wait_after_loop(original_node)
+        return updated_node
+
+    def _wait_after_loop(self, loop: cst.For | cst.While) -> None:
+        """Each step ended with a step boundary and the clock is read after the loop: wait once."""
+        if id(loop) in self.fences.loops:
+            self.changed("the step boundary a timer read waited for -> `torch.accelerator.synchronize()` after the loop")
+            self.ctx.insert_after(self._synchronize_statement())
+
+    def _wait_device_ops(self, node: cst.Expr, in_line: bool) -> Any:
         self.changed("`xm.wait_device_ops()` -> `torch.accelerator.synchronize()`")
+        return self._synchronize(node, in_line)
+
+    def _synchronize(self, node: cst.Expr, in_line: bool) -> Any:
+        """`torch.accelerator.synchronize()` in place of `node`; `in_line`: more of its line follows."""
+        torch = self.ctx.torch()
         if self.ctx.target.neuron:
             return node.with_changes(value=expr(f"{torch}.accelerator.synchronize()"))
-        # On a machine without an accelerator, synchronize() raises: guard it.
-        self.ctx.insert_after(stmt(f"if {torch}.accelerator.is_available():\n    {torch}.accelerator.synchronize()\n"))
+        if in_line:  # `a; xm.mark_step(); t = time.time()`: the wait must stay between them
+            return node.with_changes(value=expr(f"{torch}.accelerator.is_available() and {torch}.accelerator.synchronize()"))
+        self.ctx.insert_after(self._synchronize_statement())
         return self.ctx.remove(node)
+
+    def _synchronize_statement(self) -> cst.BaseStatement:
+        torch = self.ctx.torch()
+        if self.ctx.target.neuron:
+            return stmt(f"{torch}.accelerator.synchronize()\n")
+        # On a machine without an accelerator, synchronize() raises: guard it.
+        return stmt(f"if {torch}.accelerator.is_available():\n    {torch}.accelerator.synchronize()\n")
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         name = self.qualify(updated_node.func)

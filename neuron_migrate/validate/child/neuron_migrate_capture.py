@@ -131,6 +131,7 @@ class Recorder:
         self.loss_dtypes: list[str] = []
         self.backward_calls = 0
         self.optimizer_steps = 0
+        self.steps_in_progress = 0  # > 1 while an optimizer steps inside another one's step
         self.named_optimizers: dict[int, list] = {}  # id(optimizer) -> [(name, param)]
         self.params: dict = {}  # name -> parameter (read at exit)
         self.grads: list = []  # [(name, device clone)]
@@ -340,6 +341,11 @@ class Recorder:
         self.losses.append(tensor.detach() if self._is_xla(tensor) else tensor.detach().clone())
 
     def on_step_pre(self, optimizer, args, kwargs) -> None:
+        self.steps_in_progress += 1
+        if self.steps_in_progress > 1:
+            # Stepped by another optimizer (ZeRO's local optimizer over the outer one's params
+            # or shards of them): part of that step, whose params are already recorded.
+            return
         self._note_rank()
         key = id(optimizer)
         if key in self.named_optimizers:
@@ -353,7 +359,9 @@ class Recorder:
             self.initial = [(n, p.detach().clone()) for n, p in named]
 
     def on_step_post(self, optimizer, args, kwargs) -> None:
-        self.optimizer_steps += 1
+        self.steps_in_progress -= 1
+        if self.steps_in_progress == 0:
+            self.optimizer_steps += 1
 
     def on_forward(self, module, inputs, output) -> None:
         if type(module).__name__ != self.config["forward"]:

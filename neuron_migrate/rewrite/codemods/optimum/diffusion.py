@@ -9,7 +9,7 @@ import libcst as cst
 
 from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import code_of, stmt
-from neuron_migrate.rewrite.codemods.optimum.inference import DTYPES
+from neuron_migrate.rewrite.codemods.optimum.fields import CAST_DTYPES
 from neuron_migrate.rewrite.codemods.optimum.support import (
     OPTIMUM,
     RenamingCodemod,
@@ -81,7 +81,8 @@ class OptimumDiffusion(RenamingCodemod):
     denoiser (`pipe.unet`, or `pipe.transformer` for PixArt and Flux) is compiled with
     `dynamic=False`. Calls of the pipeline get the exported `height`, `width` and
     `num_images_per_prompt`, so every call reuses the compiled graphs. All the Neuron
-    diffusion pipelines of optimum-neuron 0.4.5 are covered.
+    diffusion pipelines of optimum-neuron 0.4.5 are covered. A `tensor_parallel_size` other
+    than 1 gets a TODO: diffusers loads the denoiser whole on one device.
 
     ## Why
     The export compiled each component for fixed image sizes; natively diffusers runs on the
@@ -148,7 +149,6 @@ class OptimumDiffusion(RenamingCodemod):
             if splatted.get(name) and splatted[name] == loads.get(name) and set(keys) <= KNOWN:
                 self._dicts[name] = keys
 
-
     def visit_Assign(self, node: cst.Assign) -> None:
         target = node.targets[0].target if len(node.targets) == 1 else None
         self._target = target.value if isinstance(target, cst.Name) else None
@@ -174,42 +174,26 @@ class OptimumDiffusion(RenamingCodemod):
         return updated_node
 
     def _load(self, call: cst.Call, pipeline: str) -> cst.BaseExpression:
-        kept: list[cst.Arg] = []
-        options: dict[str, cst.BaseExpression] = {}
-        for arg in call.args:
-            if (
-                arg.star == "**"
-                and isinstance(arg.value, cst.Name)
-                and arg.value.value in self._dict_values
-            ):
-                options.update(self._dict_values[arg.value.value])
-            elif (
-                arg.keyword is not None
-                and arg.keyword.value in KNOWN
-                and arg.keyword.value != "torch_dtype"
-            ):
-                options[arg.keyword.value] = arg.value
-            else:
-                if arg.star:
-                    self.todo(
-                        "export options given through `**` unpacking of a dict this tool cannot see: pass `height`/`width` to each pipeline call and drop the compiler options"
-                    )
-                kept.append(arg)
+        kept, options = self._export_options(call)
         if "export" not in options:
             self.todo(
                 "this loads Neuron-compiled artifacts, which diffusers cannot read: point it at the original diffusers checkpoint"
             )
         for key, value in options.items():
-            if key not in CALL_SHAPES:
+            if key == "tensor_parallel_size" and literal(value) != 1:
+                self.todo(
+                    f"`tensor_parallel_size={code_of(value)}` sharded the denoiser over NeuronCores; diffusers loads it whole on one device: check that it fits, or shard `pipe.{DENOISER[pipeline]}` with `torch.distributed.tensor.parallel.parallelize_module` under `torchrun`"
+                )
+            elif key not in CALL_SHAPES:
                 self.changed(f"dropped `{key}={code_of(value)}` (an option of the Neuron export)")
         sequential_loading(self.ctx)
         device = '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
         cast = literal(options.get("auto_cast_type"))
-        if cast in DTYPES and keyword(call, "torch_dtype") is None:
-            kept.append(make_arg("torch_dtype", f"{self.ctx.torch()}.{DTYPES[cast]}"))
+        if cast in CAST_DTYPES and keyword(call, "torch_dtype") is None:
+            kept.append(make_arg("torch_dtype", f"{self.ctx.torch()}.{CAST_DTYPES[cast]}"))
             self.ctx.note(
                 self.code,
-                f"`auto_cast_type={cast!r}` cast the compiled matmuls; natively the whole pipeline is loaded in `torch.{DTYPES[cast]}`",
+                f"`auto_cast_type={cast!r}` cast the compiled matmuls; natively the whole pipeline is loaded in `torch.{CAST_DTYPES[cast]}`",
             )
         loaded = with_args(call, kept)
         moved = cst.Call(
@@ -236,6 +220,33 @@ class OptimumDiffusion(RenamingCodemod):
                 f"compile the pipeline's denoiser once loaded: `pipe.{DENOISER[pipeline]}.compile(dynamic=False)`"
             )
         return moved
+
+    def _export_options(
+        self, call: cst.Call
+    ) -> tuple[list[cst.Arg], dict[str, cst.BaseExpression]]:
+        """The call's plain arguments, and the export options (dict splats folded in)."""
+        kept: list[cst.Arg] = []
+        options: dict[str, cst.BaseExpression] = {}
+        for arg in call.args:
+            if (
+                arg.star == "**"
+                and isinstance(arg.value, cst.Name)
+                and arg.value.value in self._dict_values
+            ):
+                options.update(self._dict_values[arg.value.value])
+            elif (
+                arg.keyword is not None
+                and arg.keyword.value in KNOWN
+                and arg.keyword.value != "torch_dtype"
+            ):
+                options[arg.keyword.value] = arg.value
+            else:
+                if arg.star:
+                    self.todo(
+                        "export options given through `**` unpacking of a dict this tool cannot see: pass `height`/`width` to each pipeline call and drop the compiler options"
+                    )
+                kept.append(arg)
+        return kept, options
 
     def _fixed_sizes(self, call: cst.Call, shapes: dict[str, cst.BaseExpression]) -> cst.Call:
         missing = [make_arg(k, v) for k, v in shapes.items() if keyword(call, k) is None]

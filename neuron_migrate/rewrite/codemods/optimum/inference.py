@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import code_of, stmt
+from neuron_migrate.rewrite.codemods.optimum.fields import (
+    CAST_DTYPES,
+    EXPORT_DROPPED,
+    EXPORT_OPTIONS,
+    LOADING_KEPT,
+    TP_KEYWORDS,
+)
 from neuron_migrate.rewrite.codemods.optimum.support import (
     OPTIMUM,
     RenamingCodemod,
@@ -75,60 +83,6 @@ RENAMES: dict[str, tuple[str, str]] = {
     **dict.fromkeys(PIPELINE, ("transformers", "pipeline")),
 }
 
-# Keywords of the old export (`from_pretrained(..., export=True, ...)`, `get_neuron_config`,
-# `pipeline`) and what each becomes. "drop": an ahead-of-time compiler option that
-# torch.compile has no use for.
-DROPPED = {
-    "export": "compilation now happens on the first call",
-    "compiler_workdir": "torch.compile keeps its artifacts in the Neuron compile cache",
-    "disable_neuron_cache": "the Neuron compile cache of torch.compile is configured by environment variables",
-    "inline_weights_to_neff": "weights stay ordinary parameters",
-    "optlevel": "the neuron backend of torch.compile chooses the optimisation level",
-    "instance_type": "the code now runs on whatever device it is given",
-    "disable_fast_relayout": "a neuronx-cc flag of the old export",
-    "disable_fallback": "a neuronx-cc flag of the old export",
-    "auto_cast": "the dtype is now explicit (`dtype=`)",
-    "output_attentions": "pass it to the forward call instead",
-    "output_hidden_states": "pass it to the forward call instead",
-    "task": "the model class says the task",
-    "load_weights": "`from_pretrained` loads the weights",
-    "neuron_config": "the shapes moved to the generation config",
-}
-KEPT = (
-    "token",
-    "revision",
-    "cache_dir",
-    "force_download",
-    "local_files_only",
-    "trust_remote_code",
-    "subfolder",
-    "config",
-)
-SHAPES = (
-    "batch_size",
-    "sequence_length",
-    "num_choices",
-    "num_beams",
-    "height",
-    "width",
-    "image_size",
-    "num_channels",
-    "audio_sequence_length",
-    "patch_size",
-    "text_batch_size",
-    "image_batch_size",
-    "num_images_per_prompt",
-)
-TP = ("num_cores", "tensor_parallel_size")
-DTYPES = {
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "fp16": "float16",
-    "float16": "float16",
-    "fp32": "float32",
-    "float32": "float32",
-    "tf32": "float32",
-}
 PRECOMPILE_NOTE = "`neuron_parallel_compile` is gone: it extracted XLA graphs in a separate run before training; natively the training run compiles its graphs itself on the first steps, so that run was removed"
 SHELL_RUNNERS = (
     "os.system",
@@ -138,16 +92,6 @@ SHELL_RUNNERS = (
     "subprocess.check_output",
     "subprocess.Popen",
 )
-KNOWN = {
-    *DROPPED,
-    *KEPT,
-    *SHAPES,
-    *TP,
-    "auto_cast_type",
-    "torch_dtype",
-    "dtype",
-    "dynamic_batch_size",
-}
 
 
 def prefill_chunk(sequence_length: object) -> int:
@@ -168,6 +112,8 @@ class _Model:
 
 @dataclass
 class _Facts:
+    """What the whole file says about its inference models, before any rewrite."""
+
     models: dict[str, str] = field(default_factory=dict)  # model var -> kind, from the source
     padded: dict[str, str] = field(default_factory=dict)  # tokenizer-output var -> model var
     tokenizers: dict[str, str] = field(default_factory=dict)  # tokenizer var -> model var
@@ -176,6 +122,130 @@ class _Facts:
     neuron_configs: set[str] = field(
         default_factory=set
     )  # vars from get_neuron_config, consumed by export
+    precompile_vars: set[str] = field(default_factory=set)  # `neuron_parallel_compile` commands
+
+
+Qualifier = Callable[[ast.AST], "str | None"]
+
+
+def _inference_facts(source: str, table: ImportTable) -> _Facts:
+    facts = _Facts()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return facts
+
+    def qualified(expr: ast.AST) -> str | None:
+        dotted = ast_dotted_name(expr)
+        return table.resolve_dotted(dotted) if dotted else None
+
+    _find_loaded_models(tree, qualified, facts)
+    splatted = _find_model_inputs(tree, qualified, facts)
+    loads = name_loads(source)
+    facts.precompile_vars = _precompile_commands(tree, qualified, loads)
+    for name, keys in dict_literals(source).items():
+        if splatted.get(name) and splatted[name] == loads.get(name) and set(keys) <= EXPORT_OPTIONS:
+            facts.dicts[name] = keys
+    _find_tokenizers(tree, facts)
+    return facts
+
+
+def _find_loaded_models(tree: ast.AST, qualified: Qualifier, facts: _Facts) -> None:
+    """The variables the old models and neuron configs are loaded into; tokenizers given a pad token."""
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Assign):
+            continue
+        if (
+            len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Call)
+        ):
+            owner, _, method = (qualified(n.value.func) or "").rpartition(".")
+            if method in ("from_pretrained", "export") and owner in CAUSAL_LM:
+                facts.models[n.targets[0].id] = "causal"
+            elif method == "from_pretrained" and owner in TRACED:
+                facts.models[n.targets[0].id] = "traced"
+            elif method == "get_neuron_config" and owner in CAUSAL_LM:
+                facts.neuron_configs.add(n.targets[0].id)
+        facts.pad_token_set.update(
+            t.value.id
+            for t in n.targets
+            if isinstance(t, ast.Attribute)
+            and t.attr == "pad_token"
+            and isinstance(t.value, ast.Name)
+        )
+
+
+def _find_model_inputs(tree: ast.AST, qualified: Qualifier, facts: _Facts) -> dict[str, int]:
+    """Record the variables fed to the migrated models (`model.generate(**inputs)`, `model(**inputs)`);
+    return how often each name is `**`-unpacked into an old model's loading."""
+    splatted: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        name = qualified(n.func)
+        owner = (name or "").rpartition(".")[0]
+        if owner in (*CAUSAL_LM, *TRACED) or name in PIPELINE:
+            for k in n.keywords:
+                if k.arg is None and isinstance(k.value, ast.Name):
+                    splatted[k.value.id] = splatted.get(k.value.id, 0) + 1
+        model_var = _model_called(n.func, facts.models)
+        if model_var is None:
+            continue
+        for value in [*n.args, *(k.value for k in n.keywords)]:
+            for inner in ast.walk(value):
+                if isinstance(inner, ast.Name) and inner.id != model_var:
+                    facts.padded.setdefault(inner.id, model_var)
+    return splatted
+
+
+def _model_called(func: ast.AST, models: dict[str, str]) -> str | None:
+    """The model variable a call runs: `model.generate(...)` of a causal LM, `model(...)` of a traced one."""
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "generate"
+        and isinstance(func.value, ast.Name)
+    ):
+        return func.value.id if models.get(func.value.id) == "causal" else None
+    if isinstance(func, ast.Name) and models.get(func.id) == "traced":
+        return func.id
+    return None
+
+
+def _precompile_commands(tree: ast.AST, qualified: Qualifier, loads: dict[str, int]) -> set[str]:
+    """Variables holding a `neuron_parallel_compile` command that are only ever run as one."""
+    runs: dict[str, int] = {}
+    commands: set[str] = set()
+    for n in ast.walk(tree):
+        if (
+            isinstance(n, ast.Call)
+            and qualified(n.func) in SHELL_RUNNERS
+            and n.args
+            and isinstance(n.args[0], ast.Name)
+        ):
+            runs[n.args[0].id] = runs.get(n.args[0].id, 0) + 1
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            text = _ast_text(n.value)
+            if text is not None and "neuron_parallel_compile" in text.split():
+                commands.add(n.targets[0].id)
+    return {name for name in commands if runs.get(name) and runs[name] == loads.get(name)}
+
+
+def _find_tokenizers(tree: ast.AST, facts: _Facts) -> None:
+    """The tokenizers whose outputs (`inputs = tokenizer(..., return_tensors=...)`) feed the models."""
+    for n in ast.walk(tree):
+        if not (
+            isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+        ):
+            continue
+        target = n.targets[0].id
+        if (
+            target in facts.padded
+            and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name)
+            and any(k.arg == "return_tensors" for k in n.value.keywords)
+        ):
+            facts.tokenizers.setdefault(n.value.func.id, facts.padded[target])
 
 
 class OptimumInference(RenamingCodemod):
@@ -190,11 +260,14 @@ class OptimumInference(RenamingCodemod):
     (`cache_implementation="static"`, `max_cache_len`), chunked prefill (`prefill_chunk_size`)
     and, with `--target neuron`, `CompileConfig(backend="neuron", fullgraph=True, dynamic=False,
     mode="default")`. Prompts handed to `generate` are left-padded to a multiple of the prefill
-    chunk. `num_cores` / `tensor_parallel_size` above 1 become
-    `distributed_config=DistributedConfig(tp_size=...)` and a `torchrun` launch.
+    chunk. `num_cores` / `tensor_parallel_size` other than 1 become
+    `distributed_config=DistributedConfig(tp_size=...)` and a `torchrun` launch (a size this
+    tool cannot read also gets a TODO: with 1 the model would stay on the CPU).
     Encoder models (`NeuronModelForSequenceClassification`, ...) become their `AutoModelFor...`
     class compiled with `dynamic=False`, and their inputs are tokenized to the exported
-    `sequence_length`. `optimum.neuron.pipeline` becomes `transformers.pipeline`.
+    `sequence_length`; their `tensor_parallel_size` becomes a TODO, since encoder classes
+    rarely have a tensor-parallel plan. `optimum.neuron.pipeline` becomes
+    `transformers.pipeline` (a `tensor_parallel_size` there is a TODO).
 
     ## Why
     There is no ahead-of-time export natively: `generate` compiles the forward pass itself when
@@ -246,118 +319,14 @@ class OptimumInference(RenamingCodemod):
         super().__init__(ctx)
         self.facts = _Facts()
         self._dict_values: dict[str, dict[str, cst.BaseExpression]] = {}
-        self._config_values: dict[str, dict[str, cst.BaseExpression]] = {}
+        # (binding, config variable) -> its options: a name in another function is another variable
+        self._config_values: dict[tuple[object, str], dict[str, cst.BaseExpression]] = {}
         self._models: dict[str, _Model] = {}
         self._target: str | None = None
-        self._precompile_vars: set[str] = set()
 
     # -- whole-file facts -----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        try:
-            tree = ast.parse(self.ctx.source)
-        except SyntaxError:
-            return
-        table = self.ctx.imports
-
-        def qualified(expr: ast.AST) -> str | None:
-            dotted = ast_dotted_name(expr)
-            return table.resolve_dotted(dotted) if dotted else None
-
-        facts = self.facts
-        splatted: dict[str, int] = {}
-        for n in ast.walk(tree):
-            if (
-                isinstance(n, ast.Assign)
-                and len(n.targets) == 1
-                and isinstance(n.targets[0], ast.Name)
-                and isinstance(n.value, ast.Call)
-            ):
-                name = qualified(n.value.func)
-                owner, _, method = (name or "").rpartition(".")
-                if method in ("from_pretrained", "export") and owner in CAUSAL_LM:
-                    facts.models[n.targets[0].id] = "causal"
-                elif method == "from_pretrained" and owner in TRACED:
-                    facts.models[n.targets[0].id] = "traced"
-                elif method == "get_neuron_config" and owner in CAUSAL_LM:
-                    facts.neuron_configs.add(n.targets[0].id)
-            if isinstance(n, ast.Assign) and any(
-                isinstance(t, ast.Attribute)
-                and t.attr == "pad_token"
-                and isinstance(t.value, ast.Name)
-                for t in n.targets
-            ):
-                facts.pad_token_set.update(
-                    t.value.id
-                    for t in n.targets
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
-                )
-        for n in ast.walk(tree):
-            if not isinstance(n, ast.Call):
-                continue
-            name = qualified(n.func)
-            owner, _, method = (name or "").rpartition(".")
-            if owner in (*CAUSAL_LM, *TRACED) or name in PIPELINE:
-                for k in n.keywords:
-                    if k.arg is None and isinstance(k.value, ast.Name):
-                        splatted[k.value.id] = splatted.get(k.value.id, 0) + 1
-            # Inputs of the migrated models: `model.generate(**inputs)`, `model(**inputs)`.
-            func = n.func
-            model_var = None
-            if (
-                isinstance(func, ast.Attribute)
-                and func.attr == "generate"
-                and isinstance(func.value, ast.Name)
-            ):
-                model_var = func.value.id if facts.models.get(func.value.id) == "causal" else None
-            elif isinstance(func, ast.Name) and facts.models.get(func.id) == "traced":
-                model_var = func.id
-            if model_var is None:
-                continue
-            for value in [*n.args, *(k.value for k in n.keywords)]:
-                for inner in ast.walk(value):
-                    if isinstance(inner, ast.Name) and inner.id != model_var:
-                        facts.padded.setdefault(inner.id, model_var)
-        loads = name_loads(self.ctx.source)
-        runs: dict[str, int] = {}
-        commands: set[str] = set()
-        for n in ast.walk(tree):
-            if (
-                isinstance(n, ast.Call)
-                and qualified(n.func) in SHELL_RUNNERS
-                and n.args
-                and isinstance(n.args[0], ast.Name)
-            ):
-                runs[n.args[0].id] = runs.get(n.args[0].id, 0) + 1
-            if (
-                isinstance(n, ast.Assign)
-                and len(n.targets) == 1
-                and isinstance(n.targets[0], ast.Name)
-            ):
-                text = _ast_text(n.value)
-                if text is not None and "neuron_parallel_compile" in text.split():
-                    commands.add(n.targets[0].id)
-        self._precompile_vars = {
-            name for name in commands if runs.get(name) and runs[name] == loads.get(name)
-        }
-        for name, keys in dict_literals(self.ctx.source).items():
-            if splatted.get(name) and splatted[name] == loads.get(name) and set(keys) <= KNOWN:
-                facts.dicts[name] = keys
-        # The tokenizers whose outputs feed those models.
-        for n in ast.walk(tree):
-            if (
-                isinstance(n, ast.Assign)
-                and len(n.targets) == 1
-                and isinstance(n.targets[0], ast.Name)
-            ):
-                target = n.targets[0].id
-                if (
-                    target in facts.padded
-                    and isinstance(n.value, ast.Call)
-                    and isinstance(n.value.func, ast.Name)
-                    and any(k.arg == "return_tensors" for k in n.value.keywords)
-                ):
-                    facts.tokenizers.setdefault(n.value.func.id, facts.padded[target])
-
+        self.facts = _inference_facts(self.ctx.source, self.ctx.imports)
 
     # -- statements -----------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -375,13 +344,14 @@ class OptimumInference(RenamingCodemod):
                 self._dict_values[target] = entries
                 self.changed(f"`{target}` (export options) folded into the model loading")
                 return self.ctx.remove(updated_node)
-        if target in self._precompile_vars:
+        if target in self.facts.precompile_vars:
             self.changed(f"removed `{target}`, the `neuron_parallel_compile` command")
             return self.ctx.remove(updated_node)
-        if target in self.facts.neuron_configs and isinstance(updated_node.value, cst.Call):
+        if target in self.facts.neuron_configs and self._causal_config(original_node.value):
             call = updated_node.value
+            assert isinstance(call, cst.Call)
             values = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-            self._config_values[target] = values
+            self._config_values[self._variable(target)] = values
             self.changed("`get_neuron_config(...)` folded into the model loading")
             return self.ctx.remove(updated_node)
         model = self.facts.tokenizers.get(target)
@@ -406,14 +376,14 @@ class OptimumInference(RenamingCodemod):
             return updated_node
         first = call.args[0].value
         command = _command_text(first)
-        if isinstance(first, cst.Name) and first.value in self._precompile_vars:
+        if isinstance(first, cst.Name) and first.value in self.facts.precompile_vars:
             command = "neuron_parallel_compile"
         if command is None:
             return updated_node
         words = command.split()
         if "neuron_parallel_compile" in words or (
             isinstance(call.args[0].value, cst.Name)
-            and call.args[0].value.value in self._precompile_vars
+            and call.args[0].value.value in self.facts.precompile_vars
         ):
             self.changed("removed the `neuron_parallel_compile` pre-compilation run")
             self.ctx.note(self.code, PRECOMPILE_NOTE)
@@ -503,11 +473,11 @@ class OptimumInference(RenamingCodemod):
                 and arg.keyword.value == "neuron_config"
                 and isinstance(arg.value, cst.Name)
             ):
-                options.update(self._config_values.get(arg.value.value, {}))
+                options.update(self._config_values.get(self._variable(arg.value.value), {}))
             if (
                 arg.keyword is not None
-                and arg.keyword.value in KNOWN
-                and arg.keyword.value not in KEPT
+                and arg.keyword.value in EXPORT_OPTIONS
+                and arg.keyword.value not in LOADING_KEPT
             ):
                 options[arg.keyword.value] = arg.value
                 continue
@@ -517,9 +487,20 @@ class OptimumInference(RenamingCodemod):
             positional = [a for a in kept if a.keyword is None and not a.star]
             second = positional[1]
             if isinstance(second.value, cst.Name):
-                options.update(self._config_values.get(second.value.value, {}))
+                options.update(self._config_values.get(self._variable(second.value.value), {}))
             kept = [a for a in kept if a is not second]
         return kept, options, opaque
+
+    def _variable(self, name: str) -> tuple[object, str]:
+        """`name` with the variable it is here (a new object where none is sure)."""
+        return (self.ctx.binding_key(name) or object(), name)
+
+    def _causal_config(self, value: cst.BaseExpression) -> bool:
+        """Is `value` a `get_neuron_config(...)` call of a causal-LM class (what export folds in)?"""
+        if not isinstance(value, cst.Call):
+            return False
+        owner, _, method = (self.qualify(value.func) or "").rpartition(".")
+        return method == "get_neuron_config" and owner in CAUSAL_LM
 
     def _dtype_arg(self, options: dict[str, cst.BaseExpression]) -> cst.Arg | None:
         if "dtype" in options:
@@ -528,44 +509,51 @@ class OptimumInference(RenamingCodemod):
             return make_arg("dtype", options["torch_dtype"])
         if "auto_cast_type" in options:
             value = literal(options["auto_cast_type"])
-            if value in DTYPES:
+            if value in CAST_DTYPES:
                 torch = self.ctx.torch()
-                self.changed(f"`auto_cast_type={value!r}` -> `dtype=torch.{DTYPES[value]}`")
+                self.changed(f"`auto_cast_type={value!r}` -> `dtype=torch.{CAST_DTYPES[value]}`")
                 if "auto_cast" in options and literal(options["auto_cast"]) not in ("all", ...):
                     self.ctx.note(
                         self.code,
-                        f"`auto_cast` cast only some operations (matmuls) to {value}; natively the whole model runs in `torch.{DTYPES[value]}`",
+                        f"`auto_cast` cast only some operations (matmuls) to {value}; natively the whole model runs in `torch.{CAST_DTYPES[value]}`",
                     )
-                return make_arg("dtype", f"{torch}.{DTYPES[value]}")
+                return make_arg("dtype", f"{torch}.{CAST_DTYPES[value]}")
             self.todo(
                 f"`auto_cast_type={code_of(options['auto_cast_type'])}` chose the compute dtype: pass `dtype=torch.bfloat16` (or the dtype it names) to `from_pretrained`"
             )
         return None
 
-    def _device_args(self, options: dict[str, cst.BaseExpression]) -> list[cst.Arg]:
+    def _device_args(
+        self, options: dict[str, cst.BaseExpression], shardable: bool = True
+    ) -> list[cst.Arg]:
+        """Where the model goes: `device_map`, or a `DistributedConfig` for `tensor_parallel_size`."""
         tp_expr = options.get("tensor_parallel_size", options.get("num_cores"))
-        tp = literal(tp_expr)
-        if tp_expr is not None and tp != 1:
-            config = self.ctx.need_from("transformers.distributed", "DistributedConfig")
-            if tp is ...:
-                self.todo(
-                    f"`tp_size={code_of(tp_expr)}`: with 1 the model stays on the CPU; pass `device_map` instead of `distributed_config` then"
-                )
-            self.changed(
-                f"`num_cores` / `tensor_parallel_size` -> `DistributedConfig(tp_size={code_of(tp_expr)})`"
-            )
-            self.ctx.note(
-                self.code,
-                f"tensor parallelism needs one process per core: launch with `torchrun --nproc_per_node={code_of(tp_expr)} ...`",
-            )
-            return [make_arg("distributed_config", f"{config}(tp_size={code_of(tp_expr)})")]
         device = '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
-        return [make_arg("device_map", device)]
+        if tp_expr is None or literal(tp_expr) == 1:
+            return [make_arg("device_map", device)]
+        if not shardable:
+            self.todo(
+                f"`{code_of(tp_expr)}` NeuronCores ran this model sharded; transformers shards only models whose class has a tensor-parallel plan (`base_model_tp_plan`), which encoders usually lack: it now loads whole on one device; if its class has a plan, pass `distributed_config=DistributedConfig(tp_size={code_of(tp_expr)})` instead of `device_map` and launch with `torchrun`"
+            )
+            return [make_arg("device_map", device)]
+        config = self.ctx.need_from("transformers.distributed", "DistributedConfig")
+        if literal(tp_expr) is ...:
+            self.todo(
+                f"`tp_size={code_of(tp_expr)}`: when it is 1, pass `device_map=...` instead of `distributed_config`, or the model stays on the CPU"
+            )
+        self.changed(
+            f"`num_cores` / `tensor_parallel_size` -> `DistributedConfig(tp_size={code_of(tp_expr)})`"
+        )
+        self.ctx.note(
+            self.code,
+            f"tensor parallelism needs one process per core: launch with `torchrun --nproc_per_node={code_of(tp_expr)} ...`",
+        )
+        return [make_arg("distributed_config", f"{config}(tp_size={code_of(tp_expr)})")]
 
     def _report_dropped(self, options: dict[str, cst.BaseExpression]) -> None:
         for key, value in options.items():
-            if key in DROPPED and key != "neuron_config":
-                self.changed(f"dropped `{key}={code_of(value)}`: {DROPPED[key]}")
+            if key in EXPORT_DROPPED and key != "neuron_config":
+                self.changed(f"dropped `{key}={code_of(value)}`: {EXPORT_DROPPED[key]}")
         if "dynamic_batch_size" in options and literal(options["dynamic_batch_size"]) is not False:
             self.todo(
                 "`dynamic_batch_size` split larger batches into compiled-size pieces; natively each new batch size compiles anew, so pad or split batches to a fixed size"
@@ -645,7 +633,7 @@ class OptimumInference(RenamingCodemod):
         dtype = self._dtype_arg(options)
         if dtype is not None:
             args.append(dtype)
-        args += self._device_args(options)
+        args += self._device_args(options, shardable=False)
         self._report_dropped(options)
         self.changed(
             f"traced `{new_class}` -> transformers `{new_class}` compiled with `dynamic=False`"
@@ -681,7 +669,7 @@ class OptimumInference(RenamingCodemod):
                 else:
                     options.update(entries)
                 continue
-            if key in ("export", *TP, "sequence_length"):
+            if key in ("export", *TP_KEYWORDS, "sequence_length"):
                 options[key] = arg.value
                 continue
             kept.append(arg)

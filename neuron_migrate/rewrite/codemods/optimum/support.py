@@ -8,19 +8,21 @@ through `**dict` unpacking. Their per-file state lives in the migration context.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.core.names import RUN_TIME_IMPORTS, ImportTable
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     MigrationContext,
     code_of,
     dotted_name,
     fix_trailing_comma,
+    string_value,
 )
 from neuron_migrate.rewrite.dispatch import StatementHeaderVisitor
 
@@ -37,6 +39,8 @@ class FileState:
         default_factory=set
     )  # modules some old import line was rewritten into
     top_from: set[str] | None = None  # modules the original file from-imports at top level
+    top_bound: set[str] | None = None  # qualified names its top-level imports bind
+    named: set[str] = field(default_factory=set)  # roots some string was reported for
 
 
 def sequential_loading(ctx: MigrationContext) -> None:
@@ -49,6 +53,19 @@ def sequential_loading(ctx: MigrationContext) -> None:
     )
     if block not in ctx.module_prologue:
         ctx.module_prologue.append(block)
+
+
+def _top_level_bound(source: str) -> set[str]:
+    """Qualified names bound by the file's top-level imports (always run, unlike nested ones)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    table = ImportTable()
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            table.add(node)
+    return {binding.qualified for binding in table.all_bindings}
 
 
 def _top_level_from_modules(source: str) -> set[str]:
@@ -279,84 +296,99 @@ class RenamingCodemod(Codemod):
         module = dotted_name(updated_node.module)
         if not module:
             return updated_node
-        aliases = list(updated_node.names)
-        targets = [self.renamed(f"{module}.{code_of(a.name)}") for a in aliases]
-        if not any(targets):
+        kept, moved = self._split_renamed(module, list(updated_node.names))
+        if not moved:
             return updated_node
+        self._remember_renames(module, moved)
+        if not kept and self._whole_line_moves_in_place(moved):
+            return self._rewrite_in_place(updated_node, module, moved)
+        self._import_where_needed(moved)
+        self.changed(f"`from {module} import ...` -> {names_in(f'{m}.{n}' for _, (m, n) in moved)}")
+        if not kept:
+            return self.ctx.remove(updated_node)
+        return _with_names(updated_node, kept)
+
+    def _split_renamed(
+        self, module: str, aliases: list[cst.ImportAlias]
+    ) -> tuple[list[cst.ImportAlias], list[tuple[cst.ImportAlias, tuple[str, str]]]]:
+        """The names of `from module import ...` that stay, and those that move to a new class."""
         kept: list[cst.ImportAlias] = []
         moved: list[tuple[cst.ImportAlias, tuple[str, str]]] = []
-        for alias, target in zip(aliases, targets, strict=True):
+        for alias in aliases:
+            target = self.renamed(f"{module}.{code_of(alias.name)}")
             if target is None:
                 kept.append(alias)
             else:
                 moved.append((alias, target))
-        new_modules = {t[0] for _, t in moved}
+        return kept, moved
+
+    def _remember_renames(
+        self, module: str, moved: list[tuple[cst.ImportAlias, tuple[str, str]]]
+    ) -> None:
+        """Record the aliases that now name the new class, so references to them stay as written."""
         st = self.ctx.shared(FileState)
         for alias, (_, new_name) in moved:
-            local = (
-                alias.asname.name.value
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
-                else None
-            )
+            local = _alias_name(alias)
             old_name = code_of(alias.name)
             if (local is not None and local != old_name) or old_name == new_name:
                 st.renamed_locals.add(local or old_name)
             st.handled.add(f"{module}.{old_name}")
-        if st.top_from is None:
+
+    def _whole_line_moves_in_place(
+        self, moved: list[tuple[cst.ImportAlias, tuple[str, str]]]
+    ) -> bool:
+        """Can the import line become `from <one new module> import ...` where it stands?
+
+        Not when the file already imports from that module at top level (the names join that
+        line instead), nor when another line was already rewritten into it. A binding of the new
+        name inside a block does not count: `except ImportError: from transformers import
+        Trainer` runs only when the old import fails, which natively it no longer does.
+        """
+        st = self.ctx.shared(FileState)
+        if st.top_from is None or st.top_bound is None:
             st.top_from = _top_level_from_modules(self.ctx.source)
+            st.top_bound = _top_level_bound(self.ctx.source)
+        new_modules = {target[0] for _, target in moved}
         new_module = next(iter(new_modules))
-        if (
-            not kept
-            and len(new_modules) == 1
+        return (
+            len(new_modules) == 1
             and new_module not in st.top_from
             and new_module not in st.in_place
-            and all(self.ctx.imports.local_for(f"{t[0]}.{t[1]}") is None for _, t in moved)
-        ):
-            # Rewrite in place: the whole line moves to one new module.
-            st.in_place.add(new_module)
-            self.ctx.provided.update(f"{new_module}.{t[1]}" for _, t in moved)
-            names = []
-            seen: set[str] = set()
-            for alias, (_, new_name) in moved:
-                local = (
-                    alias.asname.name.value
-                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
-                    else None
-                )
-                asname = None if local in (None, code_of(alias.name), new_name) else alias.asname
-                key = f"{new_name} as {local}" if asname is not None else new_name
-                if key in seen:
-                    continue
-                seen.add(key)
-                names.append(
-                    cst.ImportAlias(name=cst.Name(new_name), asname=asname, comma=alias.comma)
-                )
-            names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            self.changed(f"`from {module} import ...` -> `from {new_module} import ...`")
-            new = updated_node.with_changes(module=cst.parse_expression(new_module), names=names)
-            if new.lpar is not None and len(names) == 1:
-                new = new.with_changes(lpar=None, rpar=None)
-            return new
+            and all(f"{t[0]}.{t[1]}" not in st.top_bound for _, t in moved)
+        )
+
+    def _rewrite_in_place(
+        self,
+        node: cst.ImportFrom,
+        module: str,
+        moved: list[tuple[cst.ImportAlias, tuple[str, str]]],
+    ) -> cst.ImportFrom:
+        new_module = moved[0][1][0]
+        self.ctx.shared(FileState).in_place.add(new_module)
+        self.ctx.provided.update(f"{new_module}.{t[1]}" for _, t in moved)
+        names = []
+        seen: set[str] = set()
+        for alias, (_, new_name) in moved:
+            local = _alias_name(alias)
+            asname = None if local in (None, code_of(alias.name), new_name) else alias.asname
+            key = f"{new_name} as {local}" if asname is not None else new_name
+            if key in seen:
+                continue
+            seen.add(key)
+            names.append(cst.ImportAlias(name=cst.Name(new_name), asname=asname, comma=alias.comma))
+        self.changed(f"`from {module} import ...` -> `from {new_module} import ...`")
+        return _with_names(node.with_changes(module=cst.parse_expression(new_module)), names)
+
+    def _import_where_needed(self, moved: list[tuple[cst.ImportAlias, tuple[str, str]]]) -> None:
+        """Import the new classes on their own lines, keeping each user's alias."""
         for alias, (new_module, new_name) in moved:
-            local = (
-                alias.asname.name.value
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
-                else None
-            )
+            local = _alias_name(alias)
             if local is not None and local not in (code_of(alias.name), new_name):
-                # Keep the user's alias: `from new_module import new_name as local`.
                 self.ctx.insert_after(
                     cst.parse_statement(f"from {new_module} import {new_name} as {local}\n")
                 )
             else:
                 self.ctx.need_from(new_module, new_name)
-        if not kept:
-            return self.ctx.remove(updated_node)
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        new = updated_node.with_changes(names=kept)
-        if new.lpar is not None and len(kept) == 1:
-            new = new.with_changes(lpar=None, rpar=None)
-        return new
 
     def rename_target(self, qualified: str | None, local_text: str) -> str | None:
         """The new spelling of a reference to `qualified` written as `local_text`."""
@@ -390,6 +422,22 @@ class RenamingCodemod(Codemod):
             return updated_node
         new = self.rename_target(qualified, text)
         return cst.parse_expression(new) if new else updated_node
+
+
+def _alias_name(alias: cst.ImportAlias) -> str | None:
+    """The `as` name of an imported name, if it has one."""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return None
+
+
+def _with_names(node: cst.ImportFrom, names: list[cst.ImportAlias]) -> cst.ImportFrom:
+    """`node` importing `names`, without a trailing comma or parentheses around a single name."""
+    names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    new = node.with_changes(names=names)
+    if new.lpar is not None and len(names) == 1:
+        new = new.with_changes(lpar=None, rpar=None)
+    return new
 
 
 # -- leftovers ----------------------------------------------------------------------------------
@@ -464,9 +512,84 @@ def mark_leftovers(codemod: Codemod, node: cst.CSTNode, prefixes: tuple[str, ...
         )
 
 
+# -- old-stack modules this tool cannot see -------------------------------------------------------
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def named_module(text: str, roots: tuple[str, ...], importing: bool) -> str | None:
+    """The old-stack module a string spells (`"optimum.neuron.trainers"`, `"torch_neuronx."`).
+
+    A bare top-level name (`"torch_neuronx"`) counts only where a module is imported by name:
+    elsewhere it is a package name, in a version check or an install command.
+    """
+    path = text.removesuffix(".")
+    if not _DOTTED.fullmatch(path):
+        return None
+    for root in roots:
+        if path.startswith(root + ".") or (path == root and (importing or "." in root)):
+            return path
+    return None
+
+
+def _leading_text(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        return string_value(node)
+    if isinstance(node, cst.FormattedString) and node.parts:
+        first = node.parts[0]
+        return first.value if isinstance(first, cst.FormattedStringText) else None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return _leading_text(node.left)
+    return None
+
+
+def mark_named_module(
+    codemod: Codemod, node: cst.BaseExpression, roots: tuple[str, ...], importing: bool = False
+) -> None:
+    """TODO where a string names an old-stack module: an import by name, an `eval`, a patch
+    target, a `sys.modules` key. What it reaches is out of sight, so nothing there is migrated."""
+    from neuron_migrate.rewrite.codemods import manual_message  # the registry imports this module
+
+    text = _leading_text(node)
+    if text is None:
+        return
+    module = named_module(text, roots, importing)
+    if module is None:
+        return
+    root = next(r for r in roots if module == r or module.startswith(r + "."))
+    reported = codemod.ctx.shared(FileState).named
+    if not importing and root in reported:
+        return  # one TODO stands for them all: tests patch dozens of targets
+    reported.add(root)
+    hint = manual_message(module)[1]
+    hint = hint.replace("{name}", module) if "{name}" in hint else f"`{module}`: {hint}"
+    every = (
+        "" if importing else f"; this TODO stands for every string here naming a `{root}` module"
+    )
+    codemod.todo(
+        f"`{code_of(node)}` names `{module}` in a string, which this tool cannot follow (nothing it reaches is migrated{every}): {hint}"
+    )
+
+
+def mark_run_time_import(codemod: Codemod, call: cst.Call, roots: tuple[str, ...]) -> None:
+    """`importlib.import_module("torch_neuronx")`, `__import__(...)`: TODO for an old-stack module."""
+    name = codemod.qualify(call.func)
+    if name is None and isinstance(call.func, cst.Name) and call.func.value == "__import__":
+        name = "__import__"
+    if name in RUN_TIME_IMPORTS and call.args:
+        mark_named_module(codemod, call.args[0].value, roots, importing=True)
+
+
+def mark_star_import(codemod: Codemod, node: cst.ImportFrom, roots: tuple[str, ...]) -> None:
+    """`from torch_neuronx import *` hides which names the file takes from the old stack."""
+    module = dotted_name(node.module) if node.module is not None and not node.relative else None
+    if not isinstance(node.names, cst.ImportStar) or module is None:
+        return
+    if any(module == root or module.startswith(root + ".") for root in roots):
+        codemod.todo(
+            f"`from {module} import *` hides which names this file takes from `{module}`, so none of them is migrated: import them by name and migrate again"
+        )
+
+
 def names_in(items: Iterable[str]) -> str:
     return ", ".join(f"`{i}`" for i in items)
-
-
-def ast_call_name(node: ast.AST) -> str | None:
-    return ast_dotted_name(node.func) if isinstance(node, ast.Call) else None

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.core.names import ast_dotted_name
-from neuron_migrate.rewrite.codemods.base import arg_value, code_of, stmt
+from neuron_migrate.core.names import ImportTable, ast_dotted_name
+from neuron_migrate.rewrite.codemods.base import arg_value, code_of, dotted_name, stmt
+from neuron_migrate.rewrite.codemods.optimum import diffusion, inference
+from neuron_migrate.rewrite.codemods.optimum.fields import (
+    PARALLEL_FIELDS,
+    SFT_FIELDS,
+    TRAINING_FIELDS,
+)
+from neuron_migrate.rewrite.codemods.optimum.model_parallel import (
+    PARALLEL_ARGUMENTS,
+    PLACEMENT_KEYWORDS,
+    Qualifier,
+    Scope,
+    ShardedLoad,
+    enclosing_functions,
+    forwarded_to,
+    is_default_size,
+    sharded_loads,
+)
 from neuron_migrate.rewrite.codemods.optimum.support import (
     OPTIMUM,
     RenamingCodemod,
@@ -17,6 +34,12 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     literal,
     make_arg,
     mark_leftovers,
+    mark_named_module,
+    mark_run_time_import,
+    mark_star_import,
+    name_loads,
+    named_module,
+    names_in,
     sequential_loading,
     with_args,
 )
@@ -77,134 +100,10 @@ RENAMES: dict[str, tuple[str, str]] = {
     ),
 }
 
-# The model-parallel fields of `NeuronTrainingArguments` and where they go in `DistributedConfig`.
-PARALLEL_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "disable_sequence_parallel")
-
-
-@dataclass(frozen=True)
-class Field:
-    """What happens to a `NeuronTrainingArguments` field that `TrainingArguments` lacks."""
-
-    kind: str  # "drop": no native counterpart, nothing to do; "todo": a person decides
-    why: str
-    neutral: object = ...  # a value with which dropping the field changes nothing
-
-
-# Every `NeuronTrainingArguments` field of optimum-neuron 0.4.5 that transformers 5.23's
-# `TrainingArguments` does not have (the parallel ones are in PARALLEL_FIELDS; `warmup_ratio`
-# and `logging_dir` are rewritten in place).
-FIELDS: dict[str, Field] = {
-    "overwrite_output_dir": Field(
-        "drop", "transformers 5 removed it; the Trainer writes into `output_dir` either way"
-    ),
-    "dataloader_prefetch_size": Field(
-        "drop",
-        "it sized the XLA device-loader prefetch; the native Trainer moves each batch when it is used",
-    ),
-    "skip_cache_push": Field(
-        "drop",
-        "it skipped pushing compiled artifacts to the optimum-neuron Hub cache, which the native backend does not use",
-    ),
-    "use_autocast": Field("drop", "natively `bf16=True` already trains under `torch.autocast`"),
-    "num_local_ranks_per_step": Field(
-        "drop",
-        "it throttled concurrent checkpoint loading per host; transformers loads each rank's shard itself",
-    ),
-    "recompute_causal_mask": Field("drop", "transformers builds the attention mask itself"),
-    "enable_throughput_metrics": Field(
-        "drop",
-        "optimum-neuron's metrics collector is gone; the Trainer logs `train_samples_per_second`",
-    ),
-    "enable_mfu_metrics": Field(
-        "todo",
-        "optimum-neuron's MFU metric has no Trainer counterpart; compute it from `train_samples_per_second` in a callback if you need it",
-        False,
-    ),
-    "enable_efficiency_metrics": Field(
-        "todo",
-        "optimum-neuron's efficiency metrics have no Trainer counterpart; add a `TrainerCallback` if you need them",
-        False,
-    ),
-    "metrics_window_size": Field(
-        "drop",
-        "it sized optimum-neuron's metrics window; the Trainer averages over `logging_steps`",
-    ),
-    "zero_1": Field(
-        "todo",
-        "ZeRO-1 optimizer-state sharding has no TrainingArguments switch: shard with FSDP2 (`DistributedConfig(fsdp_size=...)` in `from_pretrained`) or expect the full optimizer state on every rank",
-        False,
-    ),
-    "stochastic_rounding_enabled": Field(
-        "todo",
-        "stochastic rounding was a Neuron runtime feature for bf16 weights; load the model in float32 and train with `bf16=True` (autocast) to keep fp32 weights instead",
-        False,
-    ),
-    "optimizer_use_master_weights": Field(
-        "todo",
-        "fp32 master weights came with the ZeRO-1 optimizer; natively the optimizer updates the parameters in their own dtype, so load the model in float32 and train with `bf16=True` (autocast)",
-        False,
-    ),
-    "optimizer_use_fp32_grad_acc": Field(
-        "todo",
-        "fp32 gradient accumulation came with the ZeRO-1 optimizer; natively gradients have the parameters' dtype, so keep the parameters in float32 and train with `bf16=True` (autocast)",
-        False,
-    ),
-    "optimizer_save_master_weights_in_ckpt": Field(
-        "todo",
-        "there are no separate master weights to save natively; checkpoints hold the parameters as trained",
-        False,
-    ),
-    "pipeline_parallel_num_microbatches": Field(
-        "todo",
-        "transformers' pipeline parallelism (`DistributedConfig(pp_size=...)`) runs without micro-batches; for a micro-batched schedule use `torch.distributed.pipelining` (`ScheduleGPipe`, `Schedule1F1B`)",
-        -1,
-    ),
-    "kv_size_multiplier": Field(
-        "todo",
-        "KV heads are no longer replicated for tensor parallelism: `tp_size` must divide the model's `num_key_value_heads`",
-        None,
-    ),
-    "use_xser": Field(
-        "todo",
-        "checkpoints are now saved with safetensors (`save_pretrained`), not torch-xla serialization; convert old ones with `optimum-cli neuron consolidate` before loading them with `from_pretrained`",
-        False,
-    ),
-    "async_save": Field(
-        "todo",
-        "the Trainer saves synchronously; for asynchronous saves write a DCP checkpoint with `torch.distributed.checkpoint.async_save`",
-        False,
-    ),
-    "fuse_qkv": Field(
-        "todo",
-        "transformers keeps the q/k/v projections separate; fused QKV was an optimum-neuron kernel optimisation with no switch here",
-        False,
-    ),
-}
-
-SFT_FIELDS: dict[str, Field] = {
-    "padding_free": Field(
-        "drop", "NeuronSFTConfig forced `padding_free=False`, which is TRL's default"
-    ),
-}
+# Every optimum-neuron name some codemod of the family rewrites (their imports go with them).
+OPTIMUM_RENAMES = {*RENAMES, *inference.RENAMES, *diffusion.RENAMES}
 
 PARSE_METHODS = ("parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict")
-
-PARALLEL_ARGUMENTS = '''\
-@{dataclass}
-class ModelParallelArguments:
-    """The model-parallel flags of optimum-neuron's `NeuronTrainingArguments`, under the same names."""
-
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    disable_sequence_parallel: bool = False
-
-    def to_distributed_config(self):
-        return {DistributedConfig}(
-            tp_size=self.tensor_parallel_size,
-            pp_size=self.pipeline_parallel_size,
-            enable_sequence_parallel=not self.disable_sequence_parallel,
-        )
-'''
 
 
 @dataclass
@@ -214,6 +113,150 @@ class _Parsed:
     parser_index: int  # position of the Neuron class in the parser's dataclass tuple
     scope: str | None = None  # the function the parser runs in, None at module level
     parallel_var: str | None = None  # the new unpacked name
+
+
+@dataclass
+class _TrainingFacts:
+    """What the whole file says about its training arguments, before any rewrite."""
+
+    parsed: dict[str, _Parsed] = field(default_factory=dict)  # args var -> where it comes from
+    needs_parallel: bool = False  # parsed arguments' model-parallel flags are read
+    trn_config_readers: set[str] = field(default_factory=set)  # `x` of each `x.trn_config` read
+    string_model_args: set[str] = field(default_factory=set)  # SFT configs given a model id
+    # The models a Neuron trainer trains, by (function, variable): where their sizes come from.
+    sharded: dict[tuple[Scope, str], ShardedLoad] = field(default_factory=dict)
+    forwarded: set[str] = field(
+        default_factory=set
+    )  # functions given the parsed sizes as a parameter
+
+
+def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
+    facts = _TrainingFacts()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return facts
+
+    def qualified(expr: ast.AST) -> str | None:
+        dotted = ast_dotted_name(expr)
+        return table.resolve_dotted(dotted) if dotted else None
+
+    facts.trn_config_readers = {
+        n.value.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and n.attr == "trn_config" and isinstance(n.value, ast.Name)
+    }
+    facts.parsed = _parsed_arguments(tree, qualified, _parser_indexes(tree, qualified))
+    facts.string_model_args = _sft_configs_given_model_ids(tree, qualified)
+    loads = sharded_loads(
+        tree,
+        source,
+        qualified,
+        (*TRAINER, *SFT_TRAINER),
+        (*TRAINING_ARGS, *SFT_CONFIG),
+        {name: parsed.scope for name, parsed in facts.parsed.items()},
+    )
+    # Training models take their sizes from their own `trn_config` argument.
+    facts.sharded = {k: v for k, v in loads.items() if v.loader not in TRAINING_MODELS}
+    facts.forwarded = forwarded_to(
+        tree, facts.sharded, {name: parsed.scope for name, parsed in facts.parsed.items()}
+    )
+    # The flags stay on the command line when they are read, or when a trained model is loaded
+    # where the parsed arguments may reach it.
+    facts.needs_parallel = _reads_parallel_flags(tree, set(facts.parsed)) or bool(
+        facts.parsed and any(load.origin != "constructed" for load in facts.sharded.values())
+    )
+    if facts.needs_parallel:
+        taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+            a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)
+        }
+        var = (
+            "parallel_args"
+            if "parallel_args" not in {*taken, *table.bindings}
+            else "model_parallel_args"
+        )
+        for parsed in facts.parsed.values():
+            parsed.parallel_var = var
+    return facts
+
+
+def _neuron_arguments_index(classes: ast.AST | None, qualified: Qualifier) -> int | None:
+    """Where the Neuron training-arguments class sits in a parser's tuple of dataclasses."""
+    if not isinstance(classes, ast.Tuple | ast.List):
+        return None
+    arguments = {*TRAINING_ARGS, *SFT_CONFIG}
+    return next((i for i, e in enumerate(classes.elts) if qualified(e) in arguments), None)
+
+
+def _parser_indexes(tree: ast.AST, qualified: Qualifier) -> dict[str, int]:
+    """Parser variables built over a Neuron training-arguments class -> the class's position."""
+    parsers: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Assign) or not isinstance(n.value, ast.Call):
+            continue
+        call = n.value
+        if qualified(call.func) not in (*PARSER, *HF_PARSER) or not call.args:
+            continue
+        index = _neuron_arguments_index(call.args[0], qualified)
+        if index is not None and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            parsers[n.targets[0].id] = index
+    return parsers
+
+
+def _parsed_arguments(
+    tree: ast.AST, qualified: Qualifier, parsers: dict[str, int]
+) -> dict[str, _Parsed]:
+    """`a, b = parser.parse_args_into_dataclasses()`: the names bound to the Neuron arguments."""
+    scopes = enclosing_functions(tree)
+    parsed: dict[str, _Parsed] = {}
+    for n in ast.walk(tree):
+        if not (
+            isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Attribute)
+            and n.value.func.attr in PARSE_METHODS
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Tuple)
+        ):
+            continue
+        parser = n.value.func.value
+        index = None
+        if isinstance(parser, ast.Name) and parser.id in parsers:
+            index = parsers[parser.id]
+        elif isinstance(parser, ast.Call) and qualified(parser.func) in (*PARSER, *HF_PARSER):
+            index = _neuron_arguments_index(parser.args[0] if parser.args else None, qualified)
+        target = n.targets[0].elts
+        element = target[index] if index is not None and index < len(target) else None
+        if index is not None and isinstance(element, ast.Name):
+            parsed[element.id] = _Parsed(index, scope=scopes.get(id(n)))
+    return parsed
+
+
+def _reads_parallel_flags(tree: ast.AST, parsed_names: set[str]) -> bool:
+    return any(
+        isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in parsed_names
+        and n.attr in ("trn_config", *PARALLEL_FIELDS)
+        for n in ast.walk(tree)
+    )
+
+
+def _sft_configs_given_model_ids(tree: ast.AST, qualified: Qualifier) -> set[str]:
+    """SFT configs handed to an `NeuronSFTTrainer` that loads the model from an id itself."""
+    found: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and qualified(n.func) in SFT_TRAINER:
+            model = next(
+                (k.value for k in n.keywords if k.arg == "model"), n.args[0] if n.args else None
+            )
+            args = next(
+                (k.value for k in n.keywords if k.arg == "args"),
+                n.args[1] if len(n.args) > 1 else None,
+            )
+            if _looks_like_model_id(model) and isinstance(args, ast.Name):
+                found.add(args.id)
+    return found
 
 
 class OptimumTraining(RenamingCodemod):
@@ -226,11 +269,19 @@ class OptimumTraining(RenamingCodemod):
     `optimum.neuron.models.training`) becomes `AutoModelForCausalLM`, and its `trn_config`
     argument becomes `distributed_config=DistributedConfig(tp_size=..., pp_size=...,
     enable_sequence_parallel=...)` built from `tensor_parallel_size`, `pipeline_parallel_size`
-    and `disable_sequence_parallel`. When those flags come from the command line, a small
-    `ModelParallelArguments` dataclass joins the parser so the same flags keep working.
+    and `disable_sequence_parallel`. A plain transformers model that a Neuron trainer trains gets
+    the same `distributed_config` in its `from_pretrained`, the only place where transformers
+    shards a model. When those flags come from the command line, a small
+    `ModelParallelArguments` dataclass joins the parser so the same flags keep working, and is
+    passed on to the function that loads the model when that function is called once.
+    Sizes of 1 shard nothing and go; sizes this tool cannot carry to the load (arguments from
+    elsewhere, a name rebound in between) leave a TODO at the load.
     Every other Neuron-only field of `NeuronTrainingArguments` is removed with its reason;
     those whose loss changes the run (ZeRO-1, master weights, xser checkpoints, ...) get a TODO.
     `optimum.neuron.peft` becomes `peft`, `lazy_load_for_parallelism` blocks are unwrapped.
+    optimum-neuron reached in ways no rewrite can follow gets a TODO too: star imports,
+    modules named in strings (`importlib.import_module`, `eval`, patch targets), and imports
+    nothing in the file uses (natively they fail).
 
     ## Why
     transformers 5.23 trains on the `neuron` device itself (`TrainingArguments` picks
@@ -264,7 +315,8 @@ class OptimumTraining(RenamingCodemod):
     ## Fix safety
     The training loop is the Trainer's now: optimum-neuron's ZeRO-1 optimizer, fp32 master
     weights and stochastic rounding are gone unless you rebuild them (the TODOs say how), and
-    tensor parallelism needs `torchrun`. Checkpoints are standard transformers checkpoints.
+    tensor parallelism needs `torchrun` and a model class with a tensor-parallel plan.
+    Checkpoints are standard transformers checkpoints.
     """
 
     code = "NM020"
@@ -294,116 +346,73 @@ class OptimumTraining(RenamingCodemod):
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
-        self._constructed: dict[
-            str, dict[str, cst.BaseExpression]
-        ] = {}  # args var -> parallel kwargs
-        self._parsed: dict[str, _Parsed] = {}  # args var -> where it comes from
-        self._parsers: dict[str, int] = {}  # parser var -> index of the Neuron class
-        self._needs_parallel = False
-        self._uses_trn_config = False
+        # (binding, args var) -> its model-parallel keywords (the same name in another function
+        # is another variable; None: some came through `**` unpacking, unknown)
+        self._constructed: dict[tuple[object, str], dict[str, cst.BaseExpression] | None] = {}
+        self.facts = _TrainingFacts()
+        self._loads: dict[str, int] = {}  # how often each name is read in the file
+        self._strings_name_optimum = False
         self._functions: list[str] = []
-        self._string_model_args: set[str] = (
-            set()
-        )  # SFT config vars handed to a trainer with a model id
 
     # -- whole-file facts -----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        try:
-            tree = ast.parse(self.ctx.source)
-        except SyntaxError:
+        self.facts = _training_facts(self.ctx.source, self.ctx.imports)
+        self._loads = name_loads(self.ctx.source)
+        # A file that names optimum-neuron in strings uses its imports there (`eval`, patches).
+        self._strings_name_optimum = any(
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and named_module(n.value, (OPTIMUM,), importing=True) is not None
+            for n in ast.walk(ast.parse(self.ctx.source))
+        )
+
+    # -- what this tool cannot see ------------------------------------------------------------------
+    def leave_SimpleString(
+        self, original_node: cst.SimpleString, updated_node: cst.SimpleString
+    ) -> cst.SimpleString:
+        mark_named_module(self, original_node, (OPTIMUM,))
+        return updated_node
+
+    def leave_FormattedString(
+        self, original_node: cst.FormattedString, updated_node: cst.FormattedString
+    ) -> cst.FormattedString:
+        mark_named_module(self, original_node, (OPTIMUM,))
+        return updated_node
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+        self._mark_unused(original_node)
+        return super().leave_Import(original_node, updated_node)
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> Any:
+        mark_star_import(self, original_node, (OPTIMUM,))
+        self._mark_unused(original_node)
+        return super().leave_ImportFrom(original_node, updated_node)
+
+    def _mark_unused(self, node: cst.Import | cst.ImportFrom) -> None:
+        """TODO at an optimum-neuron import nothing uses: natively the import itself fails."""
+        if isinstance(node.names, cst.ImportStar) or self._strings_name_optimum:
             return
-        table = self.ctx.imports
-        args_classes = set(TRAINING_ARGS) | set(SFT_CONFIG)
-
-        def qualified(expr: ast.AST) -> str | None:
-            dotted = ast_dotted_name(expr)
-            return table.resolve_dotted(dotted) if dotted else None
-
-        parsed_names: set[str] = set()
-        scopes: dict[int, str | None] = {}
-        for function in ast.walk(tree):
-            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-                for inner in ast.walk(function):
-                    scopes.setdefault(id(inner), None)
-                    if inner is not function and isinstance(inner, ast.Assign):
-                        scopes[id(inner)] = function.name
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Attribute) and n.attr == "trn_config":
-                self._uses_trn_config = True
-            if not isinstance(n, ast.Assign) or not isinstance(n.value, ast.Call):
-                continue
-            call = n.value
-            name = qualified(call.func)
+        module = (
+            dotted_name(node.module) if isinstance(node, cst.ImportFrom) and node.module else None
+        )
+        if isinstance(node, cst.ImportFrom) and (node.relative or module is None):
+            return
+        unused = []
+        for alias in node.names:
+            written = code_of(alias.name)
+            qualified = f"{module}.{written}" if module else written
+            local = alias.asname.name if alias.asname is not None else None
+            name = code_of(local) if local is not None else written.split(".")[0]
             if (
-                name in (*PARSER, *HF_PARSER)
-                and call.args
-                and isinstance(call.args[0], ast.Tuple | ast.List)
+                (qualified == OPTIMUM or qualified.startswith(OPTIMUM + "."))
+                and qualified not in OPTIMUM_RENAMES
+                and not self._loads.get(name)
             ):
-                index = next(
-                    (i for i, e in enumerate(call.args[0].elts) if qualified(e) in args_classes),
-                    None,
-                )
-                if index is not None and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-                    self._parsers[n.targets[0].id] = index
-        for n in ast.walk(tree):
-            if not (
-                isinstance(n, ast.Assign)
-                and isinstance(n.value, ast.Call)
-                and isinstance(n.value.func, ast.Attribute)
-            ):
-                continue
-            func = n.value.func
-            if (
-                func.attr not in PARSE_METHODS
-                or len(n.targets) != 1
-                or not isinstance(n.targets[0], ast.Tuple)
-            ):
-                continue
-            index = None
-            if isinstance(func.value, ast.Name) and func.value.id in self._parsers:
-                index = self._parsers[func.value.id]
-            elif isinstance(func.value, ast.Call) and qualified(func.value.func) in (
-                *PARSER,
-                *HF_PARSER,
-            ):
-                elts = (
-                    func.value.args[0].elts
-                    if func.value.args and isinstance(func.value.args[0], ast.Tuple | ast.List)
-                    else []
-                )
-                index = next((i for i, e in enumerate(elts) if qualified(e) in args_classes), None)
-            target = n.targets[0].elts
-            element = target[index] if index is not None and index < len(target) else None
-            if index is not None and isinstance(element, ast.Name):
-                self._parsed[element.id] = _Parsed(index, scope=scopes.get(id(n)))
-                parsed_names.add(element.id)
-        for n in ast.walk(tree):
-            if (
-                isinstance(n, ast.Attribute)
-                and isinstance(n.value, ast.Name)
-                and n.value.id in parsed_names
-                and n.attr in ("trn_config", *PARALLEL_FIELDS)
-            ):
-                self._needs_parallel = True
-            if isinstance(n, ast.Call) and qualified(n.func) in SFT_TRAINER:
-                model = next(
-                    (k.value for k in n.keywords if k.arg == "model"), n.args[0] if n.args else None
-                )
-                args = next(
-                    (k.value for k in n.keywords if k.arg == "args"),
-                    n.args[1] if len(n.args) > 1 else None,
-                )
-                if _looks_like_model_id(model) and isinstance(args, ast.Name):
-                    self._string_model_args.add(args.id)
-        if self._needs_parallel:
-            var = (
-                "parallel_args"
-                if "parallel_args" not in self.ctx.imports.bindings
-                else "model_parallel_args"
+                unused.append(name)
+        if unused:
+            self.todo(
+                f"nothing in this file uses {names_in(unused)} from optimum-neuron (an availability test, or a re-export?): optimum-neuron is not part of the native stack, so this import fails there (inside `try`, the `except ImportError` branch runs instead)"
             )
-            for parsed in self._parsed.values():
-                parsed.parallel_var = var
-
 
     # -- leftovers ------------------------------------------------------------------------------
     def leave_SimpleStatementLine(
@@ -436,15 +445,35 @@ class OptimumTraining(RenamingCodemod):
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> Any:
         self._functions.pop()
+        name = updated_node.name.value
+        if not self._functions and name in self.facts.forwarded:
+            params = updated_node.params
+            added = cst.Param(cst.Name(self._parallel_var()))
+            if params.params:
+                last = params.params[-1]
+                comma = (
+                    last.comma
+                    if isinstance(last.comma, cst.Comma)
+                    else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                )
+                added = added.with_changes(comma=last.comma)
+                params = params.with_changes(
+                    params=[*params.params[:-1], last.with_changes(comma=comma), added]
+                )
+            else:
+                params = params.with_changes(params=[added])
+            updated_node = updated_node.with_changes(params=params)
         return self._compound(updated_node)
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With) -> Any:
-        kept = [item for item in updated_node.items if not self.called(item.item, *LAZY_LOAD)]
-        if len(kept) == len(updated_node.items):
+        lazy = [item for item in updated_node.items if self.called(item.item, *LAZY_LOAD)]
+        if not lazy:
             return self._compound(updated_node)
+        kept = [item for item in updated_node.items if item not in lazy]
         self.changed(
-            "`with lazy_load_for_parallelism(...)` removed: transformers shards while loading"
+            "`with lazy_load_for_parallelism(...)` removed: transformers loads weights as it shards them"
         )
+        self._check_lazy_loads(lazy[0].item, updated_node.body)
         if kept:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return self._compound(updated_node.with_changes(items=kept))
@@ -457,6 +486,27 @@ class OptimumTraining(RenamingCodemod):
             leading_lines=[*updated_node.leading_lines, *first.leading_lines]
         )
         return cst.FlattenSentinel(statements)
+
+    def _check_lazy_loads(self, lazy: cst.BaseExpression, body: cst.BaseSuite) -> None:
+        """A model loaded under `lazy_load_for_parallelism(tensor_parallel_size=n)` was sharded
+        over n cores: its `from_pretrained` must now get the sizes itself."""
+        assert isinstance(lazy, cst.Call)
+        sizes = {
+            a.keyword.value: literal(a.value)
+            for a in lazy.args
+            if a.keyword is not None and a.keyword.value in PARALLEL_FIELDS
+        }
+        if all(is_default_size(k, v) for k, v in sizes.items()):
+            return
+        loads = [
+            n
+            for n in _direct_calls(body)
+            if isinstance(n.func, cst.Attribute) and n.func.attr.value == "from_pretrained"
+        ]
+        if not loads or any(keyword(n, "distributed_config") is None for n in loads):
+            self.todo(
+                f"`{code_of(lazy)}` sharded the model loaded here: pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to its `from_pretrained` and launch with `torchrun`"
+            )
 
     # -- names ------------------------------------------------------------------------------------
     def leave_Attribute(
@@ -471,7 +521,7 @@ class OptimumTraining(RenamingCodemod):
         return super().leave_Attribute(original_node, updated_node)
 
     def _parallel_read(self, var: str, attr: str) -> cst.BaseExpression | None:
-        parsed = self._parsed.get(var)
+        parsed = self.facts.parsed.get(var)
         if parsed is not None and parsed.parallel_var is not None:
             if parsed.scope is not None and parsed.scope not in self._functions:
                 self.todo(
@@ -484,9 +534,18 @@ class OptimumTraining(RenamingCodemod):
                 )
                 return cst.parse_expression(f"{parsed.parallel_var}.to_distributed_config()")
             return cst.parse_expression(f"{parsed.parallel_var}.{attr}")
-        kwargs = self._constructed.get(var)
-        if kwargs is None:
+        key = (self.ctx.binding_key(var.split(".")[0]), var)
+        if key not in self._constructed:
             return None
+        kwargs = self._constructed[key]
+        if kwargs is None or not self._simple(kwargs):
+            self.todo(
+                f"`{var}.{attr}`: `TrainingArguments` has no model-parallel sizes; use the value given to `{var}` when it was built"
+            )
+            return None
+        if attr == "trn_config" and all(is_default_size(k, literal(v)) for k, v in kwargs.items()):
+            self.changed(f"`{var}.trn_config` -> `None`: `{var}` shards nothing")
+            return cst.Name("None")
         if attr == "trn_config":
             self.changed(f"`{var}.trn_config` -> `DistributedConfig(...)`")
             return self._distributed_config(kwargs)
@@ -518,6 +577,7 @@ class OptimumTraining(RenamingCodemod):
 
     # -- calls ----------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        mark_run_time_import(self, original_node, (OPTIMUM,))
         name = self.qualify(original_node.func)
         if name in TRAINING_ARGS or name in SFT_CONFIG:
             return self._training_arguments(updated_node, sft=name in SFT_CONFIG)
@@ -534,17 +594,96 @@ class OptimumTraining(RenamingCodemod):
             if owner in TRAINING_MODELS and method == "from_pretrained":
                 return self._from_pretrained(updated_node)
             if owner in TRAINING_MODELS and method == "from_config":
-                self.todo(
-                    "`from_config` does not apply a `DistributedConfig`: build the model with `from_pretrained(..., distributed_config=...)`, or shard it with `torch.distributed.tensor.parallel.parallelize_module`"
-                )
-                positional = [a for a in updated_node.args if a.keyword is None and not a.star]
-                trn_config = (
-                    positional[1] if len(positional) > 1 else keyword(updated_node, "trn_config")
-                )
-                return with_args(
-                    updated_node, [a for a in updated_node.args if a is not trn_config]
-                )
+                return self._from_config(updated_node)
+        if (
+            isinstance(original_node.func, cst.Name)
+            and original_node.func.value in self.facts.forwarded
+        ):
+            return self._forward_to(updated_node)
+        load = self._sharded_load(original_node)
+        if load is not None:
+            return self._shard_while_loading(updated_node, load)
         return updated_node
+
+    def _from_config(self, call: cst.Call) -> cst.Call:
+        self.todo(
+            "`from_config` does not apply a `DistributedConfig`: build the model with `from_pretrained(..., distributed_config=...)`, or shard it with `torch.distributed.tensor.parallel.parallelize_module`"
+        )
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        trn_config = positional[1] if len(positional) > 1 else keyword(call, "trn_config")
+        return with_args(call, [a for a in call.args if a is not trn_config])
+
+    def _sharded_load(self, call: cst.Call) -> ShardedLoad | None:
+        """The load this call is, when it loads a model a Neuron trainer trains."""
+        if not (
+            call is self._assigned_value
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "from_pretrained"
+            and self._current_target is not None
+        ):
+            return None
+        return self.facts.sharded.get((self._scope(), self._current_target))
+
+    def _shard_while_loading(self, call: cst.Call, load: ShardedLoad) -> cst.Call:
+        """Give the load of a trained model the model-parallel sizes of its training arguments."""
+        if any(keyword(call, k) is not None for k in PLACEMENT_KEYWORDS):
+            return call
+        config = self._load_distributed_config(load)
+        if config is None:
+            return call
+        if keyword(call, "device_map") is not None:
+            self.todo(
+                f"`{load.args_var}` sharded this model over `tensor_parallel_size` cores: pass `distributed_config={config}` here instead of `device_map` (the two are exclusive) and launch with `torchrun`"
+            )
+            return call
+        self.changed(
+            f"the model-parallel sizes of `{load.args_var}` -> `from_pretrained(..., distributed_config={config})`"
+        )
+        self._torchrun_note()
+        return with_args(call, [*call.args, make_arg("distributed_config", config)])
+
+    def _load_distributed_config(self, load: ShardedLoad) -> str | None:
+        """The `DistributedConfig` expression for a load, or None (nothing to shard, or a TODO)."""
+        if load.origin == "parsed":
+            parsed = self.facts.parsed[load.args_var]
+            return f"{parsed.parallel_var}.to_distributed_config()"
+        if self._scope() in self.facts.forwarded:
+            return f"{self._parallel_var()}.to_distributed_config()"
+        if load.origin == "constructed":
+            if all(is_default_size(k, literal(cst.parse_expression(v))) for k, v in load.sizes):
+                return None
+            if load.movable:
+                values = {k: cst.parse_expression(v) for k, v in load.sizes}
+                return code_of(self._distributed_config(values))
+        self.todo(self._unseen_sizes(load.args_var))
+        return None
+
+    def _unseen_sizes(self, args_var: str) -> str:
+        parsed = self.facts.parsed.get(args_var)
+        if parsed is not None and parsed.parallel_var is not None:
+            where = f" in `{parsed.scope}()`" if parsed.scope else ""
+            return f"the model-parallel flags of `{args_var}` (`--tensor_parallel_size`, ...) are parsed into `{parsed.parallel_var}`{where}: pass it here and add `distributed_config={parsed.parallel_var}.to_distributed_config()` to `from_pretrained`, or the model is not sharded"
+        return f"if `{args_var}` sets `tensor_parallel_size` or `pipeline_parallel_size` above 1, pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to `from_pretrained` here (transformers shards a model only while loading it) and launch with `torchrun`"
+
+    def _parallel_var(self) -> str:
+        """The variable the model-parallel flags are parsed into."""
+        return next(p.parallel_var for p in self.facts.parsed.values() if p.parallel_var)
+
+    def _forward_to(self, call: cst.Call) -> cst.Call:
+        """`train(script_args, training_args)` also passes the parsed model-parallel flags."""
+        var = self._parallel_var()
+        if call.args and all(a.keyword is None and not a.star for a in call.args):
+            new = cst.Arg(cst.Name(var))
+        else:
+            new = make_arg(var, var).with_changes(equal=cst.AssignEqual())
+        self.changed(f"`{var}` (the model-parallel flags) passed on to `{code_of(call.func)}`")
+        return with_args(call, [*call.args, new])
+
+    def _torchrun_note(self) -> None:
+        self.ctx.note(
+            self.code,
+            "tensor/pipeline parallelism (`DistributedConfig`) needs one process per core: launch with `torchrun --nproc_per_node=<tp_size * pp_size * data-parallel size>`",
+        )
 
     def _training_arguments(self, call: cst.Call, sft: bool) -> cst.Call:
         args: list[cst.Arg] = []
@@ -555,49 +694,15 @@ class OptimumTraining(RenamingCodemod):
             if key in PARALLEL_FIELDS:
                 parallel[key] = arg.value
                 continue
-            if key == "warmup_ratio":
-                if "warmup_steps" in present:
-                    self.changed("dropped `warmup_ratio`: `warmup_steps` overrides it, as before")
-                else:
-                    self.changed(
-                        "`warmup_ratio=` -> `warmup_steps=` (a float below 1 is a ratio in transformers 5)"
-                    )
-                    args.append(arg.with_changes(keyword=cst.Name("warmup_steps")))
-                continue
-            if key == "logging_dir":
-                os_ = self.ctx.os()
-                comment = _arg_comment(arg)
-                line = f'{os_}.environ["TENSORBOARD_LOGGING_DIR"] = {code_of(arg.value)}'
-                self.ctx.insert_after(stmt(f"{line}  {comment}\n" if comment else f"{line}\n"))
-                self.changed(
-                    "`logging_dir=` -> `TENSORBOARD_LOGGING_DIR` (transformers 5 removed the field)"
-                )
-                continue
-            if sft and key == "max_seq_length":
-                if "max_length" not in present:
-                    args.append(arg.with_changes(keyword=cst.Name("max_length")))
-                    self.changed("`max_seq_length=` -> `max_length=`")
-                continue
-            if sft and key == "packing" and literal(arg.value) is not False:
-                self.todo(
-                    'TRL packs with the `bfd` strategy, which turns on padding-free batches (variable length, FlashAttention only); for the fixed shapes Neuron compiles best, pass `packing_strategy="wrapped"`'
-                )
-            table = {**FIELDS, **(SFT_FIELDS if sft else {})}
-            if key in table:
-                field = table[key]
-                value = literal(arg.value)
-                if field.kind == "todo" and value != field.neutral:
-                    self.todo(f"`{key}={code_of(arg.value)}` was removed: {field.why}")
-                elif field.kind == "todo":
-                    self.changed(
-                        f"dropped `{key}={code_of(arg.value)}`: natively there is nothing to turn off"
-                    )
-                else:
-                    self.changed(f"dropped `{key}`: {field.why}")
-                continue
-            args.append(arg)
-        if parallel:
-            self._remember_parallel(parallel)
+            kept = self._training_argument(arg, key, present, sft)
+            if kept is not None:
+                args.append(kept)
+        splats = [a for a in call.args if a.star == "**"]
+        if splats:
+            self.todo(
+                f"`**{code_of(splats[0].value)}` must not hold optimum-neuron-only fields (`tensor_parallel_size`, `zero_1`, ... or a `to_dict()` of Neuron arguments): `{'SFTConfig' if sft else 'TrainingArguments'}` rejects them, and model-parallel sizes go to the model's `from_pretrained(..., distributed_config=DistributedConfig(...))`"
+            )
+        self._remember_parallel(parallel, opaque=bool(splats))
         if (
             self.ctx.target.neuron
             and "torch_compile" not in present
@@ -624,44 +729,118 @@ class OptimumTraining(RenamingCodemod):
         )
         return with_args(call, args)
 
-    def _remember_parallel(self, parallel: dict[str, cst.BaseExpression]) -> None:
-        frame_statement = self._assign_target()
-        tp = literal(parallel.get("tensor_parallel_size"))
-        if frame_statement is not None and (
-            self._uses_trn_config or frame_statement in self._string_model_args
-        ):
-            simple = all(
-                literal(v) is not ... or isinstance(v, cst.Name | cst.Attribute)
-                for v in parallel.values()
+    def _training_argument(
+        self, arg: cst.Arg, key: str | None, present: set[str], sft: bool
+    ) -> cst.Arg | None:
+        """One keyword of the Neuron arguments as `TrainingArguments` takes it, or None if it goes."""
+        if key == "warmup_ratio":
+            if "warmup_steps" in present:
+                self.changed("dropped `warmup_ratio`: `warmup_steps` overrides it, as before")
+                return None
+            self.changed(
+                "`warmup_ratio=` -> `warmup_steps=` (a float below 1 is a ratio in transformers 5)"
             )
-            if simple:
-                self._constructed[frame_statement] = parallel
-                if frame_statement in self._string_model_args and not self._uses_trn_config:
-                    self._pending_model_init = self._distributed_config(parallel)
-                return
-        if tp not in (1, ...) or literal(parallel.get("pipeline_parallel_size")) not in (
-            1,
-            None,
-            ...,
-        ):
+            return arg.with_changes(keyword=cst.Name("warmup_steps"))
+        if key == "logging_dir":
+            comment = _arg_comment(arg)
+            line = f'{self.ctx.os()}.environ["TENSORBOARD_LOGGING_DIR"] = {code_of(arg.value)}'
+            self.ctx.insert_after(stmt(f"{line}  {comment}\n" if comment else f"{line}\n"))
+            self.changed(
+                "`logging_dir=` -> `TENSORBOARD_LOGGING_DIR` (transformers 5 removed the field)"
+            )
+            return None
+        if sft and key == "max_seq_length":
+            if "max_length" in present:
+                return None
+            self.changed("`max_seq_length=` -> `max_length=`")
+            return arg.with_changes(keyword=cst.Name("max_length"))
+        if sft and key == "packing" and literal(arg.value) is not False:
             self.todo(
-                f"{', '.join(f'`{k}={code_of(v)}`' for k, v in parallel.items())} no longer shard the model from here: pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to the model's `from_pretrained` and launch with `torchrun`"
+                'TRL packs with the `bfd` strategy, which turns on padding-free batches (variable length, FlashAttention only); for the fixed shapes Neuron compiles best, pass `packing_strategy="wrapped"`'
+            )
+        table = {**TRAINING_FIELDS, **(SFT_FIELDS if sft else {})}
+        if key not in table:
+            return arg
+        entry = table[key]
+        if entry.kind == "todo" and literal(arg.value) != entry.neutral:
+            self.todo(f"`{key}={code_of(arg.value)}` was removed: {entry.why}")
+        elif entry.kind == "todo":
+            self.changed(
+                f"dropped `{key}={code_of(arg.value)}`: natively there is nothing to turn off"
             )
         else:
-            self.changed("dropped the default model-parallel sizes")
+            self.changed(f"dropped `{key}`: {entry.why}")
+        return None
+
+    def _remember_parallel(
+        self, parallel: dict[str, cst.BaseExpression], opaque: bool = False
+    ) -> None:
+        """Decide, at the arguments, whether their model-parallel sizes reach a model.
+
+        `opaque`: more keywords come through `**` unpacking, so the sizes cannot be known.
+        """
+        var = self._current_target
+        if var is not None:
+            key = (self.ctx.binding_key(var.split(".")[0]), var)
+            self._constructed[key] = None if opaque else parallel
+        if opaque:
+            return
+        sizes = {k: literal(v) for k, v in parallel.items()}
+        if all(is_default_size(k, v) for k, v in sizes.items()):
+            if parallel:
+                self.changed("dropped the default model-parallel sizes")
+            return
+        if (
+            var in self.facts.string_model_args
+            and var not in self.facts.trn_config_readers
+            and self._simple(parallel)
+        ):
+            self._pending_model_init = self._distributed_config(parallel)
+            return
+        if var is not None and (var in self.facts.trn_config_readers or self._routed(var)):
+            self.changed(
+                "model-parallel sizes moved to the model's `from_pretrained(..., distributed_config=...)`"
+            )
+            return
+        given = ", ".join(f"`{k}={code_of(v)}`" for k, v in parallel.items())
+        self.todo(
+            f"{given} no longer shard the model from here: pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to the `from_pretrained` that loads the trained model and launch with `torchrun`"
+        )
+
+    def _routed(self, args_var: str) -> bool:
+        """Is a model the trainer trains with `args_var` loaded where the sizes can be passed?"""
+        scope = self._scope()
+        return any(
+            key[0] == scope
+            and load.args_var == args_var
+            and load.origin == "constructed"
+            and load.movable
+            for key, load in self.facts.sharded.items()
+        )
+
+    @staticmethod
+    def _simple(values: dict[str, cst.BaseExpression]) -> bool:
+        """Values that can be repeated where they are read: literals and plain names."""
+        return all(
+            literal(v) is not ... or isinstance(v, cst.Name | cst.Attribute)
+            for v in values.values()
+        )
+
+    def _scope(self) -> Scope:
+        return self._functions[-1] if self._functions else None
 
     _pending_model_init: cst.BaseExpression | None = None
     _current_target: str | None = None
+    _assigned_value: cst.BaseExpression | None = None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         target = node.targets[0].target if len(node.targets) == 1 else None
         self._current_target = target.value if isinstance(target, cst.Name) else None
-
-    def _assign_target(self) -> str | None:
-        return self._current_target
+        self._assigned_value = node.value
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
         self._current_target = None
+        self._assigned_value = None
         if self._pending_model_init is not None and isinstance(updated_node.value, cst.Call):
             call = updated_node.value
             if keyword(call, "model_init_kwargs") is None:
@@ -681,10 +860,10 @@ class OptimumTraining(RenamingCodemod):
             and isinstance(value, cst.Call)
             and isinstance(value.func, cst.Attribute)
             and value.func.attr.value in PARSE_METHODS
-            and self._needs_parallel
+            and self.facts.needs_parallel
         ):
             names = [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
-            parsed = next((self._parsed[n] for n in names if n in self._parsed), None)
+            parsed = next((self.facts.parsed[n] for n in names if n in self.facts.parsed), None)
             if (
                 parsed is not None
                 and parsed.parallel_var is not None
@@ -711,11 +890,11 @@ class OptimumTraining(RenamingCodemod):
 
     def _parser(self, call: cst.Call) -> cst.Call:
         if (
-            not self._needs_parallel
+            not self.facts.needs_parallel
             or not call.args
             or not isinstance(call.args[0].value, cst.Tuple | cst.List)
         ):
-            if self._parsed:
+            if self.facts.parsed:
                 self._parser_notes(call)
             return call
         container = call.args[0].value
@@ -752,9 +931,14 @@ class OptimumTraining(RenamingCodemod):
         )
 
     def _parser_notes(self, call: cst.Call) -> None:
+        flags = (
+            " other than the model-parallel sizes (`--zero_1`, `--use_xser`, `--fuse_qkv`, ...)"
+            if self.facts.needs_parallel
+            else " (`--tensor_parallel_size`, `--zero_1`, `--use_xser`, ...)"
+        )
         self.ctx.note(
             self.code,
-            "launch commands must drop the optimum-neuron-only flags other than the model-parallel sizes (`--zero_1`, `--use_xser`, `--fuse_qkv`, ...): `TrainingArguments` rejects them",
+            f"launch commands must drop the optimum-neuron-only flags{flags}: `TrainingArguments` rejects them",
         )
         self.ctx.note(
             self.code,
@@ -808,8 +992,8 @@ class OptimumTraining(RenamingCodemod):
                     f"`gradient_checkpointing={code_of(arg.value)}` moved: call `model.gradient_checkpointing_enable()` or set `TrainingArguments(activation_checkpointing=True)`"
                 )
             elif key is not None:
-                field = FIELDS.get(key)
-                reason = field.why if field else "it has no `DistributedConfig` counterpart"
+                entry = TRAINING_FIELDS.get(key)
+                reason = entry.why if entry else "it has no `DistributedConfig` counterpart"
                 self.todo(f"`{key}={code_of(arg.value)}` was removed: {reason}")
             else:
                 args.append(arg)
@@ -833,11 +1017,13 @@ class OptimumTraining(RenamingCodemod):
             if arg.keyword is None and not arg.star:
                 positional += 1
                 if positional == 2:
-                    args.append(make_arg("distributed_config", arg.value))
+                    if not _unsharded(arg.value):
+                        args.append(make_arg("distributed_config", arg.value))
                     continue
             key = arg.keyword.value if arg.keyword is not None else None
             if key == "trn_config":
-                args.append(arg.with_changes(keyword=cst.Name("distributed_config")))
+                if not _unsharded(arg.value):
+                    args.append(arg.with_changes(keyword=cst.Name("distributed_config")))
                 continue
             if key == "torch_dtype":
                 if keyword(call, "dtype") is None:
@@ -854,10 +1040,7 @@ class OptimumTraining(RenamingCodemod):
             "training `NeuronModelForCausalLM.from_pretrained(id, trn_config)` -> `from_pretrained(id, distributed_config=...)`"
         )
         if any(a.keyword is not None and a.keyword.value == "distributed_config" for a in args):
-            self.ctx.note(
-                self.code,
-                "tensor/pipeline parallelism (`DistributedConfig`) needs one process per core: launch with `torchrun --nproc_per_node=<tp_size * pp_size * data-parallel size>`",
-            )
+            self._torchrun_note()
         return with_args(call, args)
 
 
@@ -879,3 +1062,22 @@ def _looks_like_model_id(node: ast.AST | None) -> bool:
         return False
     last = dotted.split(".")[-1].lower()
     return any(part in last for part in ("model_id", "model_name", "model_path", "checkpoint"))
+
+
+def _direct_calls(body: cst.BaseSuite) -> list[cst.Call]:
+    """The calls that are the value of a statement of `body` (`x = f(...)`, `f(...)`)."""
+    if not isinstance(body, cst.IndentedBlock):
+        return []
+    calls = []
+    for line in body.body:
+        if isinstance(line, cst.SimpleStatementLine):
+            for small in line.body:
+                value = getattr(small, "value", None)
+                if isinstance(value, cst.Call):
+                    calls.append(value)
+    return calls
+
+
+def _unsharded(config: cst.BaseExpression) -> bool:
+    """`None` for a `trn_config`: the arguments shard nothing, as without `distributed_config`."""
+    return isinstance(config, cst.Name) and config.value == "None"

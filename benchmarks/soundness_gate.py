@@ -1,0 +1,721 @@
+"""Soundness gate: `neuron-migrate rewrite` over the public old-stack corpus.
+
+    python benchmarks/soundness_gate.py [CORPUS] [--json out.json] [-j N]
+
+The corpus (real scripts and notebooks written for torch_xla, torch_neuronx, neuronx_distributed
+and optimum-neuron) is copied to a temporary folder and migrated in place there, once per target,
+through the command line only. A migration is sound when, for every file:
+
+- refusal: input that parses (a notebook: nbformat-4 JSON) is never refused;
+- gained: the output has no pyflakes-class error (undefined name, use before assignment,
+  redefinition, ...) that the original did not have, compared as (class, name) multisets since
+  line numbers shift;
+- non-idempotent: migrating the output again changes nothing;
+- crash: no output line says "internal error".
+
+Reported without failing the gate: silent skips (old-stack code that got neither a change, a TODO
+nor a report line) and lines far from any old-stack code that the rewrite lost.
+Exit status 1 if any of the four counts above is nonzero; 0 when they are all zero or when the
+corpus is absent (then it says how to extract it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tokenize
+import warnings
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pyflakes import checker as pyflakes_checker
+from pyflakes import messages as pyflakes_messages
+
+DEFAULT_CORPUS = Path.home() / ".cache" / "neuron-migrate" / "corpus"
+EXTRACT_HINT = (
+    "python3 ../shared/corpus/extract.py <fetch root> ~/.cache/neuron-migrate/corpus "
+    "(see ../shared/corpus/README.md), or point NEURON_MIGRATE_CORPUS at an extracted copy"
+)
+TARGETS = ("portable", "neuron")
+GATING = ("refusal", "gained", "non_idempotent", "crash")
+INFORMATIONAL = ("silent_skip", "untouched")
+
+# pyflakes messages that mean the program is wrong, not merely untidy (no unused imports etc.).
+ERROR_CLASSES: frozenset[str] = frozenset(
+    cls.__name__
+    for cls in (
+        pyflakes_messages.UndefinedName,
+        pyflakes_messages.UndefinedLocal,
+        pyflakes_messages.UndefinedExport,
+        pyflakes_messages.RedefinedWhileUnused,
+        pyflakes_messages.ImportShadowedByLoopVar,
+        pyflakes_messages.ImportStarUsage,
+        pyflakes_messages.ImportStarNotPermitted,
+        pyflakes_messages.ReturnOutsideFunction,
+        pyflakes_messages.YieldOutsideFunction,
+        pyflakes_messages.ContinueOutsideLoop,
+        pyflakes_messages.BreakOutsideLoop,
+        pyflakes_messages.DuplicateArgument,
+        pyflakes_messages.TwoStarredExpressions,
+        pyflakes_messages.TooManyExpressionsInStarredAssignment,
+        pyflakes_messages.LateFutureImport,
+        pyflakes_messages.FutureFeatureNotDefined,
+        pyflakes_messages.DefaultExceptNotLast,
+        pyflakes_messages.ForwardAnnotationSyntaxError,
+    )
+) | {"SyntaxError"}
+
+# Names an IPython kernel defines for every cell.
+NOTEBOOK_BUILTINS = ("get_ipython", "display", "In", "Out", "exit", "quit")
+# Cell magics whose body is Python run in the kernel; any other `%%` cell is not kernel Python.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "python", "python3"})
+WRITEFILE = re.compile(r"%%writefile(?:\s+-a)?\s+(\S+\.py)\s*$")
+
+# Old-stack use in code, matched on the code tokens only (comments and strings dropped).
+OLD_STACK_CODE = re.compile(
+    r"torch_xla|optimum\s*\.\s*neuron|optimum\s+import\s+neuron|torch_neuronx"
+    r"|neuronx_distributed|transformers_neuronx"
+)
+# A line a rewrite may legitimately touch: it mentions the old stack or its usual aliases.
+OLD_STACK_LINE = re.compile(
+    r"torch_xla|neuron|xla|pjrt|\b(?:xm|xmp|xr|xs|xp|xu|pl|met)\.", re.IGNORECASE
+)
+MANUAL_LINE = re.compile(r"^(?:cell \d+:)?\d+:\d+: NM\d+ ")
+
+
+# --- comparison logic ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One pyflakes message: its class, the name it is about, and where (for the report)."""
+
+    cls: str
+    name: str
+    where: str
+    text: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.cls, self.name)
+
+
+def pyflakes_findings(text: str, builtins: Iterable[str] = (), where: str = "") -> list[Finding]:
+    """The error-class pyflakes messages of `text`; a module that does not parse is one finding."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None) or 0
+            return [Finding("SyntaxError", "", f"{where}{line}", str(exc))]
+        found = pyflakes_checker.Checker(tree, builtins=set(builtins)).messages
+    return [
+        Finding(
+            type(message).__name__,
+            str(message.message_args[0]) if message.message_args else "",
+            f"{where}{message.lineno}",
+            message.message % message.message_args,
+        )
+        for message in found
+        if type(message).__name__ in ERROR_CLASSES
+    ]
+
+
+def pyflakes_errors(text: str, builtins: Iterable[str] = ()) -> Counter[tuple[str, str]]:
+    """(message class, name) multiset of the error-class pyflakes messages of a module."""
+    return Counter(finding.key for finding in pyflakes_findings(text, builtins))
+
+
+def gained(
+    before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]
+) -> Counter[tuple[str, str]]:
+    """Pairs the migrated file has more often than the original: errors the rewrite introduced."""
+    return after - before
+
+
+def _ipython_transform(source: str) -> str:
+    """Magics and shell escapes as the equivalent `get_ipython()` calls, the way the kernel does."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # no IPython: the same lines as `pass`, which is all pyflakes needs
+        return _replace_magics(source)
+    return TransformerManager().transform_cell(source)
+
+
+def _replace_magics(source: str) -> str:
+    """Fallback for `_ipython_transform`: each `!`, `%`, `x = !cmd` or `obj?` line becomes `pass`."""
+    out = []
+    for line in source.splitlines():
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        if (
+            stripped.startswith(("!", "%"))
+            or re.match(r"^[\w.]+\s*=\s*[!%]", stripped)
+            or (stripped.endswith("?") and not stripped.startswith("#"))
+        ):
+            out.append(f"{indent}pass")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@dataclass
+class Module:
+    """One Python module inside a notebook: the kernel's code cells, or one `%%writefile x.py`."""
+
+    name: str
+    text: str
+    lines: list[tuple[int, int]] = field(default_factory=list)  # (first line, cell number)
+    bad_cells: list[int] = field(default_factory=list)
+
+    def where(self, line: int) -> str:
+        """`cell N:L` for a line of the module (L counted from the cell's first line)."""
+        first, cell = next(((f, n) for f, n in reversed(self.lines) if f <= line), (1, 0))
+        if self.name:  # a `%%writefile` body starts on the cell's second line
+            return f"cell {cell}:{line + 1} ({self.name})"
+        return f"cell {cell}:{line - first + 1}"
+
+
+def _cell_source(cell: dict[str, object]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def notebook_modules(raw: str) -> list[Module]:
+    """The kernel module (code cells joined, magics made Python) and each `%%writefile x.py` script.
+
+    A cell that is not Python even after the IPython transforms is left out and recorded, so
+    that a rewrite that breaks a cell still shows up as an error.
+    """
+    kernel = Module("", "")
+    scripts: list[Module] = []
+    chunks: list[str] = []
+    line = 1
+    for number, cell in enumerate(json.loads(raw).get("cells", []), start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        source = _cell_source(cell)
+        first, _, body = source.partition("\n")
+        if first.startswith("%%"):
+            written = WRITEFILE.match(first.strip())
+            if written:
+                scripts.append(Module(written.group(1), body, [(1, number)]))
+                continue
+            magic = first[2:].split(maxsplit=1)
+            if not magic or magic[0] not in PYTHON_CELL_MAGICS:
+                continue
+            source = body
+        python = _ipython_transform(source)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                ast.parse(python)
+            except (SyntaxError, ValueError):
+                kernel.bad_cells.append(number)
+                continue
+        python = python if python.endswith("\n") else python + "\n"
+        kernel.lines.append((line, number))
+        chunks.append(python)
+        line += python.count("\n")
+    kernel.text = "".join(chunks)
+    return [kernel, *scripts]
+
+
+def notebook_python(raw: str) -> str:
+    """The notebook's code cells as one module pyflakes can read (see `notebook_modules`)."""
+    return notebook_modules(raw)[0].text
+
+
+def file_findings(name: str, text: str) -> list[Finding]:
+    """Error-class findings of a script or a notebook (every module in it, every broken cell)."""
+    if not name.endswith(".ipynb"):
+        return pyflakes_findings(text)
+    try:
+        modules = notebook_modules(text)
+    except (ValueError, AttributeError):
+        return [Finding("SyntaxError", "notebook", "", "not notebook JSON")]
+    findings = []
+    for module in modules:
+        builtins = NOTEBOOK_BUILTINS if not module.name else ()
+        for finding in pyflakes_findings(module.text, builtins):
+            where = module.where(int(finding.where or 0))
+            findings.append(Finding(finding.cls, finding.name, where, finding.text))
+        findings += [
+            Finding("SyntaxError", "cell", f"cell {cell}", "cell is not Python")
+            for cell in module.bad_cells
+        ]
+    return findings
+
+
+def python_texts(name: str, text: str) -> list[str]:
+    """The Python a file holds: itself, or each module of a notebook."""
+    if not name.endswith(".ipynb"):
+        return [text]
+    try:
+        return [module.text for module in notebook_modules(text)]
+    except (ValueError, AttributeError):
+        return []
+
+
+def is_valid_input(name: str, text: str) -> bool:
+    """What a migration must accept: a script that parses, a notebook in nbformat 4."""
+    if name.endswith(".ipynb"):
+        try:
+            notebook = json.loads(text)
+        except ValueError:
+            return False
+        return (
+            isinstance(notebook, dict)
+            and notebook.get("nbformat") == 4
+            and isinstance(notebook.get("cells"), list)
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ast.parse(text)
+        except (SyntaxError, ValueError):
+            return False
+    return True
+
+
+_NOT_CODE = {tokenize.COMMENT, tokenize.STRING}
+_NOT_CODE |= {
+    getattr(tokenize, n)
+    for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
+    if hasattr(tokenize, n)
+}
+
+
+def mentions_old_stack(python: str) -> bool:
+    """Whether old-stack names appear in code, not only in comments or strings."""
+    try:
+        tokens = [
+            token.string
+            for token in tokenize.generate_tokens(io.StringIO(python).readline)
+            if token.type not in _NOT_CODE
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return bool(OLD_STACK_CODE.search(python))
+    return bool(OLD_STACK_CODE.search(" ".join(tokens)))
+
+
+@dataclass
+class _Layout:
+    """What the untouched-lines check needs to know about the original module."""
+
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)
+    import_lines: set[int] = field(default_factory=set)
+    old_names: set[str] = field(default_factory=set)
+
+
+def _layout(text: str) -> _Layout:
+    """Statement spans, import lines and the names that hold old-stack objects.
+
+    A span is a line's innermost simple statement or compound-statement header. Old-stack names
+    are those bound by old-stack imports, plus (one step) the targets of assignments from them.
+    """
+    layout = _Layout()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return layout
+    assignments = []
+    for node in ast.walk(tree):  # outer statements first, so inner ones overwrite them
+        if not isinstance(node, ast.stmt):
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        body = getattr(node, "body", None)
+        last = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno or first
+        for line in range(first, max(first, last) + 1):
+            layout.spans[line] = (first, max(first, last))
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            layout.import_lines.update(range(first, (node.end_lineno or first) + 1))
+            for alias in node.names:
+                if isinstance(node, ast.ImportFrom):
+                    spelled, bound = f"{node.module or ''} import {alias.name}", alias.name
+                else:
+                    spelled, bound = alias.name, alias.name.split(".")[0]
+                if OLD_STACK_CODE.match(spelled):
+                    layout.old_names.add(alias.asname or bound)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and node.value:
+            assignments.append(node)
+    for node in assignments:
+        if any(isinstance(n, ast.Name) and n.id in layout.old_names for n in ast.walk(node.value)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            layout.old_names.update(
+                n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)
+            )
+    return layout
+
+
+def untouched_violations(original: str, migrated: str) -> list[str]:
+    """Original lines far from any old-stack code that are gone from the output.
+
+    A changed region is excused when the statements it touches, or the line on either side,
+    mention the old stack (its modules, usual aliases, or names bound from it); a line that still
+    appears anywhere in the output is not lost. Import lines are left to pyflakes: the rewrite
+    owns them, and a wrong one shows up as an undefined name.
+    """
+    before, after = original.splitlines(), migrated.splitlines()
+    kept = set(after)
+    layout = _layout(original)
+
+    def old_stack(line: str) -> bool:
+        return bool(OLD_STACK_LINE.search(line)) or not layout.old_names.isdisjoint(
+            re.findall(r"\w+", line)
+        )
+
+    lost = []
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag in ("equal", "insert"):
+            continue
+        first, last = i1 + 1, i2  # 1-based, inclusive
+        for line in range(i1 + 1, i2 + 1):
+            span = layout.spans.get(line, (line, line))
+            first, last = min(first, span[0]), max(last, span[1])
+        if any(old_stack(line) for line in before[max(0, first - 2) : last + 1]):
+            continue
+        lost += [
+            line
+            for number, line in enumerate(before[i1:i2], start=i1 + 1)
+            if line.strip() and line not in kept and number not in layout.import_lines
+        ]
+    return lost
+
+
+# --- running the command line -------------------------------------------------------------------
+
+
+@dataclass
+class RunLog:
+    """What one `rewrite` run said, per file."""
+
+    returncode: int
+    seconds: float
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    manual: Counter[str] = field(default_factory=Counter)
+    diffs: dict[str, list[str]] = field(default_factory=dict)
+    crashes: list[str] = field(default_factory=list)  # lines with "internal error" and no file
+
+
+def _file_of(rest: str, names: frozenset[str]) -> tuple[str, str] | None:
+    """Split `NAME:message` (NAME one of the corpus files) into its two parts."""
+    name, sep, message = rest.partition(":")
+    if sep and name in names:
+        return name, message
+    for candidate in sorted(names, key=len, reverse=True):
+        if rest.startswith(candidate + ":"):
+            return candidate, rest[len(candidate) + 1 :]
+    return None
+
+
+def parse_output(stdout: str, stderr: str, names: frozenset[str], folder: str) -> RunLog:
+    """Sort a run's lines into per-file errors, TODO/report lines and diffs."""
+    log = RunLog(0, 0.0)
+    prefix = folder + "/"
+    records: list[str] = []
+    for line in stderr.splitlines():
+        if (
+            line.startswith((prefix, f"note: {prefix}", "Migrated ", "Would migrate "))
+            or not records
+        ):
+            records.append(line)
+        else:  # a message that spans lines (an internal error quoting code)
+            records[-1] += "\n" + line
+    for record in records:
+        note = record.startswith("note: ")
+        rest = record.removeprefix("note: ")
+        located = _file_of(rest[len(prefix) :], names) if rest.startswith(prefix) else None
+        if located is None:
+            if "internal error" in record:
+                log.crashes.append(record)
+            continue
+        name, message = located
+        if note or MANUAL_LINE.match(message.lstrip()):
+            log.manual[name] += 1
+        else:
+            log.errors.setdefault(name, []).append(message.strip())
+    current: list[str] | None = None
+    for line in stdout.splitlines():
+        if line.startswith(f"--- a/{prefix}"):
+            located = _file_of(line[len(f"--- a/{prefix}") :] + ":", names)
+            current = log.diffs.setdefault(located[0], []) if located else None
+        elif current is not None:
+            current.append(line)
+        elif "internal error" in line:
+            log.crashes.append(line)
+    return log
+
+
+def rewrite_command() -> list[str]:
+    """The `neuron-migrate` next to this interpreter, else the one on PATH."""
+    here = Path(sys.executable).parent / "neuron-migrate"
+    found = str(here) if here.exists() else shutil.which("neuron-migrate")
+    if not found:
+        raise SystemExit("neuron-migrate is not installed in this environment")
+    return [found, "rewrite"]
+
+
+def run_rewrite(workdir: Path, args: list[str], names: frozenset[str]) -> RunLog:
+    """One `neuron-migrate rewrite corpus ...` in `workdir`, its output parsed."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*rewrite_command(), "corpus", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    log = parse_output(done.stdout, done.stderr, names, "corpus")
+    log.returncode, log.seconds = done.returncode, time.perf_counter() - start
+    return log
+
+
+def migrate(
+    corpus: Path, target: str, jobs: int, names: frozenset[str]
+) -> tuple[dict[str, bytes], RunLog, RunLog]:
+    """Migrate a copy of the corpus in place, then diff a second run: outputs and both logs."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"soundness-{target}-"))
+    try:
+        shutil.copytree(corpus, workdir / "corpus")
+        flags = ["-j", str(jobs), "--target", target]
+        first = run_rewrite(workdir, flags, names)
+        outputs = {name: (workdir / "corpus" / name).read_bytes() for name in names}
+        second = run_rewrite(workdir, [*flags, "--diff"], names)
+        return outputs, first, second
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- judging ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Failure:
+    """One file failing one check for one target."""
+
+    target: str
+    category: str
+    file: str
+    details: list[str]
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+@dataclass
+class FileResult:
+    """What the analysis of one file found for one target."""
+
+    valid: bool
+    uses_old_stack: bool
+    changed: bool
+    gained: list[str] = field(default_factory=list)
+    untouched: list[str] = field(default_factory=list)
+
+
+def analyze(name: str, original: bytes, migrated: dict[str, bytes]) -> dict[str, FileResult]:
+    """Per target: the pyflakes errors gained and the unrelated lines lost by the rewrite."""
+    text = _decode(original)
+    valid = is_valid_input(name, text)
+    before = Counter(finding.key for finding in file_findings(name, text)) if valid else Counter()
+    before_python = python_texts(name, text) if valid else []
+    uses_old_stack = any(mentions_old_stack(python) for python in before_python)
+    results = {}
+    for target, data in migrated.items():
+        result = FileResult(valid, uses_old_stack, data != original)
+        results[target] = result
+        if not (valid and result.changed):
+            continue
+        after_text = _decode(data)
+        after_findings = file_findings(name, after_text)
+        extra = gained(before, Counter(finding.key for finding in after_findings))
+        for finding in after_findings:
+            if extra[finding.key] > 0:
+                extra[finding.key] -= 1
+                result.gained.append(
+                    f"{finding.cls} {finding.name!r} at {finding.where}: {finding.text}"
+                )
+        after_python = python_texts(name, after_text)
+        if len(after_python) == len(before_python):
+            for old, new in zip(before_python, after_python, strict=True):
+                result.untouched += untouched_violations(old, new)
+    return results
+
+
+def _analyze_item(item: tuple[str, bytes, dict[str, bytes]]) -> tuple[str, dict[str, FileResult]]:
+    return item[0], analyze(*item)
+
+
+def _diff_summary(lines: list[str], limit: int = 4) -> str:
+    changed = [line for line in lines if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return " | ".join(line[:160] for line in changed[:limit])
+
+
+def judge(
+    target: str,
+    analysis: dict[str, dict[str, FileResult]],
+    first: RunLog,
+    second: RunLog,
+) -> list[Failure]:
+    """Every failure of one target, from the file analyses and the two runs' logs."""
+    failures = []
+    for name in sorted(analysis):
+        entry = analysis[name][target]
+        errors = first.errors.get(name, [])
+        crashed = [e for e in errors if "internal error" in e]
+        if not errors:  # a file the first run refused is refused again: say it once
+            crashed += [e for e in second.errors.get(name, []) if "internal error" in e]
+        if crashed:
+            failures.append(
+                Failure(target, "crash", name, [e.splitlines()[0][:300] for e in crashed])
+            )
+        refused = [e for e in errors if "internal error" not in e]
+        if refused and entry.valid:
+            failures.append(Failure(target, "refusal", name, refused))
+        if entry.gained:
+            failures.append(Failure(target, "gained", name, list(entry.gained)))
+        if not errors:
+            again = [e for e in second.errors.get(name, []) if "internal error" not in e]
+            if name in second.diffs or again:
+                details = [f"second run refused the output: {e}" for e in again]
+                if name in second.diffs:
+                    details.append("second run changes: " + _diff_summary(second.diffs[name]))
+                failures.append(Failure(target, "non_idempotent", name, details))
+        if (
+            entry.valid
+            and entry.uses_old_stack
+            and not errors
+            and not entry.changed
+            and not first.manual[name]
+        ):
+            failures.append(
+                Failure(target, "silent_skip", name, ["old-stack code, no change, no TODO"])
+            )
+        if entry.untouched:
+            lost = [repr(line.strip())[:120] for line in entry.untouched]
+            failures.append(
+                Failure(
+                    target, "untouched", name, [f"{len(lost)} lines lost: " + ", ".join(lost[:3])]
+                )
+            )
+    failures += [
+        Failure(target, "crash", "?", [line.splitlines()[0][:300]])
+        for line in first.crashes + second.crashes
+    ]
+    return failures
+
+
+@dataclass
+class Report:
+    corpus: str
+    files: int
+    seconds: float
+    counts: dict[str, dict[str, int]]
+    runs: dict[str, dict[str, float]]
+    failures: list[Failure]
+
+
+def run_gate(corpus: Path, jobs: int = 2, targets: tuple[str, ...] = TARGETS) -> Report:
+    """Migrate the corpus for each target (concurrently), analyze every file, collect failures."""
+    start = time.perf_counter()
+    files = sorted(p for p in corpus.iterdir() if p.is_file() and p.suffix in (".py", ".ipynb"))
+    names = frozenset(p.name for p in files)
+    per_run = max(1, jobs // len(targets))
+    with ThreadPoolExecutor(len(targets)) as threads:
+        runs = dict(
+            zip(
+                targets,
+                threads.map(lambda t: migrate(corpus, t, per_run, names), targets),
+                strict=True,
+            )
+        )
+    items = [(p.name, p.read_bytes(), {t: runs[t][0][p.name] for t in targets}) for p in files]
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        analysis = dict(pool.map(_analyze_item, items, chunksize=8))
+    failures = [f for t in targets for f in judge(t, analysis, runs[t][1], runs[t][2])]
+    counts = {
+        t: {
+            c: len({f.file for f in failures if f.target == t and f.category == c})
+            for c in GATING + INFORMATIONAL
+        }
+        for t in targets
+    }
+    timing = {
+        t: {"rewrite_s": round(runs[t][1].seconds, 1), "second_run_s": round(runs[t][2].seconds, 1)}
+        for t in targets
+    }
+    return Report(
+        str(corpus), len(files), round(time.perf_counter() - start, 1), counts, timing, failures
+    )
+
+
+def format_report(report: Report) -> str:
+    """Counts per target and category, then one line per failing file."""
+    out = [f"soundness gate: {report.files} files of {report.corpus} in {report.seconds:.0f} s"]
+    for target, counts in report.counts.items():
+        times = report.runs[target]
+        out.append(
+            f"target {target} (rewrite {times['rewrite_s']:.0f} s, second run {times['second_run_s']:.0f} s):"
+        )
+        out += [f"  {c:15} {counts[c]}" for c in GATING]
+        out += [f"  {c:15} {counts[c]}  (informational)" for c in INFORMATIONAL]
+    order = {c: i for i, c in enumerate(GATING + INFORMATIONAL)}
+    for failure in sorted(report.failures, key=lambda f: (order[f.category], f.file, f.target)):
+        detail = "; ".join(d.replace("\n", " ") for d in failure.details[:5])
+        more = f" (+{len(failure.details) - 5} more)" if len(failure.details) > 5 else ""
+        out.append(f"{failure.category} [{failure.target}] {failure.file}: {detail}{more}")
+    return "\n".join(out)
+
+
+def corpus_path(arg: Path | None) -> Path:
+    if arg is not None:
+        return arg
+    env = os.environ.get("NEURON_MIGRATE_CORPUS")
+    return Path(env).expanduser() if env else DEFAULT_CORPUS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "corpus",
+        nargs="?",
+        type=Path,
+        help="default: $NEURON_MIGRATE_CORPUS or " + str(DEFAULT_CORPUS),
+    )
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="processes in all (default 2)")
+    parser.add_argument("--target", choices=(*TARGETS, "both"), default="both")
+    parser.add_argument("--json", type=Path, help="write the counts and failures here")
+    args = parser.parse_args(argv)
+    corpus = corpus_path(args.corpus)
+    if not corpus.is_dir() or not any(corpus.iterdir()):
+        print(f"soundness gate skipped: no corpus at {corpus}. Extract it with {EXTRACT_HINT}.")
+        return 0
+    targets = TARGETS if args.target == "both" else (args.target,)
+    report = run_gate(corpus, args.jobs, targets)
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    return 1 if any(report.counts[t][c] for t in targets for c in GATING) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

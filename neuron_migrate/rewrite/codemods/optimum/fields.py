@@ -1,0 +1,189 @@
+"""The keyword tables of optimum-neuron's training arguments and export options, as data.
+
+Each entry says what becomes of one optimum-neuron keyword natively; `tests/optimum/test_tables.py`
+checks them against the installed transformers and TRL and against the optimum-neuron 0.4.5 wheel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# -- training arguments (`NeuronTrainingArguments`, `NeuronSFTConfig`) ---------------------------
+
+# The model-parallel fields of `NeuronTrainingArguments` and where they go in `DistributedConfig`.
+PARALLEL_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "disable_sequence_parallel")
+
+
+@dataclass(frozen=True)
+class Field:
+    """What happens to a `NeuronTrainingArguments` field that `TrainingArguments` lacks."""
+
+    kind: str  # "drop": no native counterpart, nothing to do; "todo": a person decides
+    why: str
+    neutral: object = ...  # a value with which dropping the field changes nothing
+
+
+# Every `NeuronTrainingArguments` field of optimum-neuron 0.4.5 that transformers 5.23's
+# `TrainingArguments` does not have (the parallel ones are in PARALLEL_FIELDS; `warmup_ratio`
+# and `logging_dir` are rewritten in place).
+TRAINING_FIELDS: dict[str, Field] = {
+    "overwrite_output_dir": Field(
+        "drop", "transformers 5 removed it; the Trainer writes into `output_dir` either way"
+    ),
+    "dataloader_prefetch_size": Field(
+        "drop",
+        "it sized the XLA device-loader prefetch; the native Trainer moves each batch when it is used",
+    ),
+    "skip_cache_push": Field(
+        "drop",
+        "it skipped pushing compiled artifacts to the optimum-neuron Hub cache, which the native backend does not use",
+    ),
+    "use_autocast": Field("drop", "natively `bf16=True` already trains under `torch.autocast`"),
+    "num_local_ranks_per_step": Field(
+        "drop",
+        "it throttled concurrent checkpoint loading per host; transformers loads each rank's shard itself",
+    ),
+    "recompute_causal_mask": Field("drop", "transformers builds the attention mask itself"),
+    "enable_throughput_metrics": Field(
+        "drop",
+        "optimum-neuron's metrics collector is gone; the Trainer logs `train_samples_per_second`",
+    ),
+    "enable_mfu_metrics": Field(
+        "todo",
+        "optimum-neuron's MFU metric has no Trainer counterpart; compute it from `train_samples_per_second` in a callback if you need it",
+        False,
+    ),
+    "enable_efficiency_metrics": Field(
+        "todo",
+        "optimum-neuron's efficiency metrics have no Trainer counterpart; add a `TrainerCallback` if you need them",
+        False,
+    ),
+    "metrics_window_size": Field(
+        "drop",
+        "it sized optimum-neuron's metrics window; the Trainer averages over `logging_steps`",
+    ),
+    "zero_1": Field(
+        "todo",
+        "ZeRO-1 optimizer-state sharding has no TrainingArguments switch: shard with FSDP2 (`DistributedConfig(fsdp_size=...)` in `from_pretrained`) or expect the full optimizer state on every rank",
+        False,
+    ),
+    "stochastic_rounding_enabled": Field(
+        "todo",
+        "stochastic rounding was a Neuron runtime feature for bf16 weights; load the model in float32 and train with `bf16=True` (autocast) to keep fp32 weights instead",
+        False,
+    ),
+    "optimizer_use_master_weights": Field(
+        "todo",
+        "fp32 master weights came with the ZeRO-1 optimizer; natively the optimizer updates the parameters in their own dtype, so load the model in float32 and train with `bf16=True` (autocast)",
+        False,
+    ),
+    "optimizer_use_fp32_grad_acc": Field(
+        "todo",
+        "fp32 gradient accumulation came with the ZeRO-1 optimizer; natively gradients have the parameters' dtype, so keep the parameters in float32 and train with `bf16=True` (autocast)",
+        False,
+    ),
+    "optimizer_save_master_weights_in_ckpt": Field(
+        "todo",
+        "there are no separate master weights to save natively; checkpoints hold the parameters as trained",
+        False,
+    ),
+    "pipeline_parallel_num_microbatches": Field(
+        "todo",
+        "transformers' pipeline parallelism (`DistributedConfig(pp_size=...)`) runs without micro-batches; for a micro-batched schedule use `torch.distributed.pipelining` (`ScheduleGPipe`, `Schedule1F1B`)",
+        -1,
+    ),
+    "kv_size_multiplier": Field(
+        "todo",
+        "KV heads are no longer replicated for tensor parallelism: `tp_size` must divide the model's `num_key_value_heads`",
+        None,
+    ),
+    "use_xser": Field(
+        "todo",
+        "checkpoints are now saved with safetensors (`save_pretrained`), not torch-xla serialization; convert old ones with `optimum-cli neuron consolidate` before loading them with `from_pretrained`",
+        False,
+    ),
+    "async_save": Field(
+        "todo",
+        "the Trainer saves synchronously; for asynchronous saves write a DCP checkpoint with `torch.distributed.checkpoint.async_save`",
+        False,
+    ),
+    "fuse_qkv": Field(
+        "todo",
+        "transformers keeps the q/k/v projections separate; fused QKV was an optimum-neuron kernel optimisation with no switch here",
+        False,
+    ),
+}
+
+SFT_FIELDS: dict[str, Field] = {
+    "padding_free": Field(
+        "drop", "NeuronSFTConfig forced `padding_free=False`, which is TRL's default"
+    ),
+}
+
+
+# -- export options (`from_pretrained(..., export=True, ...)`, `get_neuron_config`, `pipeline`) ---
+
+# Keywords of the old export (`from_pretrained(..., export=True, ...)`, `get_neuron_config`,
+# `pipeline`) and what each becomes. "drop": an ahead-of-time compiler option that
+# torch.compile has no use for.
+EXPORT_DROPPED = {
+    "export": "compilation now happens on the first call",
+    "compiler_workdir": "torch.compile keeps its artifacts in the Neuron compile cache",
+    "disable_neuron_cache": "the Neuron compile cache of torch.compile is configured by environment variables",
+    "inline_weights_to_neff": "weights stay ordinary parameters",
+    "optlevel": "the neuron backend of torch.compile chooses the optimisation level",
+    "instance_type": "the code now runs on whatever device it is given",
+    "disable_fast_relayout": "a neuronx-cc flag of the old export",
+    "disable_fallback": "a neuronx-cc flag of the old export",
+    "auto_cast": "the dtype is now explicit (`dtype=`)",
+    "output_attentions": "pass it to the forward call instead",
+    "output_hidden_states": "pass it to the forward call instead",
+    "task": "the model class says the task",
+    "load_weights": "`from_pretrained` loads the weights",
+    "neuron_config": "the shapes moved to the generation config",
+}
+LOADING_KEPT = (
+    "token",
+    "revision",
+    "cache_dir",
+    "force_download",
+    "local_files_only",
+    "trust_remote_code",
+    "subfolder",
+    "config",
+)
+EXPORT_SHAPES = (
+    "batch_size",
+    "sequence_length",
+    "num_choices",
+    "num_beams",
+    "height",
+    "width",
+    "image_size",
+    "num_channels",
+    "audio_sequence_length",
+    "patch_size",
+    "text_batch_size",
+    "image_batch_size",
+    "num_images_per_prompt",
+)
+TP_KEYWORDS = ("num_cores", "tensor_parallel_size")
+CAST_DTYPES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+    "fp32": "float32",
+    "float32": "float32",
+    "tf32": "float32",
+}
+EXPORT_OPTIONS = {
+    *EXPORT_DROPPED,
+    *LOADING_KEPT,
+    *EXPORT_SHAPES,
+    *TP_KEYWORDS,
+    "auto_cast_type",
+    "torch_dtype",
+    "dtype",
+    "dynamic_batch_size",
+}

@@ -1,0 +1,128 @@
+"""Which step boundaries fence a timer: the next thing the program does is read the clock.
+
+Under torch_xla, `xm.mark_step()` followed by `time.perf_counter()` made the time include the
+step's work. Natively, ops run asynchronously on an accelerator, so without a synchronize the
+clock would be read while the device is still busy and the measurement would silently shrink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+TIMERS = frozenset(
+    {
+        "time.time",
+        "time.time_ns",
+        "time.perf_counter",
+        "time.perf_counter_ns",
+        "time.monotonic",
+        "time.monotonic_ns",
+        "time.process_time",
+        "timeit.default_timer",
+    }
+)
+
+Qualify = Callable[[cst.CSTNode], str | None]
+
+
+@dataclass
+class TimerFences:
+    # `fence()` statements the clock is read right after, by id: whether more of their line
+    # follows them (`xm.mark_step(); t = time.time()`).
+    statements: dict[int, bool] = field(default_factory=dict)
+    # Loops whose every step ends with a fence and that the clock is read right after, by id:
+    # one wait after the loop is what the timing needs, not one per step.
+    loops: set[int] = field(default_factory=set)
+
+
+def fences_before_timer(module: cst.Module, qualify: Qualify, fences: Sequence[str]) -> TimerFences:
+    finder = _Fences(qualify, frozenset(fences))
+    finder.block(module.body, None)
+    return finder.found
+
+
+class _Fences:
+    def __init__(self, qualify: Qualify, fences: frozenset[str]) -> None:
+        self.qualify = qualify
+        self.fences = fences
+        self.found = TimerFences()
+
+    def block(self, body: Sequence[cst.CSTNode], after: cst.CSTNode | None) -> None:
+        """Statements of one block; `after` runs when the block is done (None: unknown)."""
+        for k, statement in enumerate(body):
+            following = body[k + 1] if k + 1 < len(body) else after
+            if isinstance(statement, cst.SimpleStatementLine):
+                self.block(statement.body, following)
+            elif isinstance(statement, cst.Expr):
+                if self._is_fence(statement) and self._reads_timer(following):
+                    self.found.statements[id(statement)] = k + 1 < len(body)
+            elif isinstance(statement, cst.FunctionDef | cst.ClassDef):
+                self.block(_statements(statement.body), None)
+            elif isinstance(statement, cst.For | cst.While) and self._ends_with_fence(statement):
+                if self._reads_timer(following):
+                    self.found.loops.add(id(statement))
+                for inner in _blocks(statement):
+                    self.block(inner, None)
+            elif isinstance(statement, cst.BaseCompoundStatement):
+                for inner in _blocks(statement):
+                    self.block(inner, following)
+
+    def _ends_with_fence(self, loop: cst.For | cst.While) -> bool:
+        last = _statements(loop.body)[-1]
+        if isinstance(last, cst.SimpleStatementLine):
+            last = last.body[-1]
+        return isinstance(last, cst.Expr) and self._is_fence(last)
+
+    def _is_fence(self, statement: cst.Expr) -> bool:
+        return (
+            isinstance(statement.value, cst.Call)
+            and self.qualify(statement.value.func) in self.fences
+        )
+
+    def _reads_timer(self, node: cst.CSTNode | None) -> bool:
+        if node is None:
+            return False
+        reader = _TimerRead(self.qualify)
+        node.visit(reader)
+        return reader.found
+
+
+class _TimerRead(cst.CSTVisitor):
+    def __init__(self, qualify: Qualify) -> None:
+        super().__init__()
+        self.qualify = qualify
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if self.qualify(node.func) in TIMERS:
+            self.found = True
+        return not self.found
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # defining a function reads no clock
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def _statements(body: cst.BaseSuite) -> Sequence[cst.CSTNode]:
+    return body.body
+
+
+def _blocks(statement: cst.BaseCompoundStatement) -> list[Sequence[cst.CSTNode]]:
+    """The blocks of a compound statement: its body, and those of `elif`, `else`, `except`, `finally`."""
+    if isinstance(statement, cst.Match):
+        return [_statements(case.body) for case in statement.cases]
+    blocks = [_statements(statement.body)]
+    for name in ("orelse", "handlers", "finalbody"):
+        part = getattr(statement, name, None)
+        parts = part if isinstance(part, Sequence) else [part] if part is not None else []
+        for clause in parts:
+            if isinstance(clause, cst.If):
+                blocks.extend(_blocks(clause))
+            else:
+                blocks.append(_statements(clause.body))
+    return blocks

@@ -1,0 +1,355 @@
+"""NM014: torch_xla's FSDP wrapper becomes FSDP2 `fully_shard`; its ZeRO-1 optimizer becomes
+`torch.distributed.optim.ZeroRedundancyOptimizer`, with the gradient averaging and clipping that
+torch_xla's `step()` did itself."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from string import Template
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    arg_value,
+    code_of,
+    dotted_name,
+    expr,
+    fix_trailing_comma,
+    stmt,
+)
+
+FSDP_PACKAGE = "torch_xla.distributed.fsdp"
+FSDP_CLASSES = (
+    f"{FSDP_PACKAGE}.XlaFullyShardedDataParallel",
+    f"{FSDP_PACKAGE}.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel",
+)
+TRANSFORMER_POLICY = f"{FSDP_PACKAGE}.transformer_auto_wrap_policy"
+ZERO_MODULE = "torch_xla.distributed.zero_redundancy_optimizer"
+ZERO = f"{ZERO_MODULE}.ZeroRedundancyOptimizer"
+
+# torch_xla FSDP options that only steered XLA graphs, layouts and buffers: the numbers are the same
+# without them. (`disable_reshard_on_root=True`, torch_xla's default, is FSDP2's default too.)
+FSDP_XLA_ONLY = frozenset({
+    "flatten_parameters",
+    "execute_sharding_on_init",
+    "optimization_barrier_in_forward",
+    "optimization_barrier_in_backward",
+    "sync_on_finalization",
+    "disable_reshard_on_root",
+    "shard_param_on_dim_0",
+    "pin_layout_in_collective_ops",
+    "reduce_scatter_bucket_size_mb",
+    "coalesce_all_gather_ops",
+    "_shard_size_multiple",
+    "_use_xla_patched_linear",
+})
+FSDP_KEPT = frozenset({"reshard_after_forward"})  # same name and meaning in `fully_shard`
+# Precision options given their default (full fp32 compute, buffers and reductions): FSDP2's too.
+FSDP_FP32 = {"compute_dtype": "torch.float32", "buffer_dtype": "torch.float32"}
+
+# ZeRO options that only steered torch_xla's collectives; every other keyword the two classes do
+# not share (groups, lazy init, dtypes, master weights) is left for a person.
+ZERO_XLA_ONLY = frozenset({
+    "pin_layout",
+    "bucket_cap_mb_all_gather",
+    "bucket_cap_mb_reduce_scatter",
+    "use_grad_acc_hook",
+})
+ZERO_NOT_NATIVE = frozenset({
+    "optimizer_dtype",
+    "sharding_groups",
+    "grad_norm_groups",
+    "lazy_init",
+    "save_master_weights",
+    "higher_cc_precision",
+})
+
+ZERO_CLASS = '''\
+class $name($optim.ZeroRedundancyOptimizer):
+    """ZeRO-1 as torch_xla ran it: `step()` first averages the gradients across processes and,
+    unless `grad_clipping=False`, clips their global norm to `max_norm` (1.0 when not given)."""
+
+    def __init__(self, params, optimizer_class, grad_clipping=True, max_norm=None, **defaults):
+        super().__init__(params, optimizer_class=optimizer_class, **defaults)
+        self.max_norm = (1.0 if max_norm is None else max_norm) if grad_clipping else None
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with $torch.enable_grad():
+                loss = closure()
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        for grad in grads:
+            $dist.all_reduce(grad)
+            grad.div_($dist.get_world_size())
+        if self.max_norm is not None:
+            $torch.nn.utils.clip_grad_norm_(
+                [p for group in self.param_groups for p in group["params"]], self.max_norm
+            )
+        super().step()
+        return loss
+'''
+
+
+class XlaFsdp(Codemod):
+    """Rewrites torch_xla's FSDP wrapper and ZeRO-1 optimizer into their native counterparts.
+
+    ## What it does
+    | torch_xla | native |
+    |---|---|
+    | `XlaFullyShardedDataParallel(module)` (`FSDP`) | `fully_shard(module)` (FSDP2, `torch.distributed.fsdp`), which shards `module` in place and returns it |
+    | `FSDP(module, reshard_after_forward=...)` | `fully_shard(module, reshard_after_forward=...)` |
+    | `flatten_parameters=`, `optimization_barrier_in_forward=`, `pin_layout_in_collective_ops=`, ... | dropped (they only steered XLA graphs and collectives) |
+    | `compute_dtype=torch.float32`, `buffer_dtype=torch.float32` | dropped (the default, FSDP2's too) |
+    | `m = FSDP(model, auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={Block}))` | a loop calling `fully_shard` on each `Block` submodule, innermost first, then `m = fully_shard(model)` |
+    | `ZeroRedundancyOptimizer(params, optim.Adam, lr=...)` (torch_xla) | `AveragingZeroRedundancyOptimizer(params, optim.Adam, lr=...)`, a subclass of `torch.distributed.optim.ZeroRedundancyOptimizer` added to the file |
+
+    ## Why
+    Both live in torch_xla, which is gone. FSDP2 reduce-scatters averaged gradients as torch_xla's
+    FSDP did, so an `xm.optimizer_step` in the file gets no extra all-reduce (NM003). Native ZeRO
+    only shards the optimizer state: torch_xla's also averaged the gradients and clipped their
+    norm in `step()`, which the added subclass keeps.
+
+    ## Example
+    ```python
+    from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
+    from torch_xla.distributed.zero_redundancy_optimizer import ZeroRedundancyOptimizer
+    model = FSDP(model, flatten_parameters=False)
+    optimizer = ZeroRedundancyOptimizer(other.parameters(), torch.optim.SGD, lr=0.1, max_norm=5.0)
+    ```
+
+    ## Use instead
+    ```python
+    from torch.distributed.fsdp import fully_shard
+    model = fully_shard(model)
+    optimizer = AveragingZeroRedundancyOptimizer(other.parameters(), torch.optim.SGD, lr=0.1, max_norm=5.0)
+    # with `class AveragingZeroRedundancyOptimizer(torch.distributed.optim.ZeroRedundancyOptimizer)` added
+    ```
+
+    ## Fix safety
+    Safe for the rewritten calls: the losses of a few steps match an unsharded run (tested under
+    torchrun). A wrapper call with an option that changes the numbers or the module's layout
+    (`compute_dtype`, `buffer_dtype`, `fp32_reduce_scatter`, sharding groups, a size-based or
+    custom `auto_wrap_policy` or one named by a variable, `auto_wrapper_callable`,
+    `param_init_fn`), positional options or `**kwargs` is left with a
+    TODO, as is a file that reads `.module` (a `fully_shard` module is not a wrapper) or that
+    patches, subclasses or `isinstance`-tests either class (native code would lose that), and every
+    `get_shard_metadata()`, `clip_grad_norm_` on the wrapper, `checkpoint_module` and
+    `consolidate_sharded_model_checkpoints` (sharded checkpoints become DCP). Native ZeRO's
+    `state_dict()` needs `consolidate_state_dict(to=0)` first on every rank (the report says so).
+    """
+
+    code = "NM014"
+    name = "xla-fsdp"
+    summary = "torch_xla FSDP -> FSDP2 `fully_shard`; torch_xla ZeRO-1 -> native `ZeroRedundancyOptimizer`"
+    triggers = (FSDP_PACKAGE, ZERO_MODULE)
+    manual: ClassVar[dict[str, str]] = {
+        FSDP_PACKAGE: "`{name}` is torch_xla FSDP: shard natively with FSDP2 `torch.distributed.fsdp.fully_shard(submodule)` on each block, then on the root module",
+        FSDP_CLASSES[0]: "use `torch.distributed.fsdp.fully_shard(module, reshard_after_forward=...)`, which shards in place and returns `module`; `compute_dtype`/`fp32_reduce_scatter` -> `mp_policy=MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` (buffers are no longer cast), sharding groups -> `mesh=`, auto-wrap -> call `fully_shard` on each matching submodule first",
+        FSDP_CLASSES[1]: "use `torch.distributed.fsdp.fully_shard(module, reshard_after_forward=...)`, which shards in place and returns `module`",
+        f"{FSDP_PACKAGE}.checkpoint_module": "use `checkpoint_wrapper(module)` from `torch.distributed.algorithms._checkpoint.checkpoint_wrapper` before `fully_shard`",
+        f"{FSDP_PACKAGE}.consolidate_sharded_model_checkpoints": "sharded FSDP2 checkpoints are saved with `torch.distributed.checkpoint.save({'model': get_model_state_dict(model)}, checkpoint_id=dir)`; a full one with `get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))` on rank 0 (`torch.distributed.checkpoint.state_dict`)",
+        f"{FSDP_PACKAGE}.transformer_auto_wrap_policy": "FSDP2 has no wrap policies: call `fully_shard(m)` on each submodule of the listed classes (`for m in model.modules(): if isinstance(m, tuple(classes)): fully_shard(m)`), then `fully_shard(model)`",
+        f"{FSDP_PACKAGE}.size_based_auto_wrap_policy": "FSDP2 has no wrap policies: call `fully_shard(m)` on the submodules to shard on their own (the policy picked those holding at least `min_num_params` parameters not yet wrapped), then on the root",
+        f"{FSDP_PACKAGE}.wrap": "auto-wrap policies have no FSDP2 counterpart: call `fully_shard` on each submodule the policy selected (e.g. `for m in model.modules(): if isinstance(m, Block): fully_shard(m)`), then on the root",
+        f"{FSDP_PACKAGE}.utils.consolidate_sharded_model_checkpoints": "save FSDP2 checkpoints with `torch.distributed.checkpoint`, or a full state dict with `get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))`",
+        ZERO: "use `torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=..., **defaults)` and average the gradients before `step()` (or wrap the model in DDP); torch_xla's `step()` also clipped the gradient norm to `max_norm` (1.0) unless `grad_clipping=False`",
+        ZERO_MODULE: "`{name}` is torch_xla's ZeRO-1: use `torch.distributed.optim.ZeroRedundancyOptimizer`",
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._only_constructed: dict[tuple[str, ...], bool] = {}
+
+    # -- calls ---------------------------------------------------------------------------------
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        name = self.qualify(updated_node.func)
+        if name in FSDP_CLASSES:
+            return self._fully_shard(updated_node)
+        if name == ZERO:
+            return self._zero(updated_node)
+        if name is None and isinstance(updated_node.func, cst.Attribute) and self._uses_fsdp():
+            self._wrapper_method(updated_node.func.attr.value)
+        return updated_node
+
+    def _fully_shard(self, call: cst.Call) -> cst.BaseExpression:
+        module = arg_value(call, 0, "module")
+        if module is None or not self._fsdp_options_native(call) or self._reads_wrapped_module():
+            return call
+        if not self._only_called(FSDP_CLASSES):
+            return call
+        kept = [module.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
+        kept += [arg for arg in call.args if arg.keyword is not None and arg.keyword.value in FSDP_KEPT]
+        dropped = sorted(
+            arg.keyword.value
+            for arg in call.args
+            if arg.keyword is not None and arg.keyword.value in FSDP_XLA_ONLY | FSDP_FP32.keys()
+        )
+        if dropped:
+            self.ctx.note(self.code, f"dropped torch_xla FSDP options with no native meaning: {', '.join(dropped)}")
+        self.changed("`XlaFullyShardedDataParallel(module)` -> `fully_shard(module)` (FSDP2)")
+        fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
+        if len(kept) == 1:  # `fully_shard(model)` on one line, however the wrapper call was laid out
+            only = kept[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return call.with_changes(func=expr(fully_shard), args=[only], whitespace_before_args=cst.SimpleWhitespace(""))
+        return call.with_changes(func=expr(fully_shard), args=_ending_as(call, kept))
+
+    def _fsdp_options_native(self, call: cst.Call) -> bool:
+        """Only the module is positional, and every option is kept or XLA-only."""
+        for position, arg in enumerate(call.args):
+            if arg.star:
+                return False
+            if arg.keyword is None:
+                if position > 0:
+                    return False
+            elif arg.keyword.value != "module" and not self._droppable(arg):
+                return False
+        return True
+
+    def _droppable(self, arg: cst.Arg) -> bool:
+        keyword = arg.keyword.value if arg.keyword is not None else ""
+        if keyword in FSDP_FP32:
+            return self.qualify(arg.value) == FSDP_FP32[keyword]
+        return keyword in FSDP_KEPT | FSDP_XLA_ONLY
+
+    def _zero(self, call: cst.Call) -> cst.BaseExpression:
+        positional = [arg for arg in call.args if arg.keyword is None]
+        not_native = {arg.keyword.value for arg in call.args if arg.keyword is not None and not self._zero_default(arg)}
+        if any(arg.star for arg in call.args) or len(positional) > 2 or not_native & ZERO_NOT_NATIVE:
+            return call
+        if not self._only_called((ZERO,)):
+            return call
+        if arg_value(call, 0, "params") is None or arg_value(call, 1, "optimizer_class") is None:
+            return call
+        kept = [
+            arg
+            for arg in call.args
+            if arg.keyword is None or (arg.keyword.value not in ZERO_XLA_ONLY and not self._zero_default(arg))
+        ]
+        name = self.ctx.unused_name("AveragingZeroRedundancyOptimizer")
+        torch = self.ctx.torch()  # spelled first, so the helper's `torch` stays torch itself
+        spellings = {"torch": torch, "optim": self.ctx.need_import("torch.distributed.optim"), "dist": self.ctx.dist()}
+        self.ctx.need_helper(name, Template(ZERO_CLASS).substitute(spellings, name=name))
+        self.changed(
+            "torch_xla `ZeroRedundancyOptimizer` -> a subclass of `torch.distributed.optim.ZeroRedundancyOptimizer` "
+            "that averages and clips the gradients in `step()`, added to the file"
+        )
+        self.ctx.note(
+            self.code,
+            "native `ZeroRedundancyOptimizer.state_dict()` needs `optimizer.consolidate_state_dict(to=0)` on every "
+            "rank first, and returns the full state on rank 0 only",
+        )
+        return call.with_changes(func=cst.Name(name), args=_ending_as(call, kept))
+
+    def _zero_default(self, arg: cst.Arg) -> bool:
+        """`optimizer_dtype=torch.float32`: torch_xla's default, and what native ZeRO keeps."""
+        return arg.keyword is not None and arg.keyword.value == "optimizer_dtype" and self.qualify(arg.value) == "torch.float32"
+
+    def _only_called(self, classes: tuple[str, ...]) -> bool:
+        """The file only constructs `classes`: one that patches, subclasses or tests for them
+        (`isinstance`) would lose that on the native code."""
+        if classes not in self._only_constructed:
+            found = _only_called(self.ctx.source, classes, self.ctx.imports.resolve_dotted)
+            self._only_constructed[classes] = found
+        return self._only_constructed[classes]
+
+    # -- a class-based auto-wrap policy -------------------------------------------------------
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        """`model = FSDP(model, auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls=...))`:
+        torch_xla wrapped every submodule of those classes, innermost first, then the root."""
+        small = updated_node.body[0]
+        if len(updated_node.body) != 1 or not isinstance(small, cst.Assign | cst.Expr | cst.Return):
+            return updated_node
+        call = small.value
+        if not isinstance(call, cst.Call) or self.qualify(call.func) not in FSDP_CLASSES:
+            return updated_node
+        policy = arg_value(call, None, "auto_wrap_policy")
+        module = arg_value(call, 0, "module")
+        classes = self._layer_classes(policy.value) if policy is not None else None
+        if classes is None or module is None or not isinstance(module.value, cst.Name):
+            return updated_node
+        rest = call.with_changes(args=fix_trailing_comma([arg for arg in call.args if arg is not policy]))
+        sharded = self._fully_shard(rest)
+        if sharded is rest:
+            return updated_node
+        fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
+        name, submodule = module.value.value, self.ctx.unused_name("submodule")
+        loop = (
+            f"for {submodule} in reversed(list({name}.modules())[1:]):\n"
+            f"    if isinstance({submodule}, {classes}):\n"
+            f"        {fully_shard}({submodule})\n"
+        )
+        self.ctx.insert_before(stmt(loop))
+        self.changed("torch_xla `transformer_auto_wrap_policy` -> `fully_shard` on each submodule of its classes")
+        return updated_node.with_changes(body=[small.with_changes(value=sharded)])
+
+    def _layer_classes(self, policy: cst.BaseExpression) -> str | None:
+        """`(A, B)` for `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={A, B})`,
+        `tuple(classes)` for `transformer_layer_cls=classes`; None for any other policy."""
+        if not isinstance(policy, cst.Call) or self.qualify(policy.func) != "functools.partial":
+            return None
+        function = arg_value(policy, 0, None)
+        layers = arg_value(policy, None, "transformer_layer_cls")
+        if function is None or layers is None or len(policy.args) != 2:
+            return None
+        if self.qualify(function.value) not in (TRANSFORMER_POLICY, f"{FSDP_PACKAGE}.wrap.transformer_auto_wrap_policy"):
+            return None
+        value = layers.value
+        if dotted_name(value) is not None:  # a variable holding the classes, read where the policy was
+            return f"tuple({code_of(value)})"
+        if not isinstance(value, cst.Set | cst.List | cst.Tuple) or not value.elements:
+            return None
+        names = [code_of(element.value) for element in value.elements if isinstance(element, cst.Element)]
+        if len(names) != len(value.elements) or any(dotted_name(element.value) is None for element in value.elements):
+            return None
+        return f"({', '.join(names)},)" if len(names) == 1 else f"({', '.join(names)})"
+
+    # -- what a torch_xla FSDP wrapper offered beyond the module --------------------------------
+    def _wrapper_method(self, method: str) -> None:
+        if method == "get_shard_metadata":
+            self.todo(
+                "FSDP2 has no shard metadata: save sharded checkpoints with `torch.distributed.checkpoint.save("
+                "{'model': get_model_state_dict(model)}, checkpoint_id=dir)` and load them with `dcp.load` + "
+                "`set_model_state_dict` (`torch.distributed.checkpoint.state_dict`)"
+            )
+        elif method == "clip_grad_norm_":
+            self.todo(
+                "if this is the FSDP wrapper's `clip_grad_norm_(max_norm)`, a `fully_shard` module has none: use "
+                "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, which sees the whole sharded norm"
+            )
+
+    def _uses_fsdp(self) -> bool:
+        return self.ctx.facts.uses(FSDP_PACKAGE)
+
+    def _reads_wrapped_module(self) -> bool:
+        """A file that reads `.module` may mean the wrapped module, which `fully_shard` does not keep
+        apart (the module is the result)."""
+        return re.search(r"\.module\b", self.ctx.source) is not None
+
+
+def _ending_as(call: cst.Call, kept: list[cst.Arg]) -> list[cst.Arg]:
+    """`kept`, the arguments of `call` left, ending as its arguments did (the layout before `)`)."""
+    if kept and call.args and kept[-1] is not call.args[-1]:
+        kept = [*kept[:-1], kept[-1].with_changes(comma=call.args[-1].comma)]
+    return fix_trailing_comma(kept)
+
+
+def _only_called(source: str, qualified: tuple[str, ...], resolve: Callable[[str], str | None]) -> bool:
+    """Is every reference to one of the `qualified` names in `source` the callee of a call?"""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    callees = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    for node in ast.walk(tree):
+        dotted = ast_dotted_name(node) if isinstance(node, ast.Name | ast.Attribute) else None
+        if dotted is not None and resolve(dotted) in qualified and id(node) not in callees:
+            return False
+    return True

@@ -1,0 +1,330 @@
+"""The model-parallel sizes of optimum-neuron reach the model natively, or a TODO says where.
+
+optimum-neuron sharded whatever model its trainer was given by `tensor_parallel_size` /
+`pipeline_parallel_size`; transformers 5.23 shards a model only while loading it, when
+`from_pretrained` gets `distributed_config` (`modeling_utils.py`: `distributed_config =
+kwargs.pop("distributed_config", None)`). Values of 1 shard nothing and may go; any other value,
+or one this tool cannot see, must reach that `from_pretrained` or leave a TODO at the spot.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.rewrite.engine import rewrite_source
+from tests.optimum.conftest import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "rewrite" / "optimum_training"
+TODO = "# TODO(neuron-migrate NM02"
+
+
+def migrate(source: str) -> str:
+    result = rewrite_source(textwrap.dedent(source), "train.py")
+    assert result.error is None, result.error
+    return result.migrated
+
+
+def load_keywords(migrated: str) -> dict[str, str]:
+    """The keywords of the one `from_pretrained` call assigned to `model`, as source."""
+    for node in ast.walk(ast.parse(migrated)):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "model"
+            and isinstance(node.value, ast.Call)
+        ):
+            return {k.arg or "**": ast.unparse(k.value) for k in node.value.keywords}
+    raise AssertionError("no `model = ...from_pretrained(...)` in\n" + migrated)
+
+
+def test_variable_tensor_parallel_size_reaches_a_plain_model() -> None:
+    migrated = migrate(
+        """
+        from transformers import AutoModelForCausalLM
+        from optimum.neuron import NeuronTrainer, NeuronTrainingArguments
+
+        tp = 8
+        args = NeuronTrainingArguments(output_dir="out", tensor_parallel_size=tp)
+        model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")
+        trainer = NeuronTrainer(model=model, args=args, train_dataset=ds)
+        """
+    )
+    assert load_keywords(migrated)["distributed_config"] == "DistributedConfig(tp_size=tp)"
+    assert "tensor_parallel_size" not in migrated and TODO not in migrated
+
+
+def test_literal_sizes_reach_a_model_loaded_before_the_arguments() -> None:
+    migrated = migrate(
+        """
+        from transformers import AutoModelForCausalLM
+        from optimum.neuron import NeuronTrainer, NeuronTrainingArguments
+
+        def train(ds):
+            model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")
+            args = NeuronTrainingArguments(output_dir="out", tensor_parallel_size=8, pipeline_parallel_size=2)
+            NeuronTrainer(model, args, train_dataset=ds).train()
+        """
+    )
+    assert (
+        load_keywords(migrated)["distributed_config"] == "DistributedConfig(tp_size=8, pp_size=2)"
+    )
+    assert TODO not in migrated
+
+
+def test_a_variable_rebound_before_the_load_is_a_todo() -> None:
+    migrated = migrate(
+        """
+        from transformers import AutoModelForCausalLM
+        from optimum.neuron import NeuronTrainer, NeuronTrainingArguments
+
+        tp = 8
+        args = NeuronTrainingArguments(output_dir="out", tensor_parallel_size=tp)
+        tp = 1
+        model = AutoModelForCausalLM.from_pretrained("m")
+        trainer = NeuronTrainer(model=model, args=args)
+        """
+    )
+    assert "distributed_config" not in load_keywords(migrated)
+    assert "tensor_parallel_size=tp" in migrated and TODO in migrated  # the TODO quotes it
+
+
+def test_default_sizes_go_and_reads_of_them_stay_valid() -> None:
+    migrated = migrate(
+        """
+        from optimum.neuron import NeuronTrainer, NeuronTrainingArguments
+        from optimum.neuron.models.training import NeuronModelForCausalLM
+
+        args = NeuronTrainingArguments(output_dir="out", tensor_parallel_size=1)
+        model = NeuronModelForCausalLM.from_pretrained("m", args.trn_config)
+        print(args.tensor_parallel_size, args.pipeline_parallel_size)
+        trainer = NeuronTrainer(model=model, args=args)
+        """
+    )
+    assert "trn_config" not in migrated and "args.tensor_parallel_size" not in migrated
+    assert "distributed_config" not in migrated and "print(1, 1)" in migrated
+    assert TODO not in migrated
+
+
+def test_sizes_behind_dict_unpacking_are_a_todo_not_a_default() -> None:
+    migrated = migrate(
+        """
+        from optimum.neuron import NeuronTrainer, NeuronTrainingArguments
+        from optimum.neuron.models.training import NeuronModelForCausalLM
+
+        def other():
+            args = NeuronTrainingArguments(output_dir="elsewhere")  # the same name, unsharded
+
+        def train(kwargs):
+            args = NeuronTrainingArguments(**kwargs)
+            model = NeuronModelForCausalLM.from_pretrained("m", trn_config=args.trn_config)
+            NeuronTrainer(model, args).train()
+        """
+    )
+    assert load_keywords(migrated)["distributed_config"] == "args.trn_config"  # not dropped
+    assert migrated.count(TODO) >= 2  # at `**kwargs` and at the read of `args.trn_config`
+
+
+def test_sizes_of_arguments_this_tool_cannot_see_are_a_todo_at_the_load() -> None:
+    migrated = migrate(
+        """
+        from transformers import AutoModelForCausalLM
+        from optimum.neuron import NeuronTrainer
+
+        def train(training_args, ds):
+            model = AutoModelForCausalLM.from_pretrained("m")
+            return NeuronTrainer(model=model, args=training_args, train_dataset=ds).train()
+        """
+    )
+    lines = migrated.splitlines()
+    load = next(i for i, line in enumerate(lines) if line.lstrip().startswith("model ="))
+    assert lines[load - 1].lstrip().startswith(TODO) and "tensor_parallel_size" in lines[load - 1]
+
+
+def test_parsed_flags_reach_the_model_through_the_function_that_trains() -> None:
+    migrated = migrate(
+        """
+        from transformers import AutoModelForCausalLM
+        from optimum.neuron import NeuronHfArgumentParser, NeuronTrainer, NeuronTrainingArguments
+
+        def training_function(script_args, training_args):
+            model = AutoModelForCausalLM.from_pretrained(script_args.model_id)
+            NeuronTrainer(model=model, args=training_args).train()
+
+        def main():
+            parser = NeuronHfArgumentParser([ScriptArguments, NeuronTrainingArguments])
+            script_args, training_args = parser.parse_args_into_dataclasses()
+            training_function(script_args, training_args)
+        """
+    )
+    assert "def training_function(script_args, training_args, parallel_args):" in migrated
+    assert "training_function(script_args, training_args, parallel_args)\n" in migrated
+    assert "script_args, training_args, parallel_args = parser" in migrated
+    assert load_keywords(migrated)["distributed_config"] == "parallel_args.to_distributed_config()"
+    assert TODO not in migrated
+
+
+def test_lazy_load_sizes_that_do_not_reach_the_load_are_a_todo() -> None:
+    migrated = migrate(
+        """
+        from transformers import AutoModelForSeq2SeqLM
+        from optimum.neuron.distributed import lazy_load_for_parallelism
+
+        def load(training_args):
+            with lazy_load_for_parallelism(tensor_parallel_size=training_args.tensor_parallel_size):
+                model = AutoModelForSeq2SeqLM.from_pretrained("t5-small")
+            return model
+        """
+    )
+    assert "lazy_load_for_parallelism" in migrated.split(TODO, 1)[1]  # quoted by the TODO
+    assert "shards while loading" not in str(rewrite_source(migrated).changes)
+
+
+def test_sft_config_sizes_reach_the_model_trl_loads() -> None:
+    migrated = migrate(
+        """
+        from optimum.neuron import NeuronSFTConfig, NeuronSFTTrainer
+
+        config = NeuronSFTConfig(output_dir="out", tensor_parallel_size=8)
+        trainer = NeuronSFTTrainer(model="meta-llama/Llama-2-7b-hf", args=config, train_dataset=ds)
+        """
+    )
+    assert 'model_init_kwargs={"distributed_config": DistributedConfig(tp_size=8)}' in migrated
+
+
+@pytest.mark.parametrize(
+    ("call", "reaches"),
+    [
+        ('NeuronModelForCausalLM.from_pretrained("m", export=True, tensor_parallel_size=8)', True),
+        ('NeuronModelForCausalLM.from_pretrained("m", export=True, num_cores=tp)', True),
+        (
+            'NeuronModelForSequenceClassification.from_pretrained("m", export=True, tensor_parallel_size=2)',
+            False,
+        ),
+        (
+            'NeuronStableDiffusionXLPipeline.from_pretrained("m", export=True, tensor_parallel_size=8)',
+            False,
+        ),
+        ('pipeline("text-generation", "m", export=True, tensor_parallel_size=8)', False),
+    ],
+)
+def test_inference_sizes_reach_the_load_or_leave_a_todo(call: str, reaches: bool) -> None:
+    name = call.split(".")[0].split("(")[0]
+    migrated = migrate(f"from optimum.neuron import {name}\n\nmodel = {call}\n")
+    keywords = load_keywords(migrated)
+    if reaches:
+        assert keywords["distributed_config"].startswith("DistributedConfig(tp_size=")
+    else:
+        assert "distributed_config" not in keywords and TODO in migrated
+
+
+# -- the migrated fixture trains, sharded, under torchrun ----------------------------------------
+
+CPU_TENSOR_PARALLEL = '''\
+"""Test-only: accelerate 1.15 refuses a tensor-parallel ParallelismConfig on CPU processes
+(MULTI_CPU); on Trainium the type is MULTI_NEURON and the stock class accepts it."""
+import accelerate
+from accelerate.utils import DistributedType
+
+
+class CpuParallelismConfig(accelerate.ParallelismConfig):
+    def _validate_accelerator(self, accelerator):
+        if (
+            accelerator.distributed_type == DistributedType.MULTI_CPU
+            and self.total_size == accelerator.num_processes
+        ):
+            return
+        return super()._validate_accelerator(accelerator)
+'''
+
+RUN_AND_REPORT = '''\
+"""Run a migrated training script; rank 0 prints each step's loss and the model's tp_size."""
+import os
+import runpy
+import sys
+
+import transformers
+
+from cpu_tensor_parallel import CpuParallelismConfig
+
+post_init = transformers.TrainingArguments.__post_init__
+
+
+def __post_init__(self):
+    post_init(self)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and self.parallelism_config is None:
+        self.parallelism_config = CpuParallelismConfig()
+
+
+train = transformers.Trainer.train
+
+
+def train_and_report(self, *args, **kwargs):
+    result = train(self, *args, **kwargs)
+    if int(os.environ.get("RANK", "0")) == 0:
+        for entry in self.state.log_history:
+            if "loss" in entry:
+                print(f"step {entry['step']} loss {entry['loss']:.7f}", flush=True)
+        print(f"tp_size {getattr(self.model, 'tp_size', None) or 1}", flush=True)
+    return result
+
+
+transformers.TrainingArguments.__post_init__ = __post_init__
+transformers.Trainer.train = train_and_report
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def _train(directory: Path, script: Path, processes: int, *args: str) -> tuple[list[float], int]:
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(directory), str(ROOT)]),
+        OMP_NUM_THREADS="1",
+        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+    )
+    launcher = (
+        ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+        if processes > 1
+        else []
+    )
+    command = [sys.executable, *launcher, str(directory / "run_and_report.py"), str(script), *args]
+    proc = subprocess.run(
+        command, cwd=directory, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    losses = [float(v) for v in re.findall(r"^step \d+ loss ([0-9.]+)$", proc.stdout, re.M)]
+    tp_size = int(re.search(r"^tp_size (\d+)$", proc.stdout, re.M).group(1))  # type: ignore[union-attr]
+    return losses, tp_size
+
+
+@pytest.mark.slow
+def test_tensor_parallel_training_is_sharded_and_matches_one_process(
+    tmp_path: Path, tiny_llama: Path, sentences: Path
+) -> None:
+    """The migrated script, run with `--tensor_parallel_size 2` under torchrun (gloo, CPU),
+    trains a model that is really sharded (tp_size 2), with the losses of an unsharded run."""
+    source = FIXTURES / "tensor_parallel_plain_model.in.py"
+    result = rewrite_source(source.read_text(), str(source))
+    assert result.error is None and TODO not in result.migrated
+    script = tmp_path / "train.py"
+    script.write_text(result.migrated)
+    (tmp_path / "cpu_tensor_parallel.py").write_text(CPU_TENSOR_PARALLEL)
+    (tmp_path / "run_and_report.py").write_text(RUN_AND_REPORT)
+    common = ["--model_dir", str(tiny_llama), "--data", str(sentences)]
+    single, single_tp = _train(
+        tmp_path, script, 1, *common, "--output_dir", "tp1", "--tensor_parallel_size", "1"
+    )
+    sharded, sharded_tp = _train(
+        tmp_path, script, 2, *common, "--output_dir", "tp2", "--tensor_parallel_size", "2"
+    )
+    assert (single_tp, sharded_tp) == (1, 2)
+    assert len(single) == len(sharded) == 3
+    assert sharded == pytest.approx(single, abs=1e-5)

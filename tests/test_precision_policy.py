@@ -1,0 +1,98 @@
+"""`XLA_USE_BF16=1` migrated: the bf16 policy must reach the models a script loads.
+
+The migrated script is run for real (transformers, a tiny Llama saved locally, no download):
+under XLA every parameter was bf16 on the device, so natively they must be bf16 too. The
+default dtype does not get there: `from_pretrained` keeps the checkpoint's dtype, and
+`from_config` the dtype its config records (a config read from a checkpoint records one).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.rewrite.engine import Options, rewrite_source
+
+pytest.importorskip("transformers")
+
+TINY_LLAMA = "LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100)"
+
+BF16_SCRIPT = """\
+import json
+import os
+import sys
+
+os.environ["XLA_USE_BF16"] = "1"
+
+import torch
+import torch_xla.core.xla_model as xm
+from transformers import AutoConfig, AutoModelForCausalLM
+
+loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+built = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1]))
+head = torch.nn.Linear(4, 4)
+dtypes = {name: sorted({str(p.dtype) for p in m.parameters()}) for name, m in [("loaded", loaded), ("built", built), ("head", head)]}
+print(json.dumps(dtypes))
+"""
+
+
+def _run(source: str, *args: str) -> dict[str, list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", source, *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def float32_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-llama")
+    program = (
+        "import sys\nfrom transformers import AutoModelForCausalLM, LlamaConfig\n"
+        f"AutoModelForCausalLM.from_config({TINY_LLAMA}).save_pretrained(sys.argv[1])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_default_dtype_alone_does_not_reach_transformers_models(float32_checkpoint: Path) -> None:
+    """Why the rule exists: `torch.set_default_dtype` leaves these models in float32."""
+    source = BF16_SCRIPT.replace('os.environ["XLA_USE_BF16"] = "1"', "").replace(
+        "import torch_xla.core.xla_model as xm", "torch.set_default_dtype(torch.bfloat16)"
+    )
+    dtypes = _run(source, str(float32_checkpoint))
+    assert dtypes == {
+        "loaded": ["torch.float32"],
+        "built": ["torch.float32"],
+        "head": ["torch.bfloat16"],
+    }
+
+
+def test_migrated_bf16_script_loads_its_models_in_bf16(float32_checkpoint: Path) -> None:
+    result = rewrite_source(BF16_SCRIPT, "train.py", Options())
+    assert result.error is None
+    assert "torch_xla" not in result.migrated
+    assert "dtype=torch.bfloat16" in result.migrated
+    dtypes = _run(result.migrated, str(float32_checkpoint))
+    assert dtypes == {
+        "loaded": ["torch.bfloat16"],
+        "built": ["torch.bfloat16"],
+        "head": ["torch.bfloat16"],
+    }
+
+
+def test_the_report_says_what_the_default_dtype_does_not_reach() -> None:
+    result = rewrite_source(BF16_SCRIPT, "train.py", Options())
+    notes = " ".join(n.message for n in result.notes if n.code == "NM009")
+    assert (
+        "`from_pretrained` keep their checkpoint's dtype" in notes
+        and "`from_config` the dtype its config" in notes
+    )
+    assert "parameters and new float tensors are bf16" not in notes  # the claim that was false
