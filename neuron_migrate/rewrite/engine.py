@@ -21,7 +21,13 @@ from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.core.source import syntax_error_message
 from neuron_migrate.rewrite.codemods import CODEMODS, manual_message
-from neuron_migrate.rewrite.codemods.base import PORTABLE, FileFacts, MigrationContext, Target
+from neuron_migrate.rewrite.codemods.base import (
+    PORTABLE,
+    Codemod,
+    FileFacts,
+    MigrationContext,
+    Target,
+)
 from neuron_migrate.rewrite.dispatch import Dispatcher
 from neuron_migrate.rewrite.imports import (
     add_from_imports,
@@ -92,16 +98,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
     table = ImportTable.from_ast(tree)
     facts = FileFacts(used=qualified_names_used(tree, table))
     old_names = table.names_under(OLD_STACK_PACKAGES)
-    # A star import, or a module named by a string (`import_module("...")`, a patch target), too.
-    gate = old_names or table.names_under((OPTIMUM_NEURON,)) or any(
-        m.split(".")[0] in OLD_STACK_PACKAGES or f"{m}.".startswith(f"{OPTIMUM_NEURON}.")
-        for m in modules_out_of_sight(tree, table)
-    )
-    selected = [
-        c
-        for c in CODEMODS
-        if options.enabled(c.code) and (gate or not c.needs_old_stack_import) and c.applies(facts, text)
-    ]
+    selected = _applicable(tree, text, table, facts, old_names, options)
     if not selected and not old_names:
         result.manual = manual_items(text)
         return result
@@ -144,24 +141,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
-        migrated = module.visit(dispatcher)
-        after = ast.parse(migrated.code)
-        if options.enabled("NM012"):
-            migrated = remove_dead_imports(migrated, ctx, tree, after, old_names)
-        # Only what the final code uses: a rewrite may ask for an import, then lose its statement.
-        used = used_names(after)
-        helpers = [source for name, source in ctx.helpers.items() if name in used]
-        for source in [*ctx.module_prologue, *helpers]:
-            used |= used_names(ast.parse(source))
-        requested = [*ctx.new_imports.items(), *ctx.more_imports]
-        # Only module-level imports bind names for module-level code and helpers.
-        existing = scopes.module_imports()
-        imports = [(m, a) for m, a in requested if (a or m.split(".")[0]) in used]
-        # `import a.b` adds nothing next to an `import a.b as c`: `a` is bound on its own.
-        loaded = {m for m, a in [*existing, *imports] if a is not None}
-        imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
-        if imports or helpers or ctx.module_prologue:
-            migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
+        migrated = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options)
         code = migrated.code + tail
         ast.parse(code)
     except SyntaxError as exc:
@@ -179,3 +159,48 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
     result.notes = ctx.notes
     result.manual = manual_items(code)
     return result
+
+
+def _applicable(
+    tree: ast.Module, text: str, table: ImportTable, facts: FileFacts, old_names: set[str], options: Options
+) -> list[type[Codemod]]:
+    """The codemods that can apply to this file: selected, and gated on an old-stack import."""
+    # A star import, or a module named by a string (`import_module("...")`, a patch target), too.
+    gate = old_names or table.names_under((OPTIMUM_NEURON,)) or any(
+        m.split(".")[0] in OLD_STACK_PACKAGES or f"{m}.".startswith(f"{OPTIMUM_NEURON}.")
+        for m in modules_out_of_sight(tree, table)
+    )
+    return [
+        c
+        for c in CODEMODS
+        if options.enabled(c.code) and (gate or not c.needs_old_stack_import) and c.applies(facts, text)
+    ]
+
+
+def _module_level(
+    migrated: cst.Module,
+    ctx: MigrationContext,
+    scopes: ScopeTable,
+    tree: ast.Module,
+    old_names: set[str],
+    options: Options,
+) -> cst.Module:
+    """Imports, helpers and set-up statements after the traversal: only what the final code uses
+    (a rewrite may ask for an import, then lose its statement)."""
+    after = ast.parse(migrated.code)
+    if options.enabled("NM012"):
+        migrated = remove_dead_imports(migrated, ctx, tree, after, old_names)
+    used = used_names(after)
+    helpers = [source for name, source in ctx.helpers.items() if name in used]
+    for source in [*ctx.module_prologue, *helpers]:
+        used |= used_names(ast.parse(source))
+    requested = [*ctx.new_imports.items(), *ctx.more_imports]
+    # Only module-level imports bind names for module-level code and helpers.
+    existing = scopes.module_imports()
+    imports = [(m, a) for m, a in requested if (a or m.split(".")[0]) in used]
+    # `import a.b` adds nothing next to an `import a.b as c`: `a` is bound on its own.
+    loaded = {m for m, a in [*existing, *imports] if a is not None}
+    imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
+    if imports or helpers or ctx.module_prologue:
+        migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
+    return migrated
