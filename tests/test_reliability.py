@@ -228,3 +228,16 @@ def test_empty_file_and_whitespace_only(tmp_path: Path) -> None:
     assert main(["rewrite", str(tmp_path), "-q"]) == 0
     assert (tmp_path / "empty.py").read_text() == ""
     assert (tmp_path / "blank.py").read_text() == "\n\n   \n"
+
+
+def test_a_todo_quoting_code_that_spans_lines_is_one_comment() -> None:
+    source = (
+        "import torch\nimport torch_neuronx\n\nmodel = torch.nn.Linear(2, 2)\nWORK = 'w'\n"
+        "traced = torch_neuronx.trace(\n    model,\n    torch.ones(1, 2),\n"
+        '    compiler_args=[\n        f"--temp-dir={WORK}",\n        "--auto-cast=none",\n    ],\n)\n'
+    )
+    result = rewrite_source(source, "multi.py", Options())
+    assert result.error is None
+    todo = next(line for line in result.migrated.splitlines() if "TODO(neuron-migrate NM023)" in line)
+    assert '`compiler_args=[ f"--temp-dir={WORK}", "--auto-cast=none", ]`' in todo
+    assert rewrite_source(result.migrated, "multi.py", Options()).migrated == result.migrated

@@ -13,9 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import soundness_gate as gate  # noqa: E402
-
 pytest.importorskip("pyflakes")
+
+import soundness_gate as gate  # noqa: E402
 
 ORIGINAL = """\
 import torch

@@ -27,7 +27,8 @@ _VALUE_HOLDERS = (cst.Assign, cst.AnnAssign, cst.Arg, cst.Return, cst.Expr, cst.
 
 
 def todo_line(code: str, message: str) -> cst.EmptyLine:
-    return cst.EmptyLine(comment=cst.Comment(f"# TODO(neuron-migrate {code}): {message}"))
+    # A message may quote code that spans lines (`compiler_args=[...]`): a comment is one line.
+    return cst.EmptyLine(comment=cst.Comment(f"# TODO(neuron-migrate {code}): {' '.join(message.split())}"))
 
 
 def add_todos(

@@ -15,6 +15,7 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     mark_named_module,
     mark_run_time_import,
     mark_star_import,
+    note_run_time_import,
 )
 
 NXD = "neuronx_distributed"
@@ -141,6 +142,9 @@ class NeuronxDistributed(Codemod):
         if any(code_of(alias.name) == "torch_neuron" for alias in updated_node.names):
             self.todo(INF1)
         return updated_node
+
+    def visit_Call(self, node: cst.Call) -> None:
+        note_run_time_import(self, node)
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> Any:
         mark_star_import(self, original_node, ROOTS)

@@ -17,6 +17,7 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     mark_named_module,
     mark_run_time_import,
     mark_star_import,
+    note_run_time_import,
     one_per_line,
     with_args,
 )
@@ -357,6 +358,9 @@ class NeuronxTrace(Codemod):
         else:
             self.changed("dropped `torchscript=`: transformers 5 removed it")
         return with_args(call, args)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        note_run_time_import(self, node)
 
     def leave_SimpleString(
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString

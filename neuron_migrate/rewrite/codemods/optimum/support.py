@@ -41,6 +41,7 @@ class FileState:
     top_from: set[str] | None = None  # modules the original file from-imports at top level
     top_bound: set[str] | None = None  # qualified names its top-level imports bind
     named: set[str] = field(default_factory=set)  # roots some string was reported for
+    imported_by_name: set[int] = field(default_factory=set)  # ids of `import_module("...")` strings
 
 
 def sequential_loading(ctx: MigrationContext) -> None:
@@ -532,14 +533,20 @@ def named_module(text: str, roots: tuple[str, ...], importing: bool) -> str | No
     return None
 
 
+def _leading_string(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The string a string expression starts with: `"a." + x` -> `"a."`."""
+    while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        node = node.left
+    return node
+
+
 def _leading_text(node: cst.BaseExpression) -> str | None:
+    node = _leading_string(node)
     if isinstance(node, cst.SimpleString):
         return string_value(node)
     if isinstance(node, cst.FormattedString) and node.parts:
         first = node.parts[0]
         return first.value if isinstance(first, cst.FormattedStringText) else None
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        return _leading_text(node.left)
     return None
 
 
@@ -554,13 +561,15 @@ def mark_named_module(
     if text is None:
         return
     module = named_module(text, roots, importing)
-    if module is None:
-        return
+    state = codemod.ctx.shared(FileState)
+    if module is None or (not importing and id(node) in state.imported_by_name):
+        return  # the import by name reports it, with its own message
     root = next(r for r in roots if module == r or module.startswith(r + "."))
-    reported = codemod.ctx.shared(FileState).named
-    if not importing and root in reported:
-        return  # one TODO stands for them all: tests patch dozens of targets
-    reported.add(root)
+    reported = state.named
+    if not importing:
+        if root in reported:
+            return  # one TODO stands for them all: tests patch dozens of targets
+        reported.add(root)
     hint = manual_message(module)[1]
     hint = hint.replace("{name}", module) if "{name}" in hint else f"`{module}`: {hint}"
     every = (
@@ -571,13 +580,26 @@ def mark_named_module(
     )
 
 
-def mark_run_time_import(codemod: Codemod, call: cst.Call, roots: tuple[str, ...]) -> None:
-    """`importlib.import_module("torch_neuronx")`, `__import__(...)`: TODO for an old-stack module."""
+def _run_time_import_argument(codemod: Codemod, call: cst.Call) -> cst.BaseExpression | None:
+    """The module-name argument of `importlib.import_module(...)` / `__import__(...)`."""
     name = codemod.qualify(call.func)
     if name is None and isinstance(call.func, cst.Name) and call.func.value == "__import__":
         name = "__import__"
-    if name in RUN_TIME_IMPORTS and call.args:
-        mark_named_module(codemod, call.args[0].value, roots, importing=True)
+    return call.args[0].value if name in RUN_TIME_IMPORTS and call.args else None
+
+
+def note_run_time_import(codemod: Codemod, call: cst.Call) -> None:
+    """Before its strings are left: the module name of an import by name is reported once, there."""
+    argument = _run_time_import_argument(codemod, call)
+    if argument is not None:
+        codemod.ctx.shared(FileState).imported_by_name.add(id(_leading_string(argument)))
+
+
+def mark_run_time_import(codemod: Codemod, call: cst.Call, roots: tuple[str, ...]) -> None:
+    """`importlib.import_module("torch_neuronx")`, `__import__(...)`: TODO for an old-stack module."""
+    argument = _run_time_import_argument(codemod, call)
+    if argument is not None:
+        mark_named_module(codemod, argument, roots, importing=True)
 
 
 def mark_star_import(codemod: Codemod, node: cst.ImportFrom, roots: tuple[str, ...]) -> None:

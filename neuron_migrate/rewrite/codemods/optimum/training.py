@@ -40,6 +40,7 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     name_loads,
     named_module,
     names_in,
+    note_run_time_import,
     sequential_loading,
     with_args,
 )
@@ -367,6 +368,9 @@ class OptimumTraining(RenamingCodemod):
         )
 
     # -- what this tool cannot see ------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        note_run_time_import(self, node)
+
     def leave_SimpleString(
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString
     ) -> cst.SimpleString:
