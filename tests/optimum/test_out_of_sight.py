@@ -144,3 +144,26 @@ def test_a_fallback_import_in_except_does_not_replace_the_migrated_one() -> None
 
     assert namespace["trainer_class"] is Trainer
     assert result.changes
+
+
+def test_repeated_string_references_get_one_todo_imports_by_name_each_their_own() -> None:
+    source = textwrap.dedent(
+        """
+        import importlib
+        from unittest import mock
+
+        @mock.patch("neuronx_distributed.parallel_layers.parallel_state.get_tensor_model_parallel_size")
+        @mock.patch("neuronx_distributed.parallel_layers.parallel_state.get_data_parallel_size")
+        def test_sizes(tp, dp):
+            layers = importlib.import_module("neuronx_distributed.parallel_layers")
+
+        @mock.patch("neuronx_distributed.trainer.checkpoint.save_checkpoint")
+        def test_save(save):
+            pass
+        """
+    )
+    result = rewrite_source(source, "test_nxd.py")
+    messages = [m.message for m in result.manual]
+    assert len(messages) == 2, messages
+    assert sum("stands for every string" in m for m in messages) == 1
+    assert any(m.startswith('`"neuronx_distributed.parallel_layers"`') for m in messages)

@@ -172,6 +172,7 @@ class NeuronxTrace(Codemod):
         # path expression -> the source model expression, and its `_place` where it was saved
         self._saved: dict[str, tuple[str, tuple[object, str]]] = {}
         self._tree: ast.AST | None = None
+        self._traced_anywhere: set[str | None] = set()
         self._known: tuple[set[str], set[tuple[object, str]]] = (set(), set())
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -179,6 +180,16 @@ class NeuronxTrace(Codemod):
             self._tree = ast.parse(self.ctx.source)
         except SyntaxError:
             self._tree = None
+        # Every name or attribute a traced graph is assigned to, wherever: what the rewrite
+        # cannot follow to its `save` still gets a TODO there.
+        self._traced_anywhere = {
+            ast_dotted_name(n.targets[0])
+            for n in ast.walk(self._tree or ast.Module(body=[], type_ignores=[]))
+            if isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.value, ast.Call)
+            and self.ctx.imports.resolve(n.value.func) in TRACE
+        } - {None}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         target = node.targets[0].target if len(node.targets) == 1 else None
@@ -324,9 +335,9 @@ class NeuronxTrace(Codemod):
     ) -> cst.BaseExpression:
         """`torch.jit.save(traced, path)` / `traced.save(path)`: save the weights instead."""
         traced = dotted_name(saved)
-        if traced is None or self._place(traced) not in self._traced:
+        if traced is None or traced not in self._traced_anywhere:
             return call
-        source = self._traced[self._place(traced)]
+        source = self._traced.get(self._place(traced))
         if source is None or self.ctx.binding_key(source.split(".")[0]) is None:
             self.todo(
                 f"`{traced}` is compiled natively, not a TorchScript graph that can be saved: save the weights of the module that was compiled (`torch.save(module.state_dict(), {code_of(path)})`)"

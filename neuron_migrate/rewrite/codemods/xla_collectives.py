@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     arg_value,
@@ -125,8 +126,9 @@ class XlaCollectives(Codemod):
     `print`: an `fd` or `local` key in them now fails there (say `file=`, or test the rank).
     `mesh_reduce` gathers on the CPU, as torch_xla did, and takes another name where the file
     already has a `mesh_reduce`. `rendezvous` payloads, `all_gather`, `reduce_scatter`,
-    `all_to_all`, `send`/`recv` and an `all_reduce` inside a larger expression get a TODO naming
-    the native call to use. `xm.all_reduce(op, tensors)` whose result is dropped reduced a list
+    `all_to_all`, `send`/`recv`, an `all_reduce` inside a larger expression and one whose
+    arguments still call the old stack (replica groups from neuronx_distributed, say) get a TODO
+    naming the native call to use. `xm.all_reduce(op, tensors)` whose result is dropped reduced a list
     in place: it becomes a loop over `tensors`, with a TODO to confirm it is a list. In a file
     that creates no process group, collectives run only once one exists (torch_xla skipped them
     in a single process) and a TODO says where ranks fall back to a single process.
@@ -378,6 +380,10 @@ class XlaCollectives(Codemod):
         reduce_type, inputs = arg_value(call, 0, "reduce_type"), arg_value(call, 1, "inputs")
         if reduce_type is None or inputs is None or has_star_args(call):
             return line
+        if any(self._names_old_stack(arg.value) for arg in call.args if arg is not reduce_type):
+            # What it still names of the old stack would land in statements of its own, where a
+            # TODO could not follow it: leave the call whole for a person.
+            return line
         plan = self._all_reduce_targets(small, inputs.value)
         if plan is None:
             return line
@@ -404,6 +410,12 @@ class XlaCollectives(Codemod):
         self.ctx.insert_before(*(stmt(source + "\n") for source in copies))
         self.ctx.insert_after(*(stmt(source + "\n") for source in reduce[1:]))
         return stmt(reduce[0] + "\n").with_changes(leading_lines=line.leading_lines)
+
+    def _names_old_stack(self, node: cst.CSTNode) -> bool:
+        """Does `node` still read an old-stack name (`parallel_state`, say) no codemod rewrote?"""
+        finder = _NamesFinder()
+        node.visit(finder)
+        return bool(finder.names & self.ctx.imports.names_under(OLD_STACK_PACKAGES))
 
     def _all_reduce_targets(
         self, small: cst.BaseSmallStatement, tensors: cst.BaseExpression
@@ -448,6 +460,14 @@ def _block(header: str, lines: list[str]) -> str:
     """`header` with `lines` (statements, maybe blocks themselves) indented under it."""
     body = "".join(f"    {line}\n" for statement in lines for line in statement.split("\n"))
     return f"{header}\n{body}".rstrip("\n")
+
+
+class _NamesFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
 
 
 def _literal_bool(node: cst.BaseExpression) -> bool | None:

@@ -29,7 +29,12 @@ SETTING = re.compile(r"""['"](?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)['"]\s*(?:\]\s*=[^=]
 TRUE_VALUES = frozenset({"1", "true", "True", "TRUE", "yes"})
 FALSE_VALUES = frozenset({"0", "false", "False", ""})
 # `XLA_USE_BF16=1 python train.py` in a command string: the child's precision.
-SWITCH_IN_COMMAND = re.compile(rf"\b({'|'.join(PRECISION)})=")
+# The value must be a shell word followed by more of the command, so that a message such as
+# `"XLA_USE_BF16=1: training in bf16"` is not taken for one.
+SWITCH_IN_COMMAND = re.compile(
+    rf"""(?<![\w-])({'|'.join(PRECISION)})=(?:'[^']*'|"[^"]*"|[\w.,/-]*)\s+[\w./$'"-]"""
+    rf"""|\bexport\s+({'|'.join(PRECISION)})=""",
+)
 
 REMOTE_TODO = (
     "this environment configures a remote job, not this program: its XLA variables are left for "
@@ -113,24 +118,10 @@ class XlaEnv(Codemod):
         self.precision = PrecisionPolicy(self)
         self.remote_todos: set[str] = set()  # TODO texts left on a remote job's environment
         self.answered: dict[int, cst.CSTNode] = {}  # readers already rewritten or given a TODO
-        self.depth = 0
-        self.torch_imported = False  # seen `import torch` yet, in source order
 
     def _key(self, node: cst.CSTNode) -> str | None:
         value = string_value(node)
         return value if value is not None and is_xla_variable(value, self.pytorch_xla) else None
-
-    # -- where we are ---------------------------------------------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.depth += 1
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
-        self.depth -= 1
-        return updated_node
-
-    def visit_Import(self, node: cst.Import) -> None:
-        if any(code_of(alias.name).split(".")[0] == "torch" for alias in node.names):
-            self.torch_imported = True
 
     def visit_Module(self, node: cst.Module) -> None:
         # Readers anywhere in the file follow a policy set anywhere in it: find it first.
@@ -153,8 +144,6 @@ class XlaEnv(Codemod):
             if block not in self.ctx.module_prologue:
                 self.ctx.module_prologue.append(block)
         else:  # conditional or inside a function: keep the condition, in place
-            if self.depth == 0 and not self.torch_imported:
-                self.ctx.insert_after(stmt("import torch\n"))
             self.ctx.comment(comment)
             self.ctx.insert_after(stmt(f"{line}\n"))
         self.precision.note_policy(variable)
@@ -345,7 +334,7 @@ class XlaEnv(Codemod):
             node = stack.pop()
             if isinstance(node, cst.SimpleString | cst.FormattedStringText):
                 for match in SWITCH_IN_COMMAND.finditer(node.value):
-                    self._child_precision(match.group(1))
+                    self._child_precision(match.group(1) or match.group(2))
             stack.extend(node.children)
 
     def _policy_test_todo(self, variable: str) -> None:
