@@ -172,7 +172,9 @@ class NeuronxTrace(Codemod):
         # path expression -> the source model expression, and its `_place` where it was saved
         self._saved: dict[str, tuple[str, tuple[object, str]]] = {}
         self._tree: ast.AST | None = None
-        self._traced_anywhere: set[str | None] = set()
+        # Every variable (scope, dotted name) a traced graph was assigned to, even where a `del`
+        # makes `_place` unsure: a `save` of one of them gets a TODO when it is not rewritten.
+        self._traced_anywhere: set[tuple[object, str]] = set()
         self._known: tuple[set[str], set[tuple[object, str]]] = (set(), set())
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -180,16 +182,6 @@ class NeuronxTrace(Codemod):
             self._tree = ast.parse(self.ctx.source)
         except SyntaxError:
             self._tree = None
-        # Every name or attribute a traced graph is assigned to, wherever: what the rewrite
-        # cannot follow to its `save` still gets a TODO there.
-        self._traced_anywhere = {
-            ast_dotted_name(n.targets[0])
-            for n in ast.walk(self._tree or ast.Module(body=[], type_ignores=[]))
-            if isinstance(n, ast.Assign)
-            and len(n.targets) == 1
-            and isinstance(n.value, ast.Call)
-            and self.ctx.imports.resolve(n.value.func) in TRACE
-        } - {None}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         target = node.targets[0].target if len(node.targets) == 1 else None
@@ -271,6 +263,10 @@ class NeuronxTrace(Codemod):
                 self.todo(LOAD_TODO)
         return updated_node
 
+    def _variable(self, dotted: str) -> tuple[object, str]:
+        """`dotted` with the scope that binds its first name, `del` or not."""
+        return (self.ctx.scope.lookup(dotted.split(".")[0]), dotted)
+
     def _place(self, dotted: str) -> tuple[object, str]:
         """`dotted` with the variable its first name is here (a new object where none is sure)."""
         return (self.ctx.binding_key(dotted.split(".")[0]) or object(), dotted)
@@ -335,7 +331,7 @@ class NeuronxTrace(Codemod):
     ) -> cst.BaseExpression:
         """`torch.jit.save(traced, path)` / `traced.save(path)`: save the weights instead."""
         traced = dotted_name(saved)
-        if traced is None or traced not in self._traced_anywhere:
+        if traced is None or self._variable(traced) not in self._traced_anywhere:
             return call
         source = self._traced.get(self._place(traced))
         if source is None or self.ctx.binding_key(source.split(".")[0]) is None:
@@ -433,6 +429,7 @@ class NeuronxTrace(Codemod):
             )
             return compiled
         self._traced[self._place(target)] = owner or module
+        self._traced_anywhere.add(self._variable(target))
         if inside:
             return compiled  # no warm-up: it would start the recursion the TODO describes
         self._warm_up(target, example.value)

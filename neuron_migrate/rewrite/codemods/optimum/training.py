@@ -540,6 +540,10 @@ class OptimumTraining(RenamingCodemod):
             return cst.parse_expression(f"{parsed.parallel_var}.{attr}")
         key = (self.ctx.binding_key(var.split(".")[0]), var)
         if key not in self._constructed:
+            if attr == "trn_config":  # only optimum-neuron arguments have one
+                self.todo(
+                    f"`{var}.trn_config`: `TrainingArguments` has no `trn_config`; pass `DistributedConfig(tp_size=..., pp_size=...)` with the model-parallel sizes `{var}` was built with (none: drop the argument)"
+                )
             return None
         kwargs = self._constructed[key]
         if kwargs is None or not self._simple(kwargs):
