@@ -1,7 +1,8 @@
 """Tiny local models, tokenizer and data for running the migrated optimum-neuron examples on CPU.
 
 Nothing is downloaded: the models are built from configs with a fixed seed and saved next to a
-word-level tokenizer made with the `tokenizers` library.
+word-level tokenizer made with the `tokenizers` library. Tensor-parallel runs go through
+`train_with_torchrun`, which lets accelerate accept them on CPU processes.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import re
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -177,3 +181,88 @@ def eager_compile(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(torch, "compile", compile_)
     monkeypatch.setattr(torch.nn.Module, "compile", module_compile)
+
+
+# -- tensor parallelism under torchrun on CPU ------------------------------------------------------
+
+CPU_TENSOR_PARALLEL = '''\
+"""Test-only: accelerate 1.15 refuses a tensor-parallel ParallelismConfig on CPU processes
+(MULTI_CPU); on Trainium the type is MULTI_NEURON and the stock class accepts it."""
+import accelerate
+from accelerate.utils import DistributedType
+
+
+class CpuParallelismConfig(accelerate.ParallelismConfig):
+    def _validate_accelerator(self, accelerator):
+        if (
+            accelerator.distributed_type == DistributedType.MULTI_CPU
+            and self.total_size == accelerator.num_processes
+        ):
+            return
+        return super()._validate_accelerator(accelerator)
+'''
+
+RUN_AND_REPORT = '''\
+"""Run a migrated training script; rank 0 prints each step's loss and the model's tp_size."""
+import os
+import runpy
+import sys
+
+import transformers
+
+from cpu_tensor_parallel import CpuParallelismConfig
+
+post_init = transformers.TrainingArguments.__post_init__
+
+
+def __post_init__(self):
+    post_init(self)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and self.parallelism_config is None:
+        self.parallelism_config = CpuParallelismConfig()
+
+
+train = transformers.Trainer.train
+
+
+def train_and_report(self, *args, **kwargs):
+    result = train(self, *args, **kwargs)
+    if int(os.environ.get("RANK", "0")) == 0:
+        for entry in self.state.log_history:
+            if "loss" in entry:
+                print(f"step {entry['step']} loss {entry['loss']:.7f}", flush=True)
+        print(f"tp_size {getattr(self.model, 'tp_size', None) or 1}", flush=True)
+    return result
+
+
+transformers.TrainingArguments.__post_init__ = __post_init__
+transformers.Trainer.train = train_and_report
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def train_with_torchrun(script: Path, processes: int, *args: str) -> tuple[list[float], int, str]:
+    """Run a migrated training script (under torchrun when `processes` > 1, gloo on CPU):
+    rank 0's per-step losses, the trained model's `tp_size`, and the output."""
+    directory = script.parent
+    (directory / "cpu_tensor_parallel.py").write_text(CPU_TENSOR_PARALLEL)
+    (directory / "run_and_report.py").write_text(RUN_AND_REPORT)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(directory), str(ROOT)]),
+        OMP_NUM_THREADS="1",
+        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+    )
+    launcher = (
+        ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+        if processes > 1
+        else []
+    )
+    command = [sys.executable, *launcher, str(directory / "run_and_report.py"), str(script), *args]
+    proc = subprocess.run(
+        command, cwd=directory, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    losses = [float(v) for v in re.findall(r"^step \d+ loss ([0-9.]+)$", proc.stdout, re.M)]
+    tp_size = int(re.search(r"^tp_size (\d+)$", proc.stdout, re.M).group(1))  # type: ignore[union-attr]
+    return losses, tp_size, proc.stdout

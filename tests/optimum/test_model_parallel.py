@@ -10,17 +10,13 @@ or one this tool cannot see, must reach that `from_pretrained` or leave a TODO a
 from __future__ import annotations
 
 import ast
-import os
-import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from neuron_migrate.rewrite.engine import rewrite_source
-from tests.optimum.conftest import ROOT
+from tests.optimum.conftest import ROOT, train_with_torchrun
 
 FIXTURES = ROOT / "tests" / "fixtures" / "rewrite" / "optimum_training"
 TODO = "# TODO(neuron-migrate NM02"
@@ -227,83 +223,6 @@ def test_inference_sizes_reach_the_load_or_leave_a_todo(call: str, reaches: bool
 
 # -- the migrated fixture trains, sharded, under torchrun ----------------------------------------
 
-CPU_TENSOR_PARALLEL = '''\
-"""Test-only: accelerate 1.15 refuses a tensor-parallel ParallelismConfig on CPU processes
-(MULTI_CPU); on Trainium the type is MULTI_NEURON and the stock class accepts it."""
-import accelerate
-from accelerate.utils import DistributedType
-
-
-class CpuParallelismConfig(accelerate.ParallelismConfig):
-    def _validate_accelerator(self, accelerator):
-        if (
-            accelerator.distributed_type == DistributedType.MULTI_CPU
-            and self.total_size == accelerator.num_processes
-        ):
-            return
-        return super()._validate_accelerator(accelerator)
-'''
-
-RUN_AND_REPORT = '''\
-"""Run a migrated training script; rank 0 prints each step's loss and the model's tp_size."""
-import os
-import runpy
-import sys
-
-import transformers
-
-from cpu_tensor_parallel import CpuParallelismConfig
-
-post_init = transformers.TrainingArguments.__post_init__
-
-
-def __post_init__(self):
-    post_init(self)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and self.parallelism_config is None:
-        self.parallelism_config = CpuParallelismConfig()
-
-
-train = transformers.Trainer.train
-
-
-def train_and_report(self, *args, **kwargs):
-    result = train(self, *args, **kwargs)
-    if int(os.environ.get("RANK", "0")) == 0:
-        for entry in self.state.log_history:
-            if "loss" in entry:
-                print(f"step {entry['step']} loss {entry['loss']:.7f}", flush=True)
-        print(f"tp_size {getattr(self.model, 'tp_size', None) or 1}", flush=True)
-    return result
-
-
-transformers.TrainingArguments.__post_init__ = __post_init__
-transformers.Trainer.train = train_and_report
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
-
-
-def _train(directory: Path, script: Path, processes: int, *args: str) -> tuple[list[float], int]:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(directory), str(ROOT)]),
-        OMP_NUM_THREADS="1",
-        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
-    )
-    launcher = (
-        ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-        if processes > 1
-        else []
-    )
-    command = [sys.executable, *launcher, str(directory / "run_and_report.py"), str(script), *args]
-    proc = subprocess.run(
-        command, cwd=directory, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    losses = [float(v) for v in re.findall(r"^step \d+ loss ([0-9.]+)$", proc.stdout, re.M)]
-    tp_size = int(re.search(r"^tp_size (\d+)$", proc.stdout, re.M).group(1))  # type: ignore[union-attr]
-    return losses, tp_size
-
 
 @pytest.mark.slow
 def test_tensor_parallel_training_is_sharded_and_matches_one_process(
@@ -316,14 +235,12 @@ def test_tensor_parallel_training_is_sharded_and_matches_one_process(
     assert result.error is None and TODO not in result.migrated
     script = tmp_path / "train.py"
     script.write_text(result.migrated)
-    (tmp_path / "cpu_tensor_parallel.py").write_text(CPU_TENSOR_PARALLEL)
-    (tmp_path / "run_and_report.py").write_text(RUN_AND_REPORT)
     common = ["--model_dir", str(tiny_llama), "--data", str(sentences)]
-    single, single_tp = _train(
-        tmp_path, script, 1, *common, "--output_dir", "tp1", "--tensor_parallel_size", "1"
+    single, single_tp, _ = train_with_torchrun(
+        script, 1, *common, "--output_dir", "tp1", "--tensor_parallel_size", "1"
     )
-    sharded, sharded_tp = _train(
-        tmp_path, script, 2, *common, "--output_dir", "tp2", "--tensor_parallel_size", "2"
+    sharded, sharded_tp, _ = train_with_torchrun(
+        script, 2, *common, "--output_dir", "tp2", "--tensor_parallel_size", "2"
     )
     assert (single_tp, sharded_tp) == (1, 2)
     assert len(single) == len(sharded) == 3
