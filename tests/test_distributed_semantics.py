@@ -395,6 +395,84 @@ def test_xla_process_group_inits_become_native_inits_that_start(tmp_path: Path) 
     assert results(tmp_path, "device") == results(tmp_path, "pjrt") == {0: expected, 1: expected}
 
 
+# -- 1, 4: DDP and the process group only on some runs; the other runs still average ------------
+
+XLA_SOMETIMES_DDP = '''\
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.runtime as xr
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+USE_DDP = False
+
+
+def _mp_fn(index):
+    if USE_DDP:
+        dist.init_process_group("xla", init_method="xla://")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    if USE_DDP:
+        model = DDP(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    torch.manual_seed(100 + xr.global_ordinal())
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    ((model(x) - y) ** 2).mean().backward()
+    if USE_DDP:
+        optimizer.step()
+    else:
+        xm.optimizer_step(optimizer)
+    name = f"{'ddp' if USE_DDP else 'plain'}.rank{xr.global_ordinal()}.json"
+    with open(os.path.join(os.environ["RESULTS"], name), "w") as f:
+        json.dump({"world": xr.world_size(), "params": [p.tolist() for p in model.parameters()]}, f)
+
+
+if __name__ == "__main__":
+    torch_xla.launch(_mp_fn)
+'''
+
+
+def _averaged_step() -> list:
+    """One SGD step on the mean of both ranks' gradients, computed in one process."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    grads = []
+    for rank in (0, 1):
+        model.zero_grad()
+        torch.manual_seed(100 + rank)
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        ((model(x) - y) ** 2).mean().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    with torch.no_grad():
+        for p, g0, g1 in zip(model.parameters(), *grads, strict=True):
+            p -= 0.5 * (g0 + g1) / 2
+    return [p.tolist() for p in model.parameters()]
+
+
+@pytest.mark.slow
+def test_a_run_without_ddp_still_averages_and_has_a_process_group(tmp_path: Path) -> None:
+    plain = migrate(XLA_SOMETIMES_DDP, "plain.py")
+    assert "average_gradients(optimizer)" in plain  # DDP wraps the model on some runs only
+    # The launch makes it for every run; the file's own call must not make it twice.
+    assert "if not dist.is_initialized():\n            dist.init_process_group()" in plain
+    (tmp_path / "plain.py").write_text(plain)
+    (tmp_path / "ddp.py").write_text(plain.replace("USE_DDP = False", "USE_DDP = True"))
+    torchrun(tmp_path, [tmp_path / "plain.py", tmp_path / "ddp.py"])
+    expected = _averaged_step()
+    for label in ("plain", "ddp"):
+        found = results(tmp_path, label)
+        assert sorted(found) == [0, 1]
+        for rank in (0, 1):
+            assert found[rank]["world"] == 2
+            assert _close(found[rank]["params"], expected), (label, rank, found[rank]["params"], expected)
+
+
 # -- 5: a notebook's spawn runs in the kernel ---------------------------------------------------
 
 NOTEBOOK_CELLS = [

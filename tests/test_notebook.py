@@ -152,11 +152,24 @@ def test_bad_notebooks_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     assert path.read_text() == raw
 
 
-def test_syntax_error_is_located_in_its_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_cell_that_is_not_python_is_left_and_named_while_the_others_migrate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = "x = (1,\ndef f(:"
+    rst = ".. contents:: Table of contents\n    :local:"
     path = tmp_path / "nb.ipynb"
-    path.write_text(nbformat.writes(build([("code", "import torch_xla"), ("code", "x = (1,\ndef f(:")])))
-    assert main(["rewrite", str(path)]) == 2
-    assert f"{path}:cell 2:" in capsys.readouterr().err
+    path.write_text(
+        nbformat.writes(
+            build([("code", "import torch_xla.core.xla_model as xm"), ("code", broken), ("code", rst), ("code", "xm.mark_step()")])
+        )
+    )
+    assert main(["rewrite", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {path}: NM090 cell 2 is not Python (2:1: invalid syntax): left as it is, not migrated" in err
+    assert f"note: {path}: NM090 cell 3 is not Python (1:1: invalid syntax)" in err
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    assert cells[1:3] == [broken, rst]
+    assert "xm" not in cells[0] + cells[3]
 
 
 def test_other_languages_are_skipped(tmp_path: Path) -> None:

@@ -241,3 +241,22 @@ def test_a_todo_quoting_code_that_spans_lines_is_one_comment() -> None:
     todo = next(line for line in result.migrated.splitlines() if "TODO(neuron-migrate NM023)" in line)
     assert '`compiler_args=[ f"--temp-dir={WORK}", "--auto-cast=none", ]`' in todo
     assert rewrite_source(result.migrated, "multi.py", Options()).migrated == result.migrated
+
+
+def test_a_guarded_print_carries_the_todos_of_what_it_prints_once() -> None:
+    """`xm.master_print(...)` becomes `if rank == 0: print(...)`: what is left inside the print
+    is marked on the print, where a second run would look, and nothing moves on that run."""
+    source = (
+        "import os\nimport torch_xla.core.xla_model as xm\n\n"
+        "def report(device):\n"
+        "    xm.master_print(f\"seed {xm.get_rng_state(device=device)}\")\n"
+        "    xm.master_print(f\"IR debug: {os.getenv('XLA_IR_DEBUG')}\")\n"
+    )
+    first = rewrite_source(source, "guarded.py", Options())
+    lines = first.migrated.splitlines()
+    for needle, code in (("xm.get_rng_state", "NM013"), ("XLA_IR_DEBUG')", "NM009")):
+        at = next(i for i, line in enumerate(lines) if needle in line and "TODO" not in line)
+        assert lines[at].lstrip().startswith("print(")
+        assert f"TODO(neuron-migrate {code})" in lines[at - 1]
+        assert lines[at - 2].lstrip().startswith("if ")
+    assert rewrite_source(first.migrated, "guarded.py", Options()).migrated == first.migrated

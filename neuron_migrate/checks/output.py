@@ -17,6 +17,7 @@ from neuron_migrate import __version__
 from neuron_migrate.checks.model import Diagnostic, FileReport
 from neuron_migrate.checks.rules import by_code
 from neuron_migrate.checks.rules.base import DOCS_URL
+from neuron_migrate.core.wording import plural
 
 FORMATS = ("text", "json", "sarif", "github")
 SARIF_SCHEMA = (
@@ -191,15 +192,13 @@ def summary(reports: Sequence[FileReport], *, fixing: bool, diff: bool) -> str:
     unsafe = sum(1 for r in reports for d in r.diagnostics if d.fix is not None and not d.fix.safe)
     errors = sum(1 for r in reports if r.error)
     files = len(reports)
-    plural = "s" if files != 1 else ""
     if diff:
         changed = sum(1 for r in reports if r.changed)
-        head = f"Would fix {fixed} finding{'s' if fixed != 1 else ''} in {changed} file{'s' if changed != 1 else ''} ({files} checked)."
+        head = f"Would fix {plural(fixed, 'finding')} in {plural(changed, 'file')} ({files} checked)."
     elif remaining == 0 and fixed == 0:
-        head = f"All checks passed ({files} file{plural} checked)."
+        head = f"All checks passed ({plural(files, 'file')} checked)."
     else:
-        total = remaining + fixed
-        head = f"Found {total} finding{'s' if total != 1 else ''} in {files} file{plural}"
+        head = f"Found {plural(remaining + fixed, 'finding')} in {plural(files, 'file')}"
         head += f" ({fixed} fixed, {remaining} remaining)." if fixing else "."
     lines = [head]
     if not diff and not fixing and safe:

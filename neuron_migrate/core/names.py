@@ -120,6 +120,33 @@ def qualified_names_used(tree: ast.AST, table: ImportTable) -> set[str]:
     return used
 
 
+# Nodes under which a call may not run: a branch, a handler, a short-circuit, a loop body.
+_CONDITIONAL = (
+    ast.If, ast.IfExp, ast.Match, ast.ExceptHandler, ast.BoolOp, ast.While, ast.For, ast.AsyncFor,
+    ast.comprehension, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+)
+
+
+def unconditional_calls(tree: ast.AST, table: ImportTable) -> set[str]:
+    """Qualified names called at least once where the enclosing function (or the module), once
+    running, surely makes the call: not under an `if`, a loop, a handler or a short-circuit."""
+    called: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _CONDITIONAL):
+                continue
+            if isinstance(child, ast.Call):
+                dotted = ast_dotted_name(child.func)
+                resolved = table.resolve_dotted(dotted) if dotted else None
+                if resolved:
+                    called.add(resolved)
+            walk(child)
+
+    walk(tree)
+    return called
+
+
 # Calls that import a module named by a string at run time.
 RUN_TIME_IMPORTS = ("importlib.import_module", "__import__")
 

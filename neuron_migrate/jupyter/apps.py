@@ -14,6 +14,7 @@ from pathlib import Path
 import ipywidgets as widgets
 
 from neuron_migrate.core.files import SourceError, discover
+from neuron_migrate.core.wording import plural
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.check import CheckReport, check_cells, check_script, notebook_cells
 from neuron_migrate.jupyter.migration import Migration, apply, migrate_path, notebook_code_cells
@@ -164,7 +165,7 @@ class MigrationApp(widgets.VBox):
             manual = [m for m in migration.manual if m.cell == index + 1]
             cell = Migration(f"cell {index + 1}", old, new, "cell", manual=manual)
             state = "changed" if cell.changed else "unchanged"
-            todo = f", {render.plural(len(manual), 'manual item')} to review" if manual else ""
+            todo = f", {plural(len(manual), 'manual item')} to review" if manual else ""
             self.headline.value = _headline(
                 migration, f"{migration.label}, cell {index + 1}: {state}{todo}"
             )
@@ -209,9 +210,9 @@ class MigrationApp(widgets.VBox):
             del self._cache[key]
         self._fill_files()
         self._file_changed()
-        what = render.plural(len(migration.changes), "change")
+        what = plural(len(migration.changes), "change")
         todo = (
-            f"; {render.plural(len(migration.manual), 'TODO comment')} to review"
+            f"; {plural(len(migration.manual), 'TODO comment')} to review"
             if migration.manual
             else ""
         )

@@ -21,6 +21,7 @@ from neuron_migrate.checks.command import options_for
 from neuron_migrate.checks.notebooks import check_notebook as check_notebook_text
 from neuron_migrate.core import config as configuration
 from neuron_migrate.core.notebook_cells import cell_magic, writes_python_file
+from neuron_migrate.core.wording import plural
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.migration import notebook_code_cells
 
@@ -74,9 +75,9 @@ class CheckReport:
         what = self.source or "the cells run in this session"
         if self.errors:
             return f"{what}: not checked ({self.errors[0]})"
-        found = render.plural(len(self.findings), "finding") if self.findings else "no findings"
+        found = plural(len(self.findings), "finding") if self.findings else "no findings"
         fixable = sum(f.fixable for f in self.findings)
-        extra = [render.plural(self.cells, "code cell")] if self.cells else []
+        extra = [plural(self.cells, "code cell")] if self.cells else []
         if fixable:
             extra.append(f"{fixable} with a safe fix ([*])")
         return f"{what}: {found}" + (f" ({', '.join(extra)})" if extra else "")

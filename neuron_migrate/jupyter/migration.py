@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_migrate.core.files import SourceError, read_source, write_back
+from neuron_migrate.core.wording import plural
 from neuron_migrate.jupyter import render
 from neuron_migrate.rewrite.codemods.base import TARGETS
 from neuron_migrate.rewrite.engine import Options, rewrite_source
@@ -50,13 +51,13 @@ class Migration:
         if not self.changed and not self.manual:
             return f"{self.label}: nothing to migrate"
         # Import tidying is not listed as a change of its own.
-        parts = [render.plural(len(self.changes), "change") if self.changes else "imports updated"]
+        parts = [plural(len(self.changes), "change") if self.changes else "imports updated"]
         if self.kind == "notebook":
-            parts[0] += f" in {render.plural(len(self.cells), 'cell')}"
+            parts[0] += f" in {plural(len(self.cells), 'cell')}"
         if self.manual:
-            parts.append(f"{render.plural(len(self.manual), 'manual item')} to review")
+            parts.append(f"{plural(len(self.manual), 'manual item')} to review")
         if self.notes:
-            parts.append(render.plural(len(self.notes), "note"))
+            parts.append(plural(len(self.notes), "note"))
         return f"{self.label}: {', '.join(parts)}"
 
     def pairs(self) -> list[tuple[str, str, str]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuron_migrate.core import source
+from neuron_migrate.core.wording import plural
 from neuron_migrate.rewrite.results import Change, ManualItem, Note
 
 # Backgrounds with transparency, so that they tint whatever theme they sit on.
@@ -49,10 +50,6 @@ def badge(text: str, tone: str) -> str:
         f"border-radius: 10px; border: 1px solid {colour}; color: {colour}; font-weight: 600; "
         f'font-size: 12px;">{escape(text)}</span>'
     )
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 # -- diffs ---------------------------------------------------------------------------------------

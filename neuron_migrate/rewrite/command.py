@@ -28,6 +28,7 @@ from neuron_migrate.core.files import (
     write_back,
 )
 from neuron_migrate.core.jobs import run_jobs
+from neuron_migrate.core.wording import plural
 from neuron_migrate.rewrite.report import as_json, as_markdown, manual_lines, summary, unified_diff
 from neuron_migrate.rewrite.results import FileResult
 
@@ -238,7 +239,7 @@ def _finish(results: list[FileResult], args: argparse.Namespace, mode: str) -> i
             print(f"Would migrate {result.path}", file=out)
         elif not args.quiet and result.changed:
             verb = "Migrated" if mode in ("write", "output") else "Would migrate"
-            print(f"{verb} {result.path} ({len(result.changes)} changes)", file=err)
+            print(f"{verb} {result.path} ({plural(len(result.changes), 'change')})", file=err)
         for line in manual_lines(result):
             print(line, file=err)
     if not args.quiet:

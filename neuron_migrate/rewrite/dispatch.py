@@ -117,6 +117,19 @@ class _LeftoverFinder(StatementHeaderVisitor):
 _SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
+def _wrapped_line(node: Any) -> Any:
+    """The one simple line a rewrite wrapped in a guard (`if rank == 0: print(...)`), or `node`."""
+    if (
+        isinstance(node, cst.If)
+        and node.orelse is None
+        and isinstance(node.body, cst.IndentedBlock)
+        and len(node.body.body) == 1
+        and isinstance(node.body.body[0], cst.SimpleStatementLine)
+    ):
+        return node.body.body[0]
+    return node
+
+
 class ScopeMismatch(Exception):
     """The LibCST tree and the `ast` scope table disagree: no rewrite may rely on either."""
 
@@ -241,7 +254,11 @@ class Dispatcher(cst.CSTTransformer):
         if isinstance(result, cst.SimpleStatementLine | cst.SimpleStatementSuite):
             result = self._sweep_small(result)
         if isinstance(original_node, _STATEMENT_TYPES):
-            result = self._finish_statement(result, elif_clause=id(original_node) in self._elifs)
+            result = self._finish_statement(
+                result,
+                elif_clause=id(original_node) in self._elifs,
+                wrapped=isinstance(original_node, cst.SimpleStatementLine),
+            )
         if isinstance(result, cst.Module):
             result = self.add_imports(result)
         if isinstance(result, cst.Module | cst.IndentedBlock):
@@ -261,7 +278,10 @@ class Dispatcher(cst.CSTTransformer):
         return node
 
     # -- statements -----------------------------------------------------------------------------
-    def _finish_statement(self, result: Any, elif_clause: bool = False) -> Any:
+    def _finish_statement(self, result: Any, elif_clause: bool = False, wrapped: bool = False) -> Any:
+        """`wrapped`: the statement was a simple line, so a compound statement in its place (`if
+        rank == 0: print(...)` for a `master_print`) holds it in its body: leftovers are looked for
+        there, and its TODOs go on the line they are about, where a second run would put them."""
         frame = self.ctx.frames.pop()
         if not elif_clause and emptied_if(result, self.ctx.placeholders):
             # Its test only guarded what was removed (a metrics print on rank 0, say).
@@ -270,7 +290,7 @@ class Dispatcher(cst.CSTTransformer):
                 frame.todos.clear()  # they were about its test, which went with it
         saw_old = self._saw_old_name.pop()
         if saw_old and isinstance(result, _STATEMENT_TYPES) and id(result) not in self.ctx.removed:
-            self._mark_leftovers(result, frame)
+            self._mark_leftovers(_wrapped_line(result) if wrapped else result, frame)
         nodes: list[Any]
         if isinstance(result, cst.FlattenSentinel):
             nodes = list(result.nodes)
@@ -299,7 +319,10 @@ class Dispatcher(cst.CSTTransformer):
                     leading_lines=[*leading, *getattr(nodes[0], "leading_lines", ())]
                 )
         if frame.todos or frame.comments:
-            if nodes:
+            if nodes and wrapped and len(nodes) == 1 and _wrapped_line(nodes[0]) is not nodes[0]:
+                inner = _wrapped_line(nodes[0])
+                nodes[0] = nodes[0].deep_replace(inner, add_todos(inner, frame.todos, frame.comments))
+            elif nodes:
                 was_removed = id(nodes[0]) in self.ctx.removed
                 nodes[0] = add_todos(nodes[0], frame.todos, frame.comments)
                 if was_removed:

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 import libcst as cst
 
 from neuron_migrate.core import selection
-from neuron_migrate.core.names import ImportTable, modules_out_of_sight, qualified_names_used
+from neuron_migrate.core.names import (
+    ImportTable,
+    modules_out_of_sight,
+    qualified_names_used,
+    unconditional_calls,
+)
 from neuron_migrate.core.oldstack import OPTIMUM_NEURON
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
 from neuron_migrate.core.scopes import ScopeTable
@@ -36,6 +41,7 @@ from neuron_migrate.rewrite.imports import (
     used_names,
 )
 from neuron_migrate.rewrite.results import FileResult, ManualItem
+from neuron_migrate.rewrite.suites import expand_old_stack_suites
 
 # A file that contains none of these cannot need a migration.
 PREFILTER = re.compile(
@@ -96,7 +102,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         return result
 
     table = ImportTable.from_ast(tree)
-    facts = FileFacts(used=qualified_names_used(tree, table))
+    facts = FileFacts(used=qualified_names_used(tree, table), always_called=unconditional_calls(tree, table))
     old_names = table.names_under(OLD_STACK_PACKAGES)
     selected = _applicable(tree, text, table, facts, old_names, options)
     if not selected and not old_names:
@@ -117,6 +123,14 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     if module.code != body:
         result.error = f"{path}:1:1: cannot be migrated without changing untouched lines (LibCST round trip); file left unchanged"
+        return result
+    expanded = expand_old_stack_suites(module, old_names)
+    if expanded.code != body:
+        # Migrate the file as if those bodies had been written on their own lines.
+        result = rewrite_source(expanded.code + tail, path, options)
+        result.original = text
+        if result.error:
+            result.migrated = text
         return result
 
     try:

@@ -11,10 +11,12 @@ escaping, ids, outputs and metadata stay as they were).
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import re
 import secrets
+import warnings
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]
 
@@ -27,6 +29,7 @@ from neuron_migrate.core.notebook_cells import (
     mask,
     writes_python_file,
 )
+from neuron_migrate.core.oldstack import LEFTOVER_CODE
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.results import Change, FileResult, ManualItem, Note
 from neuron_migrate.rewrite.shell import rewrite_shell_command
@@ -206,7 +209,14 @@ def _migrate_cells(
             continue
         magic = cell_magic(cell.source)
         if magic is None or magic[0] in PYTHON_CELL_MAGICS:
-            joined.append((cell, mask(cell.source, placeholder)))
+            masked = mask(cell.source, placeholder)
+            problem = _not_python(masked.text)
+            if problem is None:
+                joined.append((cell, masked))
+            else:  # a broken cell, or one that holds another language: the others still migrate
+                result.notes.append(
+                    Note(LEFTOVER_CODE, f"cell {cell.index + 1} is not Python ({problem}): left as it is, not migrated")
+                )
         elif writes_python_file(cell.source):
             _writefile_cell(cell, path, options, result, new_sources)
     if joined and not _migrate_joined(
@@ -214,6 +224,19 @@ def _migrate_cells(
     ):
         return None
     return new_sources
+
+
+def _not_python(text: str) -> str | None:
+    """Why a masked cell does not parse as Python (`line:col: message`), or None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            ast.parse(text)
+    except SyntaxError as exc:
+        return f"{exc.lineno or 1}:{exc.offset or 1}: {exc.msg}"
+    except ValueError as exc:  # a null byte
+        return str(exc)
+    return None
 
 
 def _migrate_joined(

@@ -11,6 +11,7 @@ from typing import Any
 from neuron_migrate import __version__
 from neuron_migrate.core import oldstack
 from neuron_migrate.core.source import file_diff
+from neuron_migrate.core.wording import plural
 from neuron_migrate.rewrite.results import FileResult, ManualItem
 
 RULES_URL = "docs/rules.md#{code}"  # in the neuron-migrate repository
@@ -63,11 +64,11 @@ def summary(results: Sequence[FileResult], *, applied: bool) -> str:
     manual = sum(len(r.manual) for r in results)
     edits = sum(len(r.changes) for r in results)
     verb = "Migrated" if applied else "Would migrate"
-    parts = [f"{verb} {len(changed)} of {len(results)} file{'s' if len(results) != 1 else ''} ({edits} change{'s' if edits != 1 else ''})"]
+    parts = [f"{verb} {len(changed)} of {plural(len(results), 'file')} ({plural(edits, 'change')})"]
     if manual:
-        parts.append(f"{manual} manual item{'s' if manual != 1 else ''} to review (TODO(neuron-migrate ...) comments)")
+        parts.append(f"{plural(manual, 'manual item')} to review (TODO(neuron-migrate ...) comments)")
     if errors:
-        parts.append(f"{len(errors)} error{'s' if len(errors) != 1 else ''}")
+        parts.append(plural(len(errors), "error"))
     return "; ".join(parts) + "."
 
 

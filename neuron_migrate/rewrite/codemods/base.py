@@ -165,11 +165,23 @@ NEURON = Target("neuron")
 TARGETS = {"portable": PORTABLE, "neuron": NEURON}
 
 
+# Wrappers whose backward pass averages the gradients across processes.
+GRADIENT_SYNCING_WRAPPERS = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.distributed.fsdp",
+    "torch.distributed._composable.fsdp",
+    "torch_xla.distributed.fsdp",
+)
+
+
 @dataclass
 class FileFacts:
     """File-wide facts some rewrites depend on, computed once before rewriting."""
 
     used: set[str] = field(default_factory=set)  # qualified names the file refers to
+    # Qualified names some function (or the module) surely calls once it runs: no branch decides.
+    always_called: set[str] = field(default_factory=set)
 
     def uses(self, *prefixes: str) -> bool:
         return any(
@@ -194,13 +206,13 @@ class FileFacts:
 
     @property
     def syncs_gradients(self) -> bool:
-        """Gradients are already averaged by a wrapper, so no explicit all-reduce is needed."""
-        return self.uses(
-            "torch.nn.parallel.DistributedDataParallel",
-            "torch.nn.parallel.distributed.DistributedDataParallel",
-            "torch.distributed.fsdp",
-            "torch.distributed._composable.fsdp",
-            "torch_xla.distributed.fsdp",
+        """Gradients are already averaged by a wrapper, so no explicit all-reduce is needed: the
+        model is wrapped where no branch decides it (`if args.ddp: model = DDP(model)` leaves
+        the other branch's steps to average by themselves)."""
+        return any(
+            name == prefix or name.startswith(prefix + ".")
+            for prefix in GRADIENT_SYNCING_WRAPPERS
+            for name in self.always_called
         )
 
 

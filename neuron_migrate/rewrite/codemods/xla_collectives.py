@@ -12,6 +12,7 @@ from neuron_migrate.rewrite.codemods.base import (
     arg_value,
     code_of,
     expr,
+    fix_trailing_comma,
     has_star_args,
     stmt,
     string_value,
@@ -276,6 +277,28 @@ class XlaCollectives(Codemod):
             return f"{self.ctx.dist()}.ReduceOp.{REDUCE_LITERALS[literal]}"
         return code_of(node)
 
+    def leave_UnaryOperation(
+        self, original_node: cst.UnaryOperation, updated_node: cst.UnaryOperation
+    ) -> cst.BaseExpression:
+        """`not xm.is_master_ordinal()` -> `rank != 0`, not `not (rank == 0)`."""
+        test = updated_node.expression
+        if not (
+            isinstance(updated_node.operator, cst.Not)
+            and self.called(original_node.expression, *IS_MASTER)
+            and isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)
+        ):
+            return updated_node
+        equal = test.comparisons[0]
+        assert isinstance(equal.operator, cst.Equal)
+        unequal = cst.NotEqual(
+            whitespace_before=equal.operator.whitespace_before, whitespace_after=equal.operator.whitespace_after
+        )
+        return test.with_changes(
+            comparisons=[equal.with_changes(operator=unequal)], lpar=updated_node.lpar, rpar=updated_node.rpar
+        )
+
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         if id(original_node) in self._xla_arguments:
             return updated_node
@@ -311,30 +334,31 @@ class XlaCollectives(Codemod):
             return self._all_reduce(updated_node, small, call)
         return updated_node
 
-    def _guarded(self, line: cst.SimpleStatementLine, condition: str, body: str) -> cst.BaseStatement:
-        new = stmt(f"if {condition}:\n    {body}\n")
-        comment = line.trailing_whitespace
-        if isinstance(new, cst.If) and isinstance(new.body, cst.IndentedBlock) and comment.comment is not None:
-            inner = new.body.body[0]
-            assert isinstance(inner, cst.SimpleStatementLine)
-            new = new.with_changes(body=new.body.with_changes(body=[inner.with_changes(trailing_whitespace=comment)]))
-        return new.with_changes(leading_lines=line.leading_lines)
+    def _guarded(
+        self, line: cst.SimpleStatementLine, condition: str, body: str | cst.BaseExpression
+    ) -> cst.BaseStatement:
+        """`if condition:` over `body`, which keeps the line's comment (and, given as a node, the
+        layout of a call spread over lines: its continuation lines follow the new indentation)."""
+        value = expr(body) if isinstance(body, str) else body
+        inner = cst.SimpleStatementLine(body=[cst.Expr(value)], trailing_whitespace=line.trailing_whitespace)
+        return cst.If(
+            test=expr(condition), body=cst.IndentedBlock(body=[inner]), leading_lines=line.leading_lines
+        )
 
     def _master_print(self, line: cst.SimpleStatementLine, call: cst.Call, early: bool) -> Any:
         local = arg_value(call, None, "local")
         if local is not None and code_of(local.value) not in ("True", "False"):
             return line
         is_local = local is not None and code_of(local.value) == "True"
-        parts = []
+        args = []  # `**kwargs` goes on to `print`
         for arg in call.args:
-            if arg.keyword is None:
-                parts.append(arg.star + code_of(arg.value))  # `**kwargs` goes on to `print`
-            elif arg.keyword.value == "fd":
-                parts.append(f"file={code_of(arg.value)}")
-            elif arg.keyword.value != "local":
-                parts.append(f"{arg.keyword.value}={code_of(arg.value)}")
+            if arg.keyword is not None and arg.keyword.value == "fd":
+                arg = arg.with_changes(keyword=cst.Name("file"))
+            if arg is not local:
+                args.append(arg)
+        printed = call.with_changes(func=cst.Name("print"), args=args if local is None else fix_trailing_comma(args))
         self.changed(f"`xm.master_print(...)` -> `print` on {'local' if is_local else 'global'} rank 0")
-        return self._guarded(line, self._is_master(is_local, early), f"print({', '.join(parts)})")
+        return self._guarded(line, self._is_master(is_local, early), printed)
 
     def _rendezvous(self, line: cst.SimpleStatementLine, call: cst.Call) -> Any:
         if len(call.args) > 1:

@@ -11,6 +11,7 @@ from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     arg_value,
     code_of,
+    expr,
     fix_trailing_comma,
     has_star_args,
     stmt,
@@ -129,7 +130,12 @@ class XlaLaunch(Codemod):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._xla_device_names: frozenset[str] = frozenset()
-        self._self_initializing: set[str] = set()  # functions that create the process group
+        self._self_initializing: set[str] = set()  # functions that surely create the process group
+        # The launch becomes an entry point (or a notebook helper) that creates the process group
+        # for every run, as torch_xla's launcher joined the processes for every run: the file's
+        # own `init_process_group` calls, which only some runs made, would create it twice.
+        self._launcher_creates_group = False
+        self._pinned_inits: dict[int, cst.BaseStatement] = {}  # init call -> the pin that follows it
         self._parent_only: dict[int, ParentOnly] = {}  # statements next to a spawn, by id
 
     # -- what the file holds -------------------------------------------------------------------
@@ -144,10 +150,21 @@ class XlaLaunch(Codemod):
         }
         if not self.ctx.notebook:
             self._parent_only = parent_only_statements(node, self._is_spawn_statement)
+        launched = _SpawnedFunctions(lambda call: self.called(call, *SPAWN))
+        node.visit(launched)
+        if self.ctx.notebook:
+            self._launcher_creates_group = any(f not in self._self_initializing for f in launched.functions)
+        else:
+            self._launcher_creates_group = bool(launched.functions) and not (
+                set(INIT_PROCESS_GROUP) & self.ctx.facts.always_called
+            )
 
     def _creates_group(self, function: cst.FunctionDef) -> bool:
+        """Does every call of `function` create the process group (no branch decides)?"""
         finder = _FindsCall(lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP)
-        function.body.visit(finder)
+        for statement in function.body.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                statement.visit(finder)
         return finder.found
 
     def _is_spawn_statement(self, statement: cst.BaseStatement) -> bool:
@@ -184,6 +201,14 @@ class XlaLaunch(Codemod):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> Any:
+        small = updated_node.body[0] if len(updated_node.body) == 1 else None
+        if (
+            self._launcher_creates_group
+            and isinstance(small, cst.Expr)
+            and self.called(small.value, *INIT_PROCESS_GROUP)
+        ):
+            assert isinstance(small.value, cst.Call)
+            return self._created_by_launcher(updated_node, small.value)
         if id(original_node) not in self._parent_only or _print_call(updated_node) is None:
             return updated_node
         self.changed("a `print` the parent process made once -> `print` on rank 0")
@@ -216,6 +241,24 @@ class XlaLaunch(Codemod):
         self._torchrun_entry(call)
         return updated_node.with_changes(value=cst.parse_expression(f"{code_of(fn.value)}({', '.join([index, *user_args])})"))
 
+    def _created_by_launcher(self, line: cst.SimpleStatementLine, call: cst.Call) -> cst.BaseStatement:
+        """The file's own `init_process_group(...)`, which only some runs reached: the launch now
+        creates the group for every run, so on those runs this one must not create it again."""
+        backend = arg_value(call, 0, "backend")
+        if any(a is not backend or string_value(a.value) != "neuron" for a in call.args):
+            self.todo(
+                f"`{code_of(call)}`: the launch now creates the process group first, as torch_xla's "
+                "launcher joined the processes for every run: pass these arguments to the "
+                "`init_process_group` of the entry point"
+            )
+        pin = [self._pinned_inits[id(call)]] if id(call) in self._pinned_inits else []
+        self.changed("`init_process_group(...)` runs only where the launch has not created the group")
+        return cst.If(
+            test=expr(f"not {self.ctx.dist()}.is_initialized()"),
+            body=cst.IndentedBlock(body=[line.with_changes(leading_lines=[]), *pin]),
+            leading_lines=line.leading_lines,
+        )
+
     def _torchrun_entry(self, call: cst.Call) -> None:
         """Create the process group around the call, and say how to launch the script."""
         nprocs = arg_value(call, 2, "nprocs") if self.qualify(call.func) == XMP_SPAWN else None
@@ -223,7 +266,7 @@ class XlaLaunch(Codemod):
         script = _script_name(self.ctx.path)
         launch = f"torchrun --nproc_per_node={count} {script}"
         self.ctx.comment(f"# Launch with: {launch}")
-        if not self.ctx.facts.inits_process_group:
+        if self._launcher_creates_group:
             self.ctx.insert_before(stmt(f"{self._init_call()}\n"))
             pin = self._pin_device()
             if pin is not None:
@@ -309,7 +352,9 @@ class XlaLaunch(Codemod):
         new = updated_node.with_changes(args=fix_trailing_comma(args))
         if xla_backend:
             pin = self._pin_device()
-            if pin is not None:
+            if pin is not None and self._launcher_creates_group:
+                self._pinned_inits[id(new)] = pin  # it goes under the init's guard
+            elif pin is not None:
                 self.ctx.insert_after(pin)
         self.changed("`init_process_group('xla')` -> native process group")
         return new
@@ -324,6 +369,20 @@ class XlaLaunch(Codemod):
             and isinstance(original.value, cst.Name)
             and original.value.value in self._xla_device_names
         )
+
+
+class _SpawnedFunctions(cst.CSTVisitor):
+    """The names of the functions a launch call starts (`xmp.spawn(_mp_fn, ...)`)."""
+
+    def __init__(self, is_launch: Any) -> None:
+        self.is_launch = is_launch
+        self.functions: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.is_launch(node) and not has_star_args(node):
+            fn = arg_value(node, 0, "fn")
+            if fn is not None:
+                self.functions.add(code_of(fn.value))
 
 
 def _script_name(path: str) -> str:

@@ -122,7 +122,8 @@ class _TrainingFacts:
 
     parsed: dict[str, _Parsed] = field(default_factory=dict)  # args var -> where it comes from
     needs_parallel: bool = False  # parsed arguments' model-parallel flags are read
-    trn_config_readers: set[str] = field(default_factory=set)  # `x` of each `x.trn_config` read
+    # (function, `x`) of each `x.trn_config` read: a reader elsewhere sees another variable.
+    trn_config_readers: set[tuple[Scope, str]] = field(default_factory=set)
     string_model_args: set[str] = field(default_factory=set)  # SFT configs given a model id
     # The models a Neuron trainer trains, by (function, variable): where their sizes come from.
     sharded: dict[tuple[Scope, str], ShardedLoad] = field(default_factory=dict)
@@ -142,8 +143,9 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
         dotted = ast_dotted_name(expr)
         return table.resolve_dotted(dotted) if dotted else None
 
+    scopes = enclosing_functions(tree)
     facts.trn_config_readers = {
-        n.value.id
+        (scopes.get(id(n)), n.value.id)
         for n in ast.walk(tree)
         if isinstance(n, ast.Attribute) and n.attr == "trn_config" and isinstance(n.value, ast.Name)
     }
@@ -542,7 +544,7 @@ class OptimumTraining(RenamingCodemod):
         if key not in self._constructed:
             if attr == "trn_config":  # only optimum-neuron arguments have one
                 self.todo(
-                    f"`{var}.trn_config`: `TrainingArguments` has no `trn_config`; pass `DistributedConfig(tp_size=..., pp_size=...)` with the model-parallel sizes `{var}` was built with (none: drop the argument)"
+                    f"`{var}.trn_config`: `TrainingArguments` has no `trn_config`; pass a `DistributedConfig` with the model-parallel sizes `{var}` was built with (none: drop the argument)"
                 )
             return None
         kwargs = self._constructed[key]
@@ -800,19 +802,21 @@ class OptimumTraining(RenamingCodemod):
             return
         if (
             var in self.facts.string_model_args
-            and var not in self.facts.trn_config_readers
+            and (self._scope(), var) not in self.facts.trn_config_readers
             and self._simple(parallel)
         ):
             self._pending_model_init = self._distributed_config(parallel)
             return
-        if var is not None and (var in self.facts.trn_config_readers or self._routed(var)):
+        if var is not None and (
+            (self._scope(), var) in self.facts.trn_config_readers or self._routed(var)
+        ):
             self.changed(
                 "model-parallel sizes moved to the model's `from_pretrained(..., distributed_config=...)`"
             )
             return
         given = ", ".join(f"`{k}={code_of(v)}`" for k, v in parallel.items())
         self.todo(
-            f"{given} no longer shard the model from here: pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to the `from_pretrained` that loads the trained model and launch with `torchrun`"
+            f"the model-parallel sizes {given} no longer shard the model from here: pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to the `from_pretrained` that loads the trained model and launch with `torchrun`"
         )
 
     def _routed(self, args_var: str) -> bool:

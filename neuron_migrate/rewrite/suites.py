@@ -1,0 +1,43 @@
+"""One-line bodies that hold old-stack code become indented blocks before any rewrite.
+
+`if not xm.is_master_ordinal(): xm.rendezvous("data")` keeps its body on the header's line, where
+no statement of its own exists: a rewrite that replaces a statement, inserts one before it or
+marks it with a TODO has nowhere to go. Moving such a body to its own lines gives every codemod
+the statements it expects; bodies without old-stack names keep their layout.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+class _Names(cst.CSTVisitor):
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self.found = False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.names:
+            self.found = True
+
+
+class _ExpandSuites(cst.CSTTransformer):
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.BaseSuite:
+        finder = _Names(self.names)
+        original_node.visit(finder)
+        if not finder.found:
+            return updated_node
+        line = cst.SimpleStatementLine(body=updated_node.body, trailing_whitespace=updated_node.trailing_whitespace)
+        return cst.IndentedBlock(body=[line])
+
+
+def expand_old_stack_suites(module: cst.Module, names: frozenset[str] | set[str]) -> cst.Module:
+    """`module` with every one-line body that mentions one of `names` on lines of its own."""
+    if not names:
+        return module
+    return module.visit(_ExpandSuites(frozenset(names)))
