@@ -152,7 +152,7 @@ def _one_cell_notebook(source: str) -> str:
 
 def migrate_cell(source: str, target: str = "portable", label: str = "cell") -> Migration:
     """Migrate the code of one notebook cell (magics and shell lines included)."""
-    outcome = rewrite_notebook(_one_cell_notebook(source), label, _options(target)).result
+    outcome = rewrite_notebook(_one_cell_notebook(source), label, _options(target), strict=True).result
     error = outcome.error.replace(f"{label}:cell 1:", f"{label}:") if outcome.error else None
     migrated = source
     if outcome.changed:

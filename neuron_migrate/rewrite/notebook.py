@@ -154,13 +154,16 @@ class NotebookResult:
     cells: list[tuple[int, str, str]] = field(default_factory=list)  # (index, old, new) changed cells
 
 
-def rewrite_notebook(raw: str, path: str, options: Options, clear_outputs: bool = False) -> NotebookResult:
-    """Migrate the Python in a notebook; errors come back in the result, never as exceptions."""
+def rewrite_notebook(
+    raw: str, path: str, options: Options, clear_outputs: bool = False, strict: bool = False
+) -> NotebookResult:
+    """Migrate the Python in a notebook; errors come back in the result, never as exceptions.
+    A code cell that is not Python is left as it is, with a note; `strict` makes it an error."""
     result = FileResult(path=path, original=raw, migrated=raw)
     cells = _read_cells(raw, path, result)
     if cells is None:
         return NotebookResult(result)
-    new_sources = _migrate_cells(raw, cells, path, options, result)
+    new_sources = _migrate_cells(raw, cells, path, options, result, strict)
     if not new_sources:
         return NotebookResult(result)
     return _write_sources(raw, cells, new_sources, clear_outputs, result)
@@ -191,9 +194,10 @@ def _read_cells(raw: str, path: str, result: FileResult) -> list[_Cell] | None:
 
 
 def _migrate_cells(
-    raw: str, cells: list[_Cell], path: str, options: Options, result: FileResult
+    raw: str, cells: list[_Cell], path: str, options: Options, result: FileResult, strict: bool = False
 ) -> dict[int, str] | None:
-    """The new source of each cell that changed; None when the Python cells could not be migrated."""
+    """The new source of each cell that changed; None when the Python cells could not be migrated.
+    `strict`: a cell that is not Python is an error, not a cell to leave as it is."""
     token = secrets.token_hex(4)
     while token in raw:
         token = secrets.token_hex(4)
@@ -213,6 +217,9 @@ def _migrate_cells(
             problem = _not_python(masked.text)
             if problem is None:
                 joined.append((cell, masked))
+            elif strict:
+                result.error = f"{path}:cell {cell.index + 1}:{problem.replace(': ', ': SyntaxError: ', 1)}"
+                return None
             else:  # a broken cell, or one that holds another language: the others still migrate
                 result.notes.append(
                     Note(LEFTOVER_CODE, f"cell {cell.index + 1} is not Python ({problem}): left as it is, not migrated")

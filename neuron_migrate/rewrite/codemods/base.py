@@ -197,12 +197,32 @@ class FileFacts:
 
     @property
     def inits_process_group(self) -> bool:
-        return self.uses("torch.distributed.init_process_group")
+        """Some function of the file (or the module) creates the process group whenever it runs."""
+        return "torch.distributed.init_process_group" in self.always_called
+
+    @property
+    def inits_process_group_sometimes(self) -> bool:
+        """The file creates the process group only on some runs (`if args.ddp: ...`)."""
+        return self.uses("torch.distributed.init_process_group") and not self.inits_process_group
 
     @property
     def distributed(self) -> bool:
-        """The file sets up the process group itself (or will, once migrated)."""
+        """The file sets up the process group itself for every run (or will, once migrated: a
+        launch becomes an entry point that creates it)."""
         return self.launches_processes or self.inits_process_group
+
+    def no_group_warning(self) -> str:
+        """What to tell a person where ranks and collectives may run without a process group."""
+        if self.inits_process_group_sometimes:
+            return (
+                "the process group is created only on some runs (its `init_process_group` is under a "
+                "condition): on the others, when several processes run (torchrun), ranks, sizes and "
+                "collectives act as one process; create it for every run"
+            )
+        return (
+            "no process group is created in this file: when it runs as several processes (torchrun), "
+            "call `dist.init_process_group()` at start-up, or ranks, sizes and collectives act as one process"
+        )
 
     @property
     def syncs_gradients(self) -> bool:

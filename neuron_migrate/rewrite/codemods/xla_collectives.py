@@ -189,10 +189,7 @@ class XlaCollectives(Codemod):
         if self.ctx.facts.distributed or self._warned_no_group:
             return
         self._warned_no_group = True
-        self.todo(
-            "no process group is created in this file: when it runs as several processes (torchrun), "
-            "call `dist.init_process_group()` at start-up, or ranks, sizes and collectives act as one process"
-        )
+        self.todo(self.ctx.facts.no_group_warning())
 
     # -- expressions ---------------------------------------------------------------------------
     def _rank(self, early: bool) -> str:

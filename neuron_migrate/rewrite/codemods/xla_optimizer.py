@@ -129,7 +129,14 @@ class XlaOptimizer(Codemod):
 
     def _average(self, optimizer: str, groups: cst.BaseExpression | None) -> str:
         """The helper call that averages the gradients of `optimizer` (over `groups`, if any)."""
-        if not self.ctx.facts.distributed and self.ctx.facts.uses(*MULTI_PROCESS_SIGNS):
+        facts = self.ctx.facts
+        if facts.inits_process_group_sometimes and not facts.distributed:
+            self.todo(
+                "the process group is created only on some runs (its `init_process_group` is under a "
+                "condition): on the others, when several processes run, gradients are not averaged; "
+                "create it for every run"
+            )
+        elif not facts.distributed and facts.uses(*MULTI_PROCESS_SIGNS):
             # Under torchrun, torch_xla joined the processes without a process group; natively
             # the average needs one, and without it silently does nothing.
             self.todo(
