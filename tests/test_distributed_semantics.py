@@ -567,8 +567,9 @@ def test_ranks_before_the_process_group_come_from_the_launcher() -> None:
         "    dist.init_process_group('xla')\n"
         "    return world, xr.world_size()\n"
     )
-    assert 'RANK = int(os.environ.get("RANK", 0))' in migrated
-    assert '    world = int(os.environ.get("WORLD_SIZE", 1))\n' in migrated
+    assert 'RANK = int(os.environ.get("RANK", 0))' in migrated  # the file's own name: no constant
+    assert 'WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))\n' in migrated
+    assert "    world = WORLD_SIZE\n" in migrated
     assert "    return world, dist.get_world_size()\n" in migrated
 
 
@@ -583,8 +584,9 @@ def test_spawn_entry_passes_the_global_rank_and_launch_the_local_one() -> None:
         "def _mp_fn(index):\n    print(index)\n\n\n"
         'if __name__ == "__main__":\n    torch_xla.launch(_mp_fn)\n'
     )
-    assert '_mp_fn(int(os.environ.get("RANK", 0)))' in spawn
-    assert '_mp_fn(int(os.environ.get("LOCAL_RANK", 0)))' in launch  # torch_xla.launch under torchrun
+    assert 'RANK = int(os.environ.get("RANK", 0))' in spawn and "_mp_fn(RANK)" in spawn
+    # torch_xla.launch under torchrun
+    assert 'LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))' in launch and "_mp_fn(LOCAL_RANK)" in launch
 
 
 def test_parent_process_code_around_spawn_is_guarded_or_flagged() -> None:
@@ -601,7 +603,7 @@ def test_parent_process_code_around_spawn_is_guarded_or_flagged() -> None:
     lines = migrated.splitlines()
     flagged = [lines[i + 1].strip() for i, line in enumerate(lines) if "TODO(neuron-migrate NM005): this ran once" in line]
     assert flagged == ["os.makedirs(out, exist_ok=True)"]  # `out = sys.argv[1]` is the same everywhere
-    assert migrated.count('if int(os.environ.get("RANK", 0)) == 0:\n        print(') == 2
+    assert migrated.count("if RANK == 0:\n        print(") == 2
 
 
 def test_mesh_reduce_takes_a_free_name_and_master_print_forwards_keywords() -> None:
@@ -629,3 +631,24 @@ def test_all_reduce_over_groups_the_old_stack_computes_is_left_whole_and_stable(
     once = migrate(source)
     assert "total = xm.all_reduce(" in once  # a TODO marks it, rather than a split no TODO follows
     assert migrate(once) == once
+
+
+LOCAL_MASTER = (
+    "import os\nimport torch_xla.core.xla_model as xm\n\n\n"
+    "def prepare():\n    if xm.is_master_ordinal():\n        os.makedirs('data', exist_ok=True)\n    xm.rendezvous('data')\n"
+    "    return xm.get_local_ordinal()\n"
+)
+
+
+def test_launcher_variables_are_read_once_where_nothing_changes_them() -> None:
+    script = migrate(LOCAL_MASTER)
+    assert 'LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))\n' in script
+    assert "    if LOCAL_RANK == 0:\n" in script and "    return LOCAL_RANK\n" in script
+    # A file that sets its own environment may change the variable after the module loads.
+    writes = migrate(LOCAL_MASTER.replace("def prepare():\n", "def prepare():\n    os.environ['LOCAL_RANK'] = '0'\n"))
+    assert "LOCAL_RANK = " not in writes and 'if int(os.environ.get("LOCAL_RANK", 0)) == 0:' in writes
+    # A notebook's kernel reads it before `notebook_launcher` forks the workers.
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LOCAL_MASTER)])
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    cell = json.loads(rewrite_notebook(nbformat.writes(nb), "nb.ipynb", Options()).result.migrated)["cells"][0]
+    assert "LOCAL_RANK = " not in "".join(cell["source"])

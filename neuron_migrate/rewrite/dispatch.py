@@ -11,6 +11,7 @@ rewrote, so nothing is dropped silently.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -389,6 +390,33 @@ class Dispatcher(cst.CSTTransformer):
         return node.with_changes(body=kept)
 
 
+# A comment line that speaks of the old stack (`# XLA imports`, `# sync the XLA graph`).
+_OLD_STACK_WORDS = re.compile(r"\b(?:xla|pjrt|xrt|torch_xla|xm|xmp|neuronx?|trainium|mark_step)\b", re.IGNORECASE)
+
+
+_MARKER = "neuron-migrate"  # the migration's own notes and cell markers are never dropped
+
+
+def _without_old_stack_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """The lines above a statement the migration removed, less each paragraph of comments that
+    speaks of the old stack: it described what went (`# XLA imports`)."""
+    kept: list[cst.EmptyLine] = []
+    paragraph: list[cst.EmptyLine] = []
+    for line in [*lines, None]:
+        if line is not None and line.comment is not None:
+            paragraph.append(line)
+            continue
+        texts = [p.comment.value for p in paragraph if p.comment is not None]
+        if any(_OLD_STACK_WORDS.search(text) and _MARKER not in text for text in texts):
+            kept.extend(p for p in paragraph if p.comment is not None and _MARKER in p.comment.value)
+        else:
+            kept.extend(paragraph)
+        paragraph = []
+        if line is not None:
+            kept.append(line)
+    return kept
+
+
 def sweep_block(
     node: cst.Module | cst.IndentedBlock,
     removed: dict[int, cst.CSTNode],
@@ -402,7 +430,7 @@ def sweep_block(
     statement: Any
     for statement in node.body:
         if id(statement) in removed:
-            carried.extend(getattr(statement, "leading_lines", ()))
+            carried.extend(_without_old_stack_comments(getattr(statement, "leading_lines", ())))
             continue
         if carried or not body:
             own = list(statement.leading_lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -137,6 +138,10 @@ def string_value(node: cst.CSTNode) -> str | None:
 def with_string_value(node: cst.SimpleString, value: str) -> cst.SimpleString:
     quote = node.quote
     return node.with_changes(value=f"{node.prefix}{quote}{value}{quote}")
+
+
+# The file changes its own environment: a variable read once may differ from one read later.
+_WRITES_ENVIRONMENT = re.compile(r"environ\s*\[[^\]]*\]\s*=|environ\.(?:update|setdefault|pop|clear)\b|putenv|unsetenv")
 
 
 @dataclass(frozen=True)
@@ -489,17 +494,27 @@ class MigrationContext:
         return renamed(source, {old: new for old, new in spellings.items() if old != new})
 
     # -- spellings shared by several codemods ---------------------------------------------------
+    def device_variable(self) -> str | None:
+        """The variable that holds the device here: this scope's own, or one the module set
+        before this function was defined and that nothing in between hides."""
+        own = self.device_names.get(self.scope)
+        if own is not None:
+            return own
+        module = self.scope.module
+        name = self.device_names.get(module)
+        return name if name is not None and self.scope.lookup(name) is module else None
+
     def device_expr(self) -> str:
-        return self.device_names.get(self.scope) or self.target.device(self.torch())
+        return self.device_variable() or self.target.device(self.torch())
 
     def device_type_expr(self) -> str:
-        variable = self.device_names.get(self.scope)
+        variable = self.device_variable()
         if variable:
             return f"{variable}.type"
         return self.target.device_type(self.torch())
 
     def local_rank_expr(self) -> str:
-        return f'int({self.os()}.environ.get("LOCAL_RANK", 0))'
+        return self._launcher_variable("LOCAL_RANK", 0)
 
     def rank_expr(self) -> str:
         dist = self.dist()
@@ -516,10 +531,20 @@ class MigrationContext:
     # Before a process group exists, only the launcher's environment knows the ranks (torchrun
     # sets these variables; a plain `python` run is one process).
     def env_rank_expr(self) -> str:
-        return f'int({self.os()}.environ.get("RANK", 0))'
+        return self._launcher_variable("RANK", 0)
 
     def env_world_size_expr(self) -> str:
-        return f'int({self.os()}.environ.get("WORLD_SIZE", 1))'
+        return self._launcher_variable("WORLD_SIZE", 1)
+
+    def _launcher_variable(self, variable: str, default: int) -> str:
+        """`int(os.environ.get("RANK", 0))`, read once into a module-level `RANK` in a script:
+        torchrun sets it before the process starts. Not in a notebook (the kernel reads it before
+        `notebook_launcher` forks), nor where the file writes the environment itself, nor where
+        the name is taken."""
+        read = f'int({self.os()}.environ.get("{variable}", {default}))'
+        if self.notebook or _WRITES_ENVIRONMENT.search(self.source) or self.unused_name(variable) != variable:
+            return read
+        return self.need_helper(variable, f'{variable} = int(os.environ.get("{variable}", {default}))\n')
 
     @property
     def notebook(self) -> bool:

@@ -48,6 +48,15 @@ REDUCE_OPS = {
 # The values of those constants, which some scripts pass as literals.
 REDUCE_LITERALS = {"sum": "SUM", "mul": "PRODUCT", "min": "MIN", "max": "MAX", "and": "BAND", "or": "BOR"}
 
+MASTER_PRINT_HELPER = '''\
+def {name}(*args, **kwargs):
+    """`print` on the main process only, as `xm.master_print` did."""
+    if int({os}.environ.get("RANK", 0)) == 0:
+        print(*args, **kwargs)
+'''
+# From this many `xm.master_print` calls in a file on, one helper reads better than a guard each.
+MASTER_PRINT_HELPER_FROM = 2
+
 MESH_REDUCE_HELPER = '''\
 def {name}(data, reduce_fn):
     """Gather `data` from every process and reduce it, as `xm.mesh_reduce` did."""
@@ -174,9 +183,13 @@ class XlaCollectives(Codemod):
         super().__init__(*args, **kwargs)
         self._xla_arguments: dict[int, cst.CSTNode] = {}
         self._warned_no_group = False
+        self._print_helper = False  # the file prints through one `master_print` helper
         self._early: set[int] = set()  # calls that run before the process group exists
 
     def visit_Module(self, node: cst.Module) -> None:
+        prints = _CountsCalls(lambda call: self.qualify(call.func) in MASTER_PRINT)
+        node.visit(prints)
+        self._print_helper = prints.count >= MASTER_PRINT_HELPER_FROM
         self._early = calls_before_group(
             node,
             lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP,
@@ -353,7 +366,15 @@ class XlaCollectives(Codemod):
                 arg = arg.with_changes(keyword=cst.Name("file"))
             if arg is not local:
                 args.append(arg)
-        printed = call.with_changes(func=cst.Name("print"), args=args if local is None else fix_trailing_comma(args))
+        args = args if local is None else fix_trailing_comma(args)
+        if self._print_helper and not is_local:
+            # The launcher's RANK is the global rank wherever the call runs, before the process
+            # group exists or without one.
+            name = self.ctx.unused_name("master_print")
+            self.ctx.need_helper(name, MASTER_PRINT_HELPER.format(name=name, os=self.ctx.os()))
+            self.changed(f"`xm.master_print(...)` -> `{name}(...)`, a `print` on global rank 0")
+            return line.with_changes(body=[cst.Expr(call.with_changes(func=cst.Name(name), args=args))])
+        printed = call.with_changes(func=cst.Name("print"), args=args)
         self.changed(f"`xm.master_print(...)` -> `print` on {'local' if is_local else 'global'} rank 0")
         return self._guarded(line, self._is_master(is_local, early), printed)
 
@@ -481,6 +502,16 @@ def _block(header: str, lines: list[str]) -> str:
     """`header` with `lines` (statements, maybe blocks themselves) indented under it."""
     body = "".join(f"    {line}\n" for statement in lines for line in statement.split("\n"))
     return f"{header}\n{body}".rstrip("\n")
+
+
+class _CountsCalls(cst.CSTVisitor):
+    def __init__(self, matches: Any) -> None:
+        self.matches = matches
+        self.count = 0
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.matches(node):
+            self.count += 1
 
 
 class _NamesFinder(cst.CSTVisitor):

@@ -187,8 +187,16 @@ class XlaDevice(Codemod):
         scope = self.ctx.scope
         if scope in self.ctx.device_names or scope.lookup(target.value) is not scope:
             return
-        if scope.bound[target.value].count == 1:
-            self.ctx.device_names[scope] = target.value
+        if scope.bound[target.value].count != 1:
+            return
+        if scope.kind == "Module":
+            # Functions defined after it may say `device` too, if it is set whenever the module
+            # runs: a statement of the module's own body, not under `if __name__ == ...`.
+            assert self.ctx.scopes is not None
+            statement = self.ctx.frames[-1].statement
+            if self.ctx.scopes.statement_blocks[statement] != 0:
+                return
+        self.ctx.device_names[scope] = target.value
 
     # -- keywords and assignments ----------------------------------------------------------------
     strings = DeviceStrings()
