@@ -541,13 +541,16 @@ class OptimumTraining(RenamingCodemod):
                 return cst.parse_expression(f"{parsed.parallel_var}.to_distributed_config()")
             return cst.parse_expression(f"{parsed.parallel_var}.{attr}")
         key = (self.ctx.binding_key(var.split(".")[0]), var)
-        if key not in self._constructed:
-            if attr == "trn_config":  # only optimum-neuron arguments have one
-                self.todo(
-                    f"`{var}.trn_config`: `TrainingArguments` has no `trn_config`; pass a `DistributedConfig` with the model-parallel sizes `{var}` was built with (none: drop the argument)"
-                )
+        kwargs = self._constructed.get(key)
+        if attr == "trn_config" and (kwargs is None or not self._simple(kwargs)):
+            # Arguments built elsewhere, or from values that cannot be repeated here. (Said the same
+            # way as for arguments that are no Neuron class any more: a second run agrees.)
+            self.todo(
+                f"`{var}.trn_config`: `TrainingArguments` has no `trn_config`; pass a `DistributedConfig` with the model-parallel sizes `{var}` was built with (none: drop the argument)"
+            )
             return None
-        kwargs = self._constructed[key]
+        if key not in self._constructed:
+            return None
         if kwargs is None or not self._simple(kwargs):
             self.todo(
                 f"`{var}.{attr}`: `TrainingArguments` has no model-parallel sizes; use the value given to `{var}` when it was built"

@@ -1,0 +1,180 @@
+"""Coverage on real code: how much of the old stack `rewrite` leaves outside TODOs, per family.
+
+    python benchmarks/coverage.py [CORPUS] [--json out.json] [-j N] [--target portable|neuron]
+
+The public old-stack corpus (../shared/corpus/README.md says how to extract it; default
+~/.cache/neuron-migrate/corpus, or $NEURON_MIGRATE_CORPUS) is copied to a temporary folder and
+migrated there in place with `neuron-migrate rewrite`. For each file it then asks one question:
+is every old-stack name the migrated code still uses (a `torch_xla`, `torch_neuronx`,
+`neuronx_distributed` or optimum-neuron import, and what it binds) on a statement that carries a
+`TODO(neuron-migrate ...)`? Such a file is *covered*: what is left is marked for a person.
+
+Families follow the original's imports: NxD (neuronx-distributed, its inference library or
+transformers-neuronx) first, then optimum-neuron or torch_neuronx, then torch_xla. Per family it
+prints the files, the covered share, and the TODOs the migration wrote. Notebooks count as one
+module of their code cells. Without a corpus it says how to get one and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from neuron_migrate.core.names import ImportTable
+from neuron_migrate.core.notebook_cells import cell_magic, mask
+from neuron_migrate.core.oldstack import OPTIMUM_NEURON, PACKAGES
+
+DEFAULT_CORPUS = Path(os.environ.get("NEURON_MIGRATE_CORPUS", Path.home() / ".cache" / "neuron-migrate" / "corpus"))
+NXD = ("neuronx_distributed", "neuronx_distributed_inference", "transformers_neuronx")
+TODO = "TODO(neuron-migrate "
+FAMILIES = ("torch_xla", "optimum-neuron / torch_neuronx", "NxD")
+
+
+@dataclass
+class FileCoverage:
+    name: str
+    family: str | None  # None: the file imports none of the old stack
+    covered: bool
+    todos: int
+    left: list[str]  # `line: name` of old-stack uses without a TODO
+
+
+def python_of(path: Path) -> str | None:
+    """The file's Python: a script as it is, a notebook's code cells joined (commands masked)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix != ".ipynb":
+        return text
+    try:
+        cells = json.loads(text).get("cells", [])
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    sources = []
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        magic = cell_magic(source)
+        if magic is not None and magic[0] not in ("time", "timeit", "capture", "prun"):
+            continue
+        sources.append(mask(source).text)
+    return "\n".join(sources)
+
+
+def parse(source: str) -> ast.Module | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(source)
+        except (SyntaxError, ValueError):
+            return None
+
+
+def family(table: ImportTable) -> str | None:
+    targets = set(table.bindings.values()) | {b.qualified for b in table.all_bindings}
+
+    def under(*roots: str) -> bool:
+        return any(t == r or t.startswith(r + ".") for t in targets for r in roots)
+
+    if under(*NXD):
+        return "NxD"
+    if under(OPTIMUM_NEURON, "torch_neuronx", "libneuronxla"):
+        return "optimum-neuron / torch_neuronx"
+    if under("torch_xla"):
+        return "torch_xla"
+    return None
+
+
+def uses_without_todo(source: str, tree: ast.Module) -> list[str]:
+    """The old-stack names used on statements that carry no TODO."""
+    table = ImportTable.from_ast(tree)
+    names = table.names_under((*PACKAGES, OPTIMUM_NEURON))
+    lines = source.splitlines()
+    left: list[str] = []
+
+    def marked(statement: ast.stmt) -> bool:
+        row = statement.lineno - 2
+        while row >= 0 and lines[row].lstrip().startswith("#"):
+            if TODO in lines[row]:
+                return True
+            row -= 1
+        return TODO in lines[statement.lineno - 1]
+
+    def visit(node: ast.AST, statement: ast.stmt | None) -> None:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            return
+        if isinstance(node, ast.stmt):
+            statement = node
+        if isinstance(node, ast.Name) and node.id in names and statement is not None and not marked(statement):
+            left.append(f"{node.lineno}: {node.id}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, statement)
+
+    visit(tree, None)
+    return left
+
+
+def measure(original: Path, migrated: Path) -> FileCoverage | None:
+    before, after = python_of(original), python_of(migrated)
+    if before is None or after is None:
+        return None
+    old_tree, new_tree = parse(before), parse(after)
+    if old_tree is None or new_tree is None:
+        return None
+    kind = family(ImportTable.from_ast(old_tree))
+    left = uses_without_todo(after, new_tree) if kind else []
+    todos = after.count(TODO) - before.count(TODO)
+    return FileCoverage(original.name, kind, not left, todos, left)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--json", type=Path, help="write every file's outcome here too")
+    parser.add_argument("-j", type=int, default=os.cpu_count() or 1, help="rewrite jobs")
+    parser.add_argument("--target", choices=("portable", "neuron"), default="portable")
+    args = parser.parse_args(argv)
+    if not args.corpus.is_dir():
+        print(f"no corpus at {args.corpus}: extract it (../shared/corpus/README.md)", file=sys.stderr)
+        return 0
+    files = sorted(p for p in args.corpus.iterdir() if p.suffix in (".py", ".ipynb"))
+    command = Path(sys.executable).parent / "neuron-migrate"
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "corpus"
+        shutil.copytree(args.corpus, work)
+        subprocess.run(
+            [str(command), "rewrite", str(work), "-q", "-j", str(args.j), "--target", args.target],
+            capture_output=True,
+            check=False,
+        )
+        results = [r for p in files if (r := measure(p, work / p.name)) is not None]
+    print(f"coverage: {len(files)} files of {args.corpus} (target {args.target})")
+    print(f"{'family':32} {'files':>6} {'covered':>8} {'share':>7} {'TODOs':>6}")
+    for name in FAMILIES:
+        group = [r for r in results if r.family == name]
+        if not group:
+            continue
+        covered = sum(r.covered for r in group)
+        todos = sum(r.todos for r in group)
+        print(f"{name:32} {len(group):6} {covered:8} {covered / len(group):7.0%} {todos:6}")
+    left = Counter(re.sub(r"^\d+: ", "", use) for r in results for use in r.left)
+    if left:
+        print("old-stack names most often left outside TODOs: " + ", ".join(f"{n} x{c}" for n, c in left.most_common(8)))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
