@@ -114,6 +114,10 @@ class _LeftoverFinder(StatementHeaderVisitor):
                 part.visit(self)
         return False
 
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # `f(AdamW=1)`: the keyword is no use of a name
+        return False
+
 
 _SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 

@@ -72,6 +72,10 @@ class XlaLaunch(Codemod):
     (`env://`, what torchrun provides, is the default); so does a backend given as a variable
     holding the XLA device (`device = "xla"`, `init_process_group(device)`), and the older
     `init_method="pjrt://"`.
+    The entry point creates the process group for every run, as torch_xla's launcher joined the
+    processes for every run; a file whose own `init_process_group` runs only on some runs
+    (`if args.ddp:`) keeps it, under `if not dist.is_initialized():`, for the runs that do not
+    come through the entry point.
 
     In a notebook the kernel cannot be launched with torchrun, so the spawn becomes accelerate's
     `notebook_launcher(run_on_each_process, args=(_mp_fn, flags), num_processes=N)`: it forks

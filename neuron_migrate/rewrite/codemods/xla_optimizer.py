@@ -72,7 +72,10 @@ class XlaOptimizer(Codemod):
     `groups=[[0, 1], [2, 3]]` average over the native process group holding this rank
     (`average_gradients_in_group(optimizer, replica_group(groups))`; `replica_group` creates
     each `dist.new_group` once, on every rank).
-    `torch_xla.amp.syncfree.{Adam,AdamW,SGD}` become `torch.optim.{Adam,AdamW,SGD}`.
+    `torch_xla.amp.syncfree.{Adam,AdamW,SGD}` become `torch.optim.{Adam,AdamW,SGD}` wherever
+    they are named (`optimizer_class = AdamW` too), not only where they are called. A file that
+    wraps its model in DDP or FSDP only on some runs (`if args.ddp:`) keeps the average at every
+    step: on the other runs nothing else averages.
 
     ## Why
     Dropping the hidden all-reduce silently trains each process on its own shard: the replicas
@@ -121,6 +124,8 @@ class XlaOptimizer(Codemod):
         super().__init__(*args, **kwargs)
         # Calls that are the whole value of a one-statement line: the average can go just before.
         self._statement_calls: set[int] = set()
+        self._in_import = 0
+        self._not_variables: set[int] = set()  # names that are attributes or keywords
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         small = node.body[0] if len(node.body) == 1 else None
@@ -155,11 +160,49 @@ class XlaOptimizer(Codemod):
         name = self.qualify(updated_node.func)
         if name in OPTIMIZER_STEP:
             return self._optimizer_step(original_node, updated_node)
-        if name and name.startswith(SYNCFREE + ".") and name.rsplit(".", 1)[-1] in SYNCFREE_CLASSES:
-            cls = name.rsplit(".", 1)[-1]
-            self.changed(f"`{code_of(updated_node.func)}` -> `torch.optim.{cls}`")
-            return updated_node.with_changes(func=expr(f"{self.ctx.torch()}.optim.{cls}"))
         return updated_node
+
+    # -- sync-free optimizers: the plain `torch.optim` classes, wherever they are named ---------
+    def visit_Import(self, node: cst.Import) -> None:
+        self._in_import += 1
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+        self._in_import -= 1
+        return updated_node
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self._in_import += 1
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
+        self._in_import -= 1
+        return updated_node
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_variables.add(id(node.attr))  # `x.AdamW` is no use of the name `AdamW`
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._not_variables.add(id(node.keyword))
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        if id(original_node) in self._not_variables:
+            return updated_node
+        return self._syncfree(updated_node)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self._syncfree(updated_node)
+
+    def _syncfree(self, node: cst.Name | cst.Attribute) -> cst.BaseExpression:
+        """`syncfree.AdamW` (or `AdamW` imported from it) -> `torch.optim.AdamW`: the same update;
+        torch_xla's version only spared a host sync when a gradient scaler found no inf."""
+        if self._in_import:
+            return node
+        name = self.qualify(node)
+        if not (name and name.startswith(SYNCFREE + ".") and name.rsplit(".", 1)[-1] in SYNCFREE_CLASSES):
+            return node
+        cls = name.rsplit(".", 1)[-1]
+        self.changed(f"`{code_of(node)}` -> `torch.optim.{cls}`")
+        return expr(f"{self.ctx.torch()}.optim.{cls}")
 
     def _optimizer_step(self, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
         optimizer = arg_value(call, 0, "optimizer")
