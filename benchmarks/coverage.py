@@ -104,12 +104,14 @@ def uses_without_todo(source: str, tree: ast.Module) -> list[str]:
     left: list[str] = []
 
     def marked(statement: ast.stmt) -> bool:
-        row = statement.lineno - 2
+        decorators = getattr(statement, "decorator_list", [])
+        first = min([statement.lineno, *(d.lineno for d in decorators)])
+        row = first - 2
         while row >= 0 and lines[row].lstrip().startswith("#"):
             if TODO in lines[row]:
                 return True
             row -= 1
-        return TODO in lines[statement.lineno - 1]
+        return TODO in lines[first - 1]
 
     def visit(node: ast.AST, statement: ast.stmt | None) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom):
