@@ -244,13 +244,13 @@ def test_a_todo_quoting_code_that_spans_lines_is_one_comment() -> None:
 
 
 def test_a_guarded_print_carries_the_todos_of_what_it_prints_once() -> None:
-    """`xm.master_print(...)` becomes `if rank == 0: print(...)`: what is left inside the print
+    """`xm.master_print(..., local=True)` becomes `if LOCAL_RANK == 0: print(...)`: what is left inside the print
     is marked on the print, where a second run would look, and nothing moves on that run."""
     source = (
         "import os\nimport torch_xla.core.xla_model as xm\n\n"
         "def report(device):\n"
-        "    xm.master_print(f\"seed {xm.get_rng_state(device=device)}\")\n"
-        "    xm.master_print(f\"IR debug: {os.getenv('XLA_IR_DEBUG')}\")\n"
+        "    xm.master_print(f\"seed {xm.get_rng_state(device=device)}\", local=True)\n"
+        "    xm.master_print(f\"IR debug: {os.getenv('XLA_IR_DEBUG')}\", local=True)\n"
     )
     first = rewrite_source(source, "guarded.py", Options())
     lines = first.migrated.splitlines()

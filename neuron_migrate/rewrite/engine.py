@@ -41,7 +41,7 @@ from neuron_migrate.rewrite.imports import (
     used_names,
 )
 from neuron_migrate.rewrite.results import FileResult, ManualItem
-from neuron_migrate.rewrite.suites import expand_old_stack_suites
+from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_bodies
 
 # A file that contains none of these cannot need a migration.
 PREFILTER = re.compile(
@@ -124,8 +124,8 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
     if module.code != body:
         result.error = f"{path}:1:1: cannot be migrated without changing untouched lines (LibCST round trip); file left unchanged"
         return result
-    expanded = expand_old_stack_suites(module, old_names)
-    if expanded.code != body:
+    expanded = expand_old_stack_suites(module, old_names) if has_one_line_bodies(tree, text) else module
+    if expanded is not module and expanded.code != body:
         # Migrate the file as if those bodies had been written on their own lines.
         result = rewrite_source(expanded.code + tail, path, options)
         result.original = text
@@ -155,8 +155,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
-        migrated = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options)
-        code = migrated.code + tail
+        code = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options) + tail
         ast.parse(code)
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
@@ -198,12 +197,15 @@ def _module_level(
     tree: ast.Module,
     old_names: set[str],
     options: Options,
-) -> cst.Module:
+) -> str:
     """Imports, helpers and set-up statements after the traversal: only what the final code uses
-    (a rewrite may ask for an import, then lose its statement)."""
-    after = ast.parse(migrated.code)
+    (a rewrite may ask for an import, then lose its statement). Returns the final code, printed
+    once more only if this step changed the module."""
+    printed = migrated.code
+    after = ast.parse(printed)
+    traversed = migrated
     if options.enabled("NM012"):
-        migrated = remove_dead_imports(migrated, ctx, tree, after, old_names)
+        migrated = remove_dead_imports(migrated, ctx, tree, after, old_names, printed)
     used = used_names(after)
     helpers = [source for name, source in ctx.helpers.items() if name in used]
     for source in [*ctx.module_prologue, *helpers]:
@@ -217,4 +219,4 @@ def _module_level(
     imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
     if imports or helpers or ctx.module_prologue:
         migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
-    return migrated
+    return printed if migrated is traversed else migrated.code

@@ -169,15 +169,18 @@ def remove_dead_imports(
     before: ast.AST,
     after: ast.AST,
     old_stack_names: Iterable[str],
+    code: str,
 ) -> cst.Module:
     """Drop imports the migration left unused (old-stack ones, and any whose uses it rewrote).
+    `after` and `code` are `module` parsed and printed. The same module comes back when no
+    import is dead.
 
     Used means read where the import's binding is seen: a parameter or local variable that
     shares the import's name keeps nothing alive.
     """
     used_before = used_names(before)
     assert isinstance(after, ast.Module)
-    used_after, in_function = _names_read(after, module.code)
+    used_after, in_function = _names_read(after, code)
     old = set(old_stack_names)
 
     def is_dead(name: str, scope: int | None) -> bool:
