@@ -652,3 +652,46 @@ def test_launcher_variables_are_read_once_where_nothing_changes_them() -> None:
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
     cell = json.loads(rewrite_notebook(nbformat.writes(nb), "nb.ipynb", Options()).result.migrated)["cells"][0]
     assert "LOCAL_RANK = " not in "".join(cell["source"])
+
+
+XLA_BROADCAST = '''\
+import json
+import os
+
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.runtime as xr
+
+
+def _mp_fn(index):
+    torch.manual_seed(xr.global_ordinal())  # every process starts from other weights
+    model = torch.nn.BatchNorm1d(3)
+    model.running_mean.fill_(float(xr.global_ordinal()))
+    with torch.no_grad():
+        model.weight.mul_(torch.randn(3))
+    xm.broadcast_master_param(model)
+    state = {k: v.tolist() for k, v in model.state_dict().items()}
+    with open(os.path.join(os.environ["RESULTS"], f"broadcast.rank{xr.global_ordinal()}.json"), "w") as f:
+        json.dump(state, f)
+
+
+if __name__ == "__main__":
+    torch_xla.launch(_mp_fn)
+'''
+
+
+@pytest.mark.slow
+def test_broadcast_master_param_copies_rank_0s_parameters_and_buffers(tmp_path: Path) -> None:
+    import torch
+
+    migrated = migrate(XLA_BROADCAST, "broadcast.py")
+    assert "    broadcast_master_param(model)\n" in migrated and "import torch_xla" not in migrated
+    (tmp_path / "broadcast.py").write_text(migrated)
+    torchrun(tmp_path, [tmp_path / "broadcast.py"])
+    torch.manual_seed(0)  # what rank 0 built
+    model = torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        model.weight.mul_(torch.randn(3))
+    expected = {k: v.tolist() for k, v in model.state_dict().items()}
+    assert results(tmp_path, "broadcast") == {0: expected, 1: expected}

@@ -36,6 +36,17 @@ SAVE = (f"{XM}.save", "torch_xla.utils.serialization.save")
 INIT_PROCESS_GROUP = ("torch.distributed.init_process_group",)
 LAUNCH = ("torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")
 MANUAL_SEED = (f"{XM}.set_rng_state", "torch_xla.manual_seed")
+BROADCAST_MASTER_PARAM = (f"{XM}.broadcast_master_param",)
+
+BROADCAST_MASTER_PARAM_HELPER = '''\
+def {name}(model):
+    """Copy rank 0's parameters and buffers to every process, as `xm.broadcast_master_param` did."""
+    if not {dist}.is_initialized() or {dist}.get_world_size() == 1:
+        return
+    with {torch}.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            {dist}.broadcast(tensor, src=0)
+'''
 
 REDUCE_OPS = {
     "REDUCE_SUM": "SUM",
@@ -89,9 +100,10 @@ class XlaCollectives(Codemod):
     | `xm.xrt_world_size()`, `xr.world_size()` | `dist.get_world_size()` |
     | `xm.get_ordinal()`, `xr.global_ordinal()` | `dist.get_rank()` |
     | `xm.get_local_ordinal()`, `xr.local_ordinal()` | `int(os.environ.get("LOCAL_RANK", 0))` |
-    | `xm.is_master_ordinal()` (local by default) | `int(os.environ.get("LOCAL_RANK", 0)) == 0` |
+    | `xm.is_master_ordinal()` (local by default) | `LOCAL_RANK == 0` |
     | `xm.is_master_ordinal(local=False)` | `dist.get_rank() == 0` |
-    | `xm.master_print(x)` (global by default) | `if dist.get_rank() == 0: print(x)` |
+    | `xm.master_print(x)` (global by default) | `if dist.get_rank() == 0: print(x)`; from two calls on, one `master_print` helper |
+    | `xm.broadcast_master_param(model)` | `broadcast_master_param(model)` (a helper over `dist.broadcast` from rank 0) |
     | `xm.rendezvous("tag")` | `dist.barrier()` |
     | `y = xm.all_reduce(xm.REDUCE_SUM, x, scale=s)` | `y = x.clone()`; `dist.all_reduce(y)`; `y *= s` |
     | `xm.all_reduce(op, x, groups=[[0, 1], [2, 3]])` | `dist.all_reduce(y, op=..., group=replica_group(groups))` |
@@ -99,9 +111,11 @@ class XlaCollectives(Codemod):
     | `xm.save(obj, path)` | `if <local rank 0>: torch.save(obj, path)` |
     | `xm.set_rng_state(s)`, `torch_xla.manual_seed(s)` | `torch.manual_seed(s)` |
 
-    Where no process group exists yet (at module level, or in a function before its own
-    `init_process_group`), ranks and sizes come from the launcher's environment:
-    `int(os.environ.get("RANK", 0))` and `int(os.environ.get("WORLD_SIZE", 1))`. Elsewhere, in
+    In a script, torchrun's `LOCAL_RANK`, `RANK` and `WORLD_SIZE` are read once into module-level
+    constants of those names (`LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))`); in a notebook,
+    or a file that writes its own environment, where it is read. Where no process group exists
+    yet (at module level, or in a function before its own `init_process_group`), ranks and sizes
+    come from that environment (`RANK`, `WORLD_SIZE`). Elsewhere, in
     a file that does not set up the process group itself, they fall back to a single process
     (`dist.get_rank() if dist.is_initialized() else 0`).
 
@@ -151,7 +165,7 @@ class XlaCollectives(Codemod):
     summary = "ranks, world size, master checks, barriers and collectives -> `torch.distributed`"
     triggers = (
         *WORLD_SIZE, *RANK, *LOCAL_RANK, *LOCAL_WORLD_SIZE, *IS_MASTER, *MASTER_PRINT,
-        *RENDEZVOUS, *ALL_REDUCE, *MESH_REDUCE, *SAVE, *MANUAL_SEED,
+        *RENDEZVOUS, *ALL_REDUCE, *MESH_REDUCE, *SAVE, *MANUAL_SEED, *BROADCAST_MASTER_PARAM,
         *(f"{XM}.{op}" for op in REDUCE_OPS),
     )
     manual: ClassVar[dict[str, str]] = {
@@ -162,7 +176,6 @@ class XlaCollectives(Codemod):
         f"{XM}.all_to_all": "use `dist.all_to_all_single(out, x)`",
         f"{XM}.collective_permute": "use `dist.send`/`dist.recv` (or `dist.batch_isend_irecv`)",
         f"{XM}.collective_broadcast": "use `dist.broadcast(t, src=0)` for each tensor",
-        f"{XM}.broadcast_master_param": "DDP broadcasts parameters at construction; otherwise `dist.broadcast(p.data, src=0)` for each parameter",
         f"{XM}.send": "use `dist.send(tensor, dst)`",
         f"{XM}.recv": "use `dist.recv(tensor, src)`",
         f"{XM}.all_reduce": "`{name}` returns a new tensor (a list is reduced in place); use `dist.all_reduce(t, op=...)` on a clone, with `group=dist.new_group(ranks)` for replica `groups=`",
@@ -254,6 +267,14 @@ class XlaCollectives(Codemod):
             return self.ctx.group(expr(self._is_master(is_local, early)))
         if name in MESH_REDUCE:
             return self._mesh_reduce(updated_node)
+        if name in BROADCAST_MASTER_PARAM and len(updated_node.args) == 1 and not has_star_args(updated_node):
+            helper = self.ctx.unused_name("broadcast_master_param")
+            self.ctx.need_helper(
+                helper,
+                BROADCAST_MASTER_PARAM_HELPER.format(name=helper, dist=self.ctx.dist(), torch=self.ctx.torch()),
+            )
+            self.changed(f"`{old}(model)` -> `{helper}(model)`, a `dist.broadcast` from rank 0")
+            return updated_node.with_changes(func=cst.Name(helper))
         if name in MANUAL_SEED and updated_node.args:
             self.changed(f"`{old}(seed)` -> `torch.manual_seed(seed)`")
             return expr(f"{self.ctx.torch()}.manual_seed({code_of(updated_node.args[0].value)})")
