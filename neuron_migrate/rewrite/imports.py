@@ -291,6 +291,9 @@ def add_module_level(
             if later:
                 line = line.with_changes(leading_lines=body[position].leading_lines)
                 body[position] = body[position].with_changes(leading_lines=[])
+            elif not others and position > first_code and _is_import(body[position - 1]) and _is_stdlib(_top_module(body[position - 1])):
+                # The first third-party import, right below the standard library: a group of its own.
+                line = line.with_changes(leading_lines=[cst.EmptyLine()])
         body.insert(position, line)
         anchor += 1
     if blocks:
