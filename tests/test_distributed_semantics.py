@@ -695,3 +695,12 @@ def test_broadcast_master_param_copies_rank_0s_parameters_and_buffers(tmp_path: 
         model.weight.mul_(torch.randn(3))
     expected = {k: v.tolist() for k, v in model.state_dict().items()}
     assert results(tmp_path, "broadcast") == {0: expected, 1: expected}
+
+
+def test_a_launcher_constant_reads_the_environment_through_the_modules_own_import() -> None:
+    migrated = migrate(
+        "import os as _os\nimport torch_xla.core.xla_model as xm\n\n\n"
+        "def main():\n    import os\n\n    return xm.get_local_ordinal(), os.getcwd()\n"
+    )
+    assert 'LOCAL_RANK = int(_os.environ.get("LOCAL_RANK", 0))\n' in migrated
+    assert "    return LOCAL_RANK, os.getcwd()\n" in migrated

@@ -544,7 +544,7 @@ class MigrationContext:
         read = f'int({self.os()}.environ.get("{variable}", {default}))'
         if self.notebook or _WRITES_ENVIRONMENT.search(self.source) or self.unused_name(variable) != variable:
             return read
-        return self.need_helper(variable, f'{variable} = int(os.environ.get("{variable}", {default}))\n')
+        return self.need_helper(variable, f"{variable} = {read}\n")
 
     @property
     def notebook(self) -> bool:
