@@ -25,6 +25,36 @@ from neuron_migrate.rewrite.effects import has_effects
 _STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
+class _Comments(cst.CSTVisitor):
+    """Comments, each with the argument it stands in (`x=1,  # why`), if any."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, str | None]] = []
+        self._arguments: list[str] = []
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        self._arguments.append(_EMPTY_MODULE.code_for_node(node.value))
+
+    def leave_Arg(self, original_node: cst.Arg) -> None:
+        self._arguments.pop()
+
+    def visit_Comment(self, node: cst.Comment) -> None:
+        self.found.append((node.value, self._arguments[-1] if self._arguments else None))
+
+
+_EMPTY_MODULE = cst.Module(body=[])
+
+
+def _comments(*nodes: cst.CSTNode) -> list[tuple[str, str | None]]:
+    """The comments inside `nodes` (leading lines excepted: those move with the statement)."""
+    finder = _Comments()
+    for node in nodes:
+        if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            node = node.with_changes(leading_lines=[])
+        node.visit(finder)
+    return finder.found
+
+
 def _concrete(*bases: type) -> frozenset[type]:
     """Every concrete LibCST class under `bases`: `type(node) in ...` is many times faster than
     `isinstance` on LibCST's abstract classes, and the traversal asks for each node."""
@@ -281,6 +311,8 @@ class Dispatcher(cst.CSTTransformer):
         if kind in _SMALL_STATEMENT_HOLDERS:
             result = self._sweep_small(result)
             kind = type(result)
+        if original is cst.SimpleStatementLine and result is not original_node:
+            self._keep_comments(original_node, result)
         if original in _STATEMENTS:
             result = self._finish_statement(
                 result,
@@ -298,6 +330,20 @@ class Dispatcher(cst.CSTTransformer):
         if left is not None and type(result) is cst.IndentedBlock and left in self.ctx.function_imports:
             result = with_imports_on_top(result, list(self.ctx.function_imports.pop(left)))
         return result
+
+    def _keep_comments(self, original: cst.CSTNode, result: Any) -> None:
+        """A comment inside a rewritten call (`xm.save(\n    state,  # weights only\n    path)`)
+        goes above the statement when the rewrite did not keep it in place."""
+        if isinstance(result, cst.RemovalSentinel) or id(result) in self.ctx.removed:
+            return
+        nodes = result.nodes if isinstance(result, cst.FlattenSentinel) else [result]
+        kept = {text for text, _ in _comments(*nodes)}
+        code = "".join(_EMPTY_MODULE.code_for_node(node) for node in nodes)
+        for text, argument in _comments(original):
+            # A comment on an argument the rewrite dropped (`logging_dir="logs",  # TensorBoard`)
+            # went with it.
+            if text not in kept and (argument is None or argument in code):
+                self.ctx.comment(text)
 
     def _ungroup(self, node: Any) -> Any:
         field = "test" if isinstance(node, cst.If | cst.While) else "value"
