@@ -281,7 +281,9 @@ class Dispatcher(cst.CSTTransformer):
             self._elifs.add(id(node.orelse))  # type: ignore[attr-defined]
         self._scopes.enter(node)
         if kind in _STATEMENTS:
-            self.ctx.frames.append(Frame(statement=self._scopes.statement(node)))
+            self.ctx.frames.append(
+                Frame(statement=self._scopes.statement(node), changes_before=len(self.ctx.changes))
+            )
             self._saw_old_name.append(False)
         elif kind in _IMPORTS:
             self._import_depth += 1
@@ -311,7 +313,7 @@ class Dispatcher(cst.CSTTransformer):
         if kind in _SMALL_STATEMENT_HOLDERS:
             result = self._sweep_small(result)
             kind = type(result)
-        if original is cst.SimpleStatementLine and result is not original_node:
+        if original is cst.SimpleStatementLine and len(self.ctx.changes) > self.ctx.frames[-1].changes_before:
             self._keep_comments(original_node, result)
         if original in _STATEMENTS:
             result = self._finish_statement(

@@ -250,6 +250,7 @@ class Frame:
     before: list[cst.BaseStatement] = field(default_factory=list)
     after: list[cst.BaseStatement] = field(default_factory=list)
     statement: int = -1  # its number in the file's `ScopeTable.statements`
+    changes_before: int = 0  # how many changes the file had when the statement began
     # Imports of this scope that come only after this statement: import line -> the name it
     # binds, repeated (at the top of a function, or above a module-level statement) if the
     # rewritten statement reads the name.
