@@ -135,6 +135,8 @@ def unconditional_calls(tree: ast.AST, table: ImportTable) -> set[str]:
     def walk(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, _CONDITIONAL):
+                if _may_leave(child):
+                    return  # `if not args.ddp: return train()`: what follows runs only sometimes
                 continue
             if isinstance(child, ast.Call):
                 dotted = ast_dotted_name(child.func)
@@ -145,6 +147,17 @@ def unconditional_calls(tree: ast.AST, table: ImportTable) -> set[str]:
 
     walk(tree)
     return called
+
+
+def _may_leave(node: ast.AST) -> bool:
+    """Can `node` end its function (or the module's run) early: a `return` or `raise` inside it,
+    not inside a function of its own?"""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Return | ast.Raise):
+            return True
+        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef) and _may_leave(child):
+            return True
+    return False
 
 
 # Calls that import a module named by a string at run time.
