@@ -19,7 +19,14 @@ from typing import Any
 import libcst as cst
 
 from neuron_migrate.core.scopes import Scope, ScopeTable
-from neuron_migrate.rewrite.codemods.base import Codemod, Frame, MigrationContext, dotted_name, stmt
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    Frame,
+    MigrationContext,
+    StatementHeaderVisitor,
+    dotted_name,
+    stmt,
+)
 from neuron_migrate.rewrite.effects import has_effects
 
 _STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -100,22 +107,6 @@ def _merge_leading(carried: list[cst.EmptyLine], own: Sequence[cst.EmptyLine]) -
     if any(line.comment is not None for line in carried):
         return [*carried, *own]
     return list(own) if own else carried
-
-
-class StatementHeaderVisitor(cst.CSTVisitor):
-    """Visits one statement only: a compound statement's header, never its body or imports."""
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
-        return False
-
-    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
-        return False
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
 
 
 class _LeftoverFinder(StatementHeaderVisitor):

@@ -563,6 +563,22 @@ class MigrationContext:
         return candidate
 
 
+class StatementHeaderVisitor(cst.CSTVisitor):
+    """Visits one statement only: a compound statement's header, never its body or imports."""
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return False
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+
 class Codemod(cst.CSTTransformer):
     """Base of every codemod. Subclasses set the class attributes and write `leave_*` methods.
 

@@ -19,12 +19,12 @@ from neuron_migrate.core.names import RUN_TIME_IMPORTS, ImportTable
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     MigrationContext,
+    StatementHeaderVisitor,
     code_of,
     dotted_name,
     fix_trailing_comma,
     string_value,
 )
-from neuron_migrate.rewrite.dispatch import StatementHeaderVisitor
 
 OPTIMUM = "optimum.neuron"
 
