@@ -6,8 +6,10 @@ import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    append_arg,
     arg_value,
     has_star_args,
+    keyword_arg,
     string_value,
     with_string_value,
     without_args,
@@ -70,25 +72,5 @@ class XlaCompileBackend(Codemod):
             new = without_args(updated_node, ("backend",))
         if arg_value(new, None, "dynamic") is None and not has_star_args(new):
             # XLA compiled one graph per shape; the Neuron backend rejects dynamic shapes.
-            new = new.with_changes(args=_append(new, _keyword("dynamic", cst.Name("False"))))
+            new = new.with_changes(args=append_arg(new, new.args, keyword_arg("dynamic", cst.Name("False"))))
         return new
-
-
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-
-
-def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(keyword=cst.Name(name), value=value, equal=_EQUAL)
-
-
-def _append(call: cst.Call, new: cst.Arg) -> list[cst.Arg]:
-    """`call`'s arguments and one more at the end, keeping a one-per-line layout."""
-    args = list(call.args)
-    if not args:
-        return [new]
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
-        separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
-        return [*args[:-1], last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    return [*args[:-1], last.with_changes(comma=comma), new]
