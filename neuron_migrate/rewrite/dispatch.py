@@ -28,6 +28,7 @@ from neuron_migrate.rewrite.codemods.base import (
     stmt,
 )
 from neuron_migrate.rewrite.effects import has_effects
+from neuron_migrate.rewrite.guards import join_guards
 
 _STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
@@ -264,6 +265,7 @@ class Dispatcher(cst.CSTTransformer):
         assert ctx.scopes is not None
         self._scopes = ScopeFollower(ctx.scopes, ctx.scope_stack)
         self._in_fstring = 0
+        self._guards: dict[int, cst.CSTNode] = {}  # by id: the `if` statements the rewrite wrote or changed the test of
 
     # -- traversal ------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -313,16 +315,26 @@ class Dispatcher(cst.CSTTransformer):
                 wrapped=original is cst.SimpleStatementLine,
             )
             kind = type(result)
+            self._note_guards(original_node, result)
         if kind is cst.Module:
             result = self.add_imports(result)
         if kind in _BLOCKS:
-            result = sweep_block(result, self.ctx.removed, self.ctx.placeholders)
+            result = join_guards(sweep_block(result, self.ctx.removed, self.ctx.placeholders), self._guards.keys())
         if kind is cst.FormattedString and result is not original_node:
             result = requoted(result)
         left = self._scopes.leave(original_node)
         if left is not None and type(result) is cst.IndentedBlock and left in self.ctx.function_imports:
             result = with_imports_on_top(result, list(self.ctx.function_imports.pop(left)))
         return result
+
+    def _note_guards(self, original: cst.CSTNode, result: Any) -> None:
+        """Remember the `if` statements the rewrite wrote (`xm.save(...)` -> `if rank == 0: ...`)
+        or whose test it rewrote: a guard next to one with the same test may join it."""
+        for node in result.nodes if type(result) is cst.FlattenSentinel else (result,):
+            if type(node) is not cst.If:
+                continue
+            if type(original) is not cst.If or _EMPTY_MODULE.code_for_node(original.test) != _EMPTY_MODULE.code_for_node(node.test):  # type: ignore[attr-defined]
+                self._guards[id(node)] = node
 
     def _keep_comments(self, original: cst.CSTNode, result: Any) -> None:
         """A comment inside a rewritten call (`xm.save(\n    state,  # weights only\n    path)`)
@@ -381,6 +393,15 @@ class Dispatcher(cst.CSTTransformer):
                     first = nodes[0]
                     leading = list(getattr(first, "leading_lines", ()))
                     nodes[0] = first.with_changes(leading_lines=[])
+                    if type(first) is cst.SimpleStatementLine and first.trailing_whitespace.comment is not None:
+                        # `xm.optimizer_step(opt)  # all-reduce + step` is two lines now: the comment
+                        # is about both, so it goes above them.
+                        leading.append(cst.EmptyLine(comment=first.trailing_whitespace.comment))
+                        nodes[0] = nodes[0].with_changes(
+                            trailing_whitespace=first.trailing_whitespace.with_changes(
+                                whitespace=cst.SimpleWhitespace(""), comment=None
+                            )
+                        )
                 nodes = [*frame.before, *nodes, *frame.after]
             if leading and nodes:
                 nodes[0] = nodes[0].with_changes(

@@ -207,7 +207,7 @@ def _module_level(
     if options.enabled("NM012"):
         migrated = remove_dead_imports(migrated, ctx, tree, after, old_names, printed)
     used = used_names(after)
-    helpers = [source for name, source in ctx.helpers.items() if name in used]
+    helpers = _constants_first([source for name, source in ctx.helpers.items() if name in used])
     for source in [*ctx.module_prologue, *helpers]:
         used |= used_names(ast.parse(source))
     requested = [*ctx.new_imports.items(), *ctx.more_imports]
@@ -220,3 +220,14 @@ def _module_level(
     if imports or helpers or ctx.module_prologue:
         migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
     return printed if migrated is traversed else migrated.code
+
+
+def _constants_first(helpers: list[str]) -> list[str]:
+    """Module constants (`LOCAL_RANK = int(...)`) in one group above the helper functions and
+    classes, in the order they were asked for, unless a constant needs one of those helpers."""
+    trees = [ast.parse(source).body for source in helpers]
+    constants = [all(isinstance(s, ast.Assign | ast.AnnAssign) for s in body) for body in trees]
+    defined = {s.name for body in trees for s in body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
+    if any(used_names(ast.Module(body=body, type_ignores=[])) & defined for body, c in zip(trees, constants) if c):
+        return helpers
+    return [h for h, c in zip(helpers, constants) if c] + [h for h, c in zip(helpers, constants) if not c]

@@ -202,6 +202,9 @@ def remove_dead_imports(
 # -- adding imports, helpers and set-up statements -------------------------------------------
 
 
+_EMPTY = cst.Module(body=[])
+
+
 def _is_import(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and any(
         isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body
@@ -223,6 +226,12 @@ def _is_from(statement: cst.CSTNode) -> bool:
 
 def _import_source(module: str, asname: str | None) -> str:
     return f"import {module} as {asname}" if asname else f"import {module}"
+
+
+def _module_of(statement: cst.SimpleStatementLine) -> str:
+    small = statement.body[0]
+    assert isinstance(small, cst.Import)
+    return _EMPTY.code_for_node(small.names[0].name)
 
 
 def _top_module(statement: cst.CSTNode) -> str:
@@ -270,7 +279,15 @@ def add_module_level(
         same_kind = [i for i in imports_at if _top_module(body[i]) == top]
         stdlib = [i for i in imports_at if _is_stdlib(_top_module(body[i]))]
         if same_kind:
-            position = same_kind[-1] + 1
+            # As isort orders a group: `import` lines by module, then the `from` imports.
+            plain = [i for i in same_kind if not _is_from(body[i])]
+            before = [i for i in plain if _module_of(body[i]) <= module_name]
+            if before:
+                position = before[-1] + 1
+            else:
+                position = (plain or same_kind)[0]
+                line = line.with_changes(leading_lines=body[position].leading_lines)
+                body[position] = body[position].with_changes(leading_lines=[])
         elif _is_stdlib(module_name) and stdlib:
             # As isort orders them: `import x` lines alphabetically, then the `from` imports.
             later = [i for i in stdlib if _is_from(body[i]) or _top_module(body[i]) > top]
