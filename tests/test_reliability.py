@@ -258,5 +258,9 @@ def test_a_guarded_print_carries_the_todos_of_what_it_prints_once() -> None:
         at = next(i for i, line in enumerate(lines) if needle in line and "TODO" not in line)
         assert lines[at].lstrip().startswith("print(")
         assert f"TODO(neuron-migrate {code})" in lines[at - 1]
-        assert lines[at - 2].lstrip().startswith("if ")
+        indent = len(lines[at]) - len(lines[at].lstrip())
+        header = next(line for line in reversed(lines[:at]) if line.strip() and len(line) - len(line.lstrip()) < indent)
+        assert header.lstrip().startswith("if LOCAL_RANK == 0:")
+    # The two guards with the same test are one block.
+    assert sum(line.lstrip().startswith("if ") for line in lines) == 1
     assert rewrite_source(first.migrated, "guarded.py", Options()).migrated == first.migrated
