@@ -268,6 +268,37 @@ def test_a_step_whose_output_is_assigned_is_left_for_review_not_claimed_removed(
     assert [(m.code, m.cell, m.line, m.column) for m in outcome.result.manual] == [("NM005", 1, 2, 5)]  # type: ignore[attr-defined]
 
 
+def test_shell_steps_that_still_need_optimum_neuron_get_a_todo() -> None:
+    """A training launch with optimum-neuron's flags, or its command line, stays as it is: the
+    notebook must not claim there is nothing left to do."""
+    launch = "!torchrun --nproc_per_node=2 run_clm.py \\\n    --tensor_parallel_size 2 --zero_1 True"
+    cells = [("code", launch), ("code", "!optimum-cli neuron consolidate out merged"), ("code", "!python eval.py --lr 1")]
+    new, outcome = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(cell["source"]) for cell in json.loads(new)["cells"]]
+    assert sources[0].startswith("# TODO(neuron-migrate NM020): this runs a script with optimum-neuron training flags (`--tensor_parallel_size`, `--zero_1`)")
+    assert sources[0].endswith(launch)
+    assert sources[1].startswith("# TODO(neuron-migrate NM020): `optimum-cli neuron consolidate` is optimum-neuron's command line")
+    assert sources[2] == "!python eval.py --lr 1"
+    assert [(m.code, m.cell) for m in outcome.result.manual] == [("NM020", 1), ("NM020", 2)]  # type: ignore[attr-defined]
+    again, _ = rewrite(new)
+    assert again == new
+
+
+def test_a_model_sharded_over_neuroncores_loads_whole_in_a_kernel() -> None:
+    """`num_cores=2` drove two NeuronCores from the kernel's one process; `DistributedConfig`
+    needs a process per shard, which would fail to start in a kernel: one device and a TODO."""
+    cells = [
+        ("code", "from optimum.neuron import NeuronModelForCausalLM"),
+        ("code", 'model = NeuronModelForCausalLM.from_pretrained("m", export=True, num_cores=2, sequence_length=256)'),
+    ]
+    new, outcome = rewrite(nbformat.writes(build(cells)))
+    source = "".join(json.loads(new)["cells"][1]["source"])
+    assert "DistributedConfig(" not in source.replace("`distributed_config=DistributedConfig(tp_size=2)`", "")
+    assert "device_map=" in source
+    assert source.startswith("# TODO(neuron-migrate NM021): `num_cores=2`: this model ran sharded over NeuronCores from this one process")
+    assert [m.code for m in outcome.result.manual] == ["NM021"]  # type: ignore[attr-defined]
+
+
 def test_python_that_looks_like_ipython_syntax_is_migrated() -> None:
     cells = [
         ("code", "import torch_xla.core.xla_model as xm\nx = (a\n    % 2)\nprompt = '''Ready?\nGo.'''\nxm.mark_step()"),

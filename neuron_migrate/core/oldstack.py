@@ -13,6 +13,7 @@ PACKAGES: tuple[str, ...] = (
     "neuronx_distributed",
     "neuronx_distributed_inference",
     "transformers_neuronx",
+    "neuronperf",  # benchmarks the artifacts of torch_neuronx.trace
 )
 OPTIMUM_NEURON = "optimum.neuron"
 

@@ -149,6 +149,23 @@ class ScopeTable:
             block = self.block_parents[block]
         return False
 
+    def innermost(self, line: int, column: int) -> Scope:
+        """The scope that code at this position (an `ast` line and column) runs in."""
+        found = self.module
+        for scope in self.scopes:
+            first = scope.start[:2]
+            if first > (line, column):
+                break
+            if (line, column) < (-scope.start[2], -scope.start[3]):
+                found = scope
+        return found
+
+    def binding_at(self, node: ast.AST, name: str) -> tuple[Scope, str] | None:
+        """Which variable `name` is where `node` stands (as `MigrationContext.binding_key` says
+        during a rewrite): equal keys mean the same variable."""
+        owner = self.innermost(node.lineno, node.col_offset).lookup(name)  # type: ignore[attr-defined]
+        return (owner, name) if owner is not None and not owner.bound[name].deleted else None
+
     @classmethod
     def from_ast(cls, tree: ast.Module, source: str) -> ScopeTable:
         return _Builder(source).build(tree)

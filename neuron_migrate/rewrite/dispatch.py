@@ -34,20 +34,66 @@ _STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
 class _Comments(cst.CSTVisitor):
-    """Comments, each with the argument it stands in (`x=1,  # why`), if any."""
+    """Comments, each with the argument it stands in, if any: the one whose line it ends
+    (`x=1,  # why`) or, on a line of its own, the one it stands above."""
 
     def __init__(self) -> None:
         self.found: list[tuple[str, str | None]] = []
-        self._arguments: list[str] = []
+        self._arguments: list[str | None] = []
+        self._above: list[int] = []  # indexes in `found` of comments waiting for the next argument
 
-    def visit_Arg(self, node: cst.Arg) -> None:
-        self._arguments.append(_EMPTY_MODULE.code_for_node(node.value))
+    def visit_Call(self, node: cst.Call) -> None:
+        self._above_next(node.whitespace_before_args)
 
-    def leave_Arg(self, original_node: cst.Arg) -> None:
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self._above.clear()  # above the closing parenthesis: about the call
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        key = _argument_key(node)
+        for index in self._above:
+            self.found[index] = (self.found[index][0], key)
+        self._above.clear()
+        self._arguments.append(key)
+        for part in (node.keyword, node.equal, node.value):
+            if isinstance(part, cst.CSTNode):
+                part.visit(self)
+        comma = node.comma
+        if isinstance(comma, cst.Comma):
+            comma.whitespace_before.visit(self)
+            after = comma.whitespace_after
+            if isinstance(after, cst.ParenthesizedWhitespace):
+                after.first_line.visit(self)  # ends this argument's line
+                self._arguments.pop()
+                self._above_next(after, own_lines_only=True)
+                return False
         self._arguments.pop()
+        return False
+
+    def _above_next(self, whitespace: cst.BaseParenthesizableWhitespace, own_lines_only: bool = False) -> None:
+        if not isinstance(whitespace, cst.ParenthesizedWhitespace):
+            return
+        if not own_lines_only:
+            whitespace.first_line.visit(self)
+        for line in whitespace.empty_lines:
+            if line.comment is not None:
+                self._above.append(len(self.found))
+                self.found.append((line.comment.value, None))
 
     def visit_Comment(self, node: cst.Comment) -> None:
         self.found.append((node.value, self._arguments[-1] if self._arguments else None))
+
+
+def _argument_key(arg: cst.Arg) -> str:
+    """How to tell whether an argument is still in a call: `name=` for a keyword, else its value."""
+    if arg.keyword is not None:
+        return f"{arg.keyword.value}="
+    return _EMPTY_MODULE.code_for_node(arg.value)
+
+
+def _still_passed(key: str, code: str) -> bool:
+    if key.endswith("="):
+        return re.search(rf"(?<![\w.]){re.escape(key[:-1])}\s*=(?!=)", code) is not None
+    return key in code
 
 
 _EMPTY_MODULE = cst.Module(body=[])
@@ -116,25 +162,37 @@ class _LeftoverFinder(StatementHeaderVisitor):
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
         self.found: list[str] = []
+        self._calls: list[str] = []  # the names the calls around this node are reached through
+
+    def _old(self, dotted: str | None) -> bool:
+        head = dotted.split(".")[0] if dotted else None
+        return head in self.names and head not in self._calls
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         dotted = dotted_name(node)
-        if dotted and dotted.split(".")[0] in self.names:
+        if self._old(dotted):
+            assert dotted is not None
             self.found.append(dotted)
             return False
         node.value.visit(self)  # `torch.autocast` is not the old `autocast`: skip `.attr`
         return False
 
     def visit_Call(self, node: cst.Call) -> bool:
-        """One TODO per call: `xm.all_reduce(xm.REDUCE_SUM, t)` is one item, not two."""
+        """One TODO per call and what it reaches through the same name: `xm.all_reduce(
+        xm.REDUCE_SUM, t)` is one item, `neuron_allclose(cumsum(x), y)` two."""
         dotted = dotted_name(node.func)
-        if dotted and dotted.split(".")[0] in self.names:
-            self.found.append(dotted)
-            return False
-        return True
+        if not self._old(dotted):
+            return True
+        assert dotted is not None
+        self.found.append(dotted)
+        self._calls.append(dotted.split(".")[0])
+        for arg in node.args:
+            arg.visit(self)
+        self._calls.pop()
+        return False
 
     def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self.names:
+        if self._old(node.value):
             self.found.append(node.value)
 
     # A definition's own name and its parameters bind names; only what they evaluate is a use.
@@ -347,7 +405,7 @@ class Dispatcher(cst.CSTTransformer):
         for text, argument in _comments(original):
             # A comment on an argument the rewrite dropped (`logging_dir="logs",  # TensorBoard`)
             # went with it.
-            if text not in kept and (argument is None or argument in code):
+            if text not in kept and (argument is None or _still_passed(argument, code)):
                 self.ctx.comment(text)
 
     def _ungroup(self, node: Any) -> Any:

@@ -47,7 +47,7 @@ from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_
 PREFILTER = re.compile(
     r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://"
     r"|optimum\.neuron|from\s+optimum\s+import\b[^\n]*\bneuron\b|from\s+optimum\s+import\s*\([^)]*\bneuron\b"
-    r"|optimum-cli|torch_neuron|neuronx_distributed"
+    r"|optimum-cli|torch_neuron|neuronx_distributed|neuronperf"
     r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
 )
 

@@ -32,7 +32,7 @@ from neuron_migrate.core.notebook_cells import (
 from neuron_migrate.core.oldstack import LEFTOVER_CODE
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.results import Change, FileResult, ManualItem, Note
-from neuron_migrate.rewrite.shell import rewrite_shell_command
+from neuron_migrate.rewrite.shell import old_stack_command, rewrite_shell_command
 
 
 class NotebookError(Exception):
@@ -328,6 +328,9 @@ def _rewrite_shell_commands(
         for command in masked.commands:
             shell = command.span.kind in ("shell", "magic")
             rewrite = rewrite_shell_command(command.text) if shell else None
+            needs = old_stack_command(command.text) if shell and rewrite is None else None
+            if needs is not None and options.enabled("NM020"):
+                by_hand[command] = ManualItem("NM020", needs)
             if rewrite is None or not options.enabled(rewrite.code):
                 continue
             if rewrite.removes and command.span.assigned:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from neuron_migrate.core.oldstack import PRECISION, REMOVED_STEPS, XLA_VARIABLE
+from neuron_migrate.rewrite.codemods.optimum.fields import PARALLEL_FIELDS, TRAINING_FIELDS
 
 _ENV_MAGIC = re.compile(r"%(?:env|set_env)\s+([A-Za-z_]\w*)")
 _SHELL = re.compile(r"(!{1,2}[ \t]*)(.*)", re.S)
@@ -66,6 +67,36 @@ def rewrite_shell_command(command: str) -> ShellRewrite | None:
         f"removed {', '.join(names)} from a shell command",
         precision=any(n in PRECISION for n in names),
     )
+
+
+# Flags only optimum-neuron's training arguments take (`overwrite_output_dir` was transformers' own).
+_NEURON_FLAGS = frozenset({*PARALLEL_FIELDS, *TRAINING_FIELDS} - {"overwrite_output_dir"})
+_FLAG = re.compile(r"--([A-Za-z_][\w-]*)")
+
+
+def old_stack_command(command: str) -> str | None:
+    """Why a `!` command that stays needs the old stack (a TODO goes above it); None if it does not."""
+    shell = _SHELL.fullmatch(command)
+    if not shell:
+        return None
+    words = _CONTINUATION.sub(" ", shell.group(2)).split()
+    for at, word in enumerate(words):
+        if word == "optimum-cli" and words[at + 1 : at + 2] == ["neuron"]:
+            step = " ".join(words[at : at + 3])
+            return (
+                f"`{step}` is optimum-neuron's command line, which a native install does not have: native "
+                "checkpoints are whole already (`save_pretrained`), and models compile when first called; "
+                "run it with the old stack once if you still need its output"
+            )
+    flags = sorted({match.group(1).replace("-", "_") for word in words if (match := _FLAG.match(word))} & _NEURON_FLAGS)
+    if flags:
+        named = ", ".join(f"`--{flag}`" for flag in flags)
+        return (
+            f"this runs a script with optimum-neuron training flags ({named}): migrate that script too "
+            "(`neuron-migrate rewrite`), then pass a tensor- or pipeline-parallel size as its "
+            "`DistributedConfig(tp_size=..., pp_size=...)` and drop the flags the native Trainer does not take"
+        )
+    return None
 
 
 def _leading_assignments(body: str) -> tuple[list[re.Match[str]], int]:

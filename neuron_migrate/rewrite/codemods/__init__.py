@@ -14,6 +14,7 @@ from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
 from neuron_migrate.rewrite.codemods.optimum.diffusion import OptimumDiffusion
 from neuron_migrate.rewrite.codemods.optimum.inference import OptimumInference
 from neuron_migrate.rewrite.codemods.optimum.training import OptimumTraining
+from neuron_migrate.rewrite.codemods.package_probes import PackageProbes
 from neuron_migrate.rewrite.codemods.xla_autocast import XlaAutocast
 from neuron_migrate.rewrite.codemods.xla_collectives import XlaCollectives
 from neuron_migrate.rewrite.codemods.xla_compile import XlaCompileBackend
@@ -45,6 +46,7 @@ CODEMODS: tuple[type[Codemod], ...] = (
     OptimumDiffusion,
     NeuronxTrace,
     NeuronxDistributed,
+    PackageProbes,
 )
 
 LEFTOVER_MESSAGE = "`{name}` has no automatic migration; rewrite it for native PyTorch by hand"

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
+from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.codemods.base import code_of, stmt
 from neuron_migrate.rewrite.codemods.optimum.fields import (
     CAST_DTYPES,
@@ -17,6 +18,11 @@ from neuron_migrate.rewrite.codemods.optimum.fields import (
     EXPORT_OPTIONS,
     LOADING_KEPT,
     TP_KEYWORDS,
+)
+from neuron_migrate.rewrite.codemods.optimum.generated_tokens import (
+    padding_is_invisible,
+    parents_of,
+    read_only_by,
 )
 from neuron_migrate.rewrite.codemods.optimum.support import (
     OPTIMUM,
@@ -83,6 +89,14 @@ RENAMES: dict[str, tuple[str, str]] = {
     **dict.fromkeys(PIPELINE, ("transformers", "pipeline")),
 }
 
+# What optimum-neuron's models have and transformers models do not (AttributeError natively).
+NEURON_MODEL_ONLY = {
+    "neuron_config": "`{code}` is the configuration optimum-neuron exported the model with; a transformers model has none: read the sizes from `generation_config` (`max_cache_len`, `prefill_chunk_size`) or `config`, or keep the values the model was loaded with",
+    **dict.fromkeys(
+        ("chunked_prefill_model", "context_encoding_model", "token_generation_model", "speculation_model"),
+        "`{code}` is one of the graphs optimum-neuron compiled; a transformers model has none: remove what reads it",
+    ),
+}
 PRECOMPILE_NOTE = "`neuron_parallel_compile` is gone: it extracted XLA graphs in a separate run before training; natively the training run compiles its graphs itself on the first steps, so that run was removed"
 SHELL_RUNNERS = (
     "os.system",
@@ -110,14 +124,19 @@ class _Model:
     sequence_length: cst.BaseExpression | None = None
 
 
+Binding = tuple[Scope, str]  # a variable: the scope that binds the name, and the name
+
+
 @dataclass
 class _Facts:
-    """What the whole file says about its inference models, before any rewrite."""
+    """What the whole file says about its inference models, before any rewrite. Variables are
+    bindings, not names: `model` in one function is not `model` in another."""
 
-    models: dict[str, str] = field(default_factory=dict)  # model var -> kind, from the source
-    padded: dict[str, str] = field(default_factory=dict)  # tokenizer-output var -> model var
-    tokenizers: dict[str, str] = field(default_factory=dict)  # tokenizer var -> model var
-    pad_token_set: set[str] = field(default_factory=set)
+    models: dict[Binding, str] = field(default_factory=dict)  # model variable -> kind
+    padded: dict[Binding, Binding] = field(default_factory=dict)  # tokenizer output -> the model it feeds
+    tokenizers: dict[Binding, Binding] = field(default_factory=dict)  # tokenizer -> the model it feeds
+    pad_token_set: set[Binding] = field(default_factory=set)
+    unpadded: set[Binding] = field(default_factory=set)  # models whose outputs padding would change
     dicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # consumable dict literals
     neuron_configs: set[str] = field(
         default_factory=set
@@ -128,7 +147,7 @@ class _Facts:
 Qualifier = Callable[[ast.AST], "str | None"]
 
 
-def _inference_facts(source: str, table: ImportTable) -> _Facts:
+def _inference_facts(source: str, table: ImportTable, scopes: ScopeTable) -> _Facts:
     facts = _Facts()
     try:
         tree = ast.parse(source)
@@ -139,18 +158,18 @@ def _inference_facts(source: str, table: ImportTable) -> _Facts:
         dotted = ast_dotted_name(expr)
         return table.resolve_dotted(dotted) if dotted else None
 
-    _find_loaded_models(tree, qualified, facts)
-    splatted = _find_model_inputs(tree, qualified, facts)
+    _find_loaded_models(tree, qualified, scopes, facts)
+    splatted = _find_model_inputs(tree, qualified, scopes, facts)
     loads = name_loads(source)
     facts.precompile_vars = _precompile_commands(tree, qualified, loads)
     for name, keys in dict_literals(source).items():
         if splatted.get(name) and splatted[name] == loads.get(name) and set(keys) <= EXPORT_OPTIONS:
             facts.dicts[name] = keys
-    _find_tokenizers(tree, facts)
+    _find_tokenizers(tree, scopes, facts)
     return facts
 
 
-def _find_loaded_models(tree: ast.AST, qualified: Qualifier, facts: _Facts) -> None:
+def _find_loaded_models(tree: ast.AST, qualified: Qualifier, scopes: ScopeTable, facts: _Facts) -> None:
     """The variables the old models and neuron configs are loaded into; tokenizers given a pad token."""
     for n in ast.walk(tree):
         if not isinstance(n, ast.Assign):
@@ -161,25 +180,27 @@ def _find_loaded_models(tree: ast.AST, qualified: Qualifier, facts: _Facts) -> N
             and isinstance(n.value, ast.Call)
         ):
             owner, _, method = (qualified(n.value.func) or "").rpartition(".")
-            if method in ("from_pretrained", "export") and owner in CAUSAL_LM:
-                facts.models[n.targets[0].id] = "causal"
-            elif method == "from_pretrained" and owner in TRACED:
-                facts.models[n.targets[0].id] = "traced"
+            variable = scopes.binding_at(n, n.targets[0].id)
+            if variable is not None and method in ("from_pretrained", "export") and owner in CAUSAL_LM:
+                facts.models[variable] = "causal"
+            elif variable is not None and method == "from_pretrained" and owner in TRACED:
+                facts.models[variable] = "traced"
             elif method == "get_neuron_config" and owner in CAUSAL_LM:
                 facts.neuron_configs.add(n.targets[0].id)
-        facts.pad_token_set.update(
-            t.value.id
-            for t in n.targets
-            if isinstance(t, ast.Attribute)
-            and t.attr == "pad_token"
-            and isinstance(t.value, ast.Name)
-        )
+        for t in n.targets:
+            if isinstance(t, ast.Attribute) and t.attr == "pad_token" and isinstance(t.value, ast.Name):
+                variable = scopes.binding_at(t, t.value.id)
+                if variable is not None:
+                    facts.pad_token_set.add(variable)
 
 
-def _find_model_inputs(tree: ast.AST, qualified: Qualifier, facts: _Facts) -> dict[str, int]:
+def _find_model_inputs(tree: ast.AST, qualified: Qualifier, scopes: ScopeTable, facts: _Facts) -> dict[str, int]:
     """Record the variables fed to the migrated models (`model.generate(**inputs)`, `model(**inputs)`);
     return how often each name is `**`-unpacked into an old model's loading."""
     splatted: dict[str, int] = {}
+    parents = parents_of(tree)
+    invisible: set[int] = set()  # generate calls whose output padding leaves as it was
+    reads: dict[Binding, ast.Name] = {}  # a read of each tokenizer output, to find the others
     for n in ast.walk(tree):
         if not isinstance(n, ast.Call):
             continue
@@ -189,26 +210,35 @@ def _find_model_inputs(tree: ast.AST, qualified: Qualifier, facts: _Facts) -> di
             for k in n.keywords:
                 if k.arg is None and isinstance(k.value, ast.Name):
                     splatted[k.value.id] = splatted.get(k.value.id, 0) + 1
-        model_var = _model_called(n.func, facts.models)
-        if model_var is None:
+        model = _model_called(n.func, scopes, facts.models)
+        if model is None:
             continue
+        if facts.models[model] == "causal":
+            if not padding_is_invisible(n, tree, scopes, parents):
+                facts.unpadded.add(model)
+                continue
+            invisible.add(id(n))
         for value in [*n.args, *(k.value for k in n.keywords)]:
             for inner in ast.walk(value):
-                if isinstance(inner, ast.Name) and inner.id != model_var:
-                    facts.padded.setdefault(inner.id, model_var)
+                variable = scopes.binding_at(inner, inner.id) if isinstance(inner, ast.Name) else None
+                if variable is not None and variable != model:
+                    facts.padded.setdefault(variable, model)
+                    reads.setdefault(variable, inner)
+    for variable, model in list(facts.padded.items()):
+        if facts.models[model] == "causal" and not read_only_by(reads[variable], invisible, tree, scopes, parents):
+            del facts.padded[variable]
+            facts.unpadded.add(model)
     return splatted
 
 
-def _model_called(func: ast.AST, models: dict[str, str]) -> str | None:
+def _model_called(func: ast.AST, scopes: ScopeTable, models: dict[Binding, str]) -> Binding | None:
     """The model variable a call runs: `model.generate(...)` of a causal LM, `model(...)` of a traced one."""
-    if (
-        isinstance(func, ast.Attribute)
-        and func.attr == "generate"
-        and isinstance(func.value, ast.Name)
-    ):
-        return func.value.id if models.get(func.value.id) == "causal" else None
-    if isinstance(func, ast.Name) and models.get(func.id) == "traced":
-        return func.id
+    if isinstance(func, ast.Attribute) and func.attr == "generate" and isinstance(func.value, ast.Name):
+        variable = scopes.binding_at(func.value, func.value.id)
+        return variable if variable is not None and models.get(variable) == "causal" else None
+    if isinstance(func, ast.Name):
+        variable = scopes.binding_at(func, func.id)
+        return variable if variable is not None and models.get(variable) == "traced" else None
     return None
 
 
@@ -231,21 +261,23 @@ def _precompile_commands(tree: ast.AST, qualified: Qualifier, loads: dict[str, i
     return {name for name in commands if runs.get(name) and runs[name] == loads.get(name)}
 
 
-def _find_tokenizers(tree: ast.AST, facts: _Facts) -> None:
+def _find_tokenizers(tree: ast.AST, scopes: ScopeTable, facts: _Facts) -> None:
     """The tokenizers whose outputs (`inputs = tokenizer(..., return_tensors=...)`) feed the models."""
     for n in ast.walk(tree):
         if not (
             isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
         ):
             continue
-        target = n.targets[0].id
+        target = scopes.binding_at(n, n.targets[0].id)
         if (
             target in facts.padded
             and isinstance(n.value, ast.Call)
             and isinstance(n.value.func, ast.Name)
             and any(k.arg == "return_tensors" for k in n.value.keywords)
         ):
-            facts.tokenizers.setdefault(n.value.func.id, facts.padded[target])
+            tokenizer = scopes.binding_at(n.value.func, n.value.func.id)
+            if tokenizer is not None:
+                facts.tokenizers.setdefault(tokenizer, facts.padded[target])
 
 
 class OptimumInference(RenamingCodemod):
@@ -321,12 +353,13 @@ class OptimumInference(RenamingCodemod):
         self._dict_values: dict[str, dict[str, cst.BaseExpression]] = {}
         # (binding, config variable) -> its options: a name in another function is another variable
         self._config_values: dict[tuple[object, str], dict[str, cst.BaseExpression]] = {}
-        self._models: dict[str, _Model] = {}
+        self._models: dict[Binding, _Model] = {}
         self._target: str | None = None
 
     # -- whole-file facts -----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        self.facts = _inference_facts(self.ctx.source, self.ctx.imports)
+        assert self.ctx.scopes is not None
+        self.facts = _inference_facts(self.ctx.source, self.ctx.imports, self.ctx.scopes)
 
     # -- statements -----------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -354,11 +387,12 @@ class OptimumInference(RenamingCodemod):
             self._config_values[self._variable(target)] = values
             self.changed("`get_neuron_config(...)` folded into the model loading")
             return self.ctx.remove(updated_node)
-        model = self.facts.tokenizers.get(target)
+        tokenizer = self.ctx.binding_key(target)
+        model = self.facts.tokenizers.get(tokenizer) if tokenizer is not None else None
         if (
             model is not None
             and self.facts.models.get(model) == "causal"
-            and target not in self.facts.pad_token_set
+            and tokenizer not in self.facts.pad_token_set
         ):
             self.ctx.insert_after(
                 stmt(
@@ -427,8 +461,25 @@ class OptimumInference(RenamingCodemod):
         self.ctx.note(self.code, PRECOMPILE_NOTE)
         return updated_node.with_changes(elements=elements[1:])
 
+    # -- what only optimum-neuron's models have ------------------------------------------------
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        attribute = original_node.attr.value
+        receiver = original_node.value
+        if attribute in NEURON_MODEL_ONLY and not (isinstance(receiver, cst.Name) and receiver.value == "self"):
+            self.todo(NEURON_MODEL_ONLY[attribute].format(code=code_of(original_node)))
+        return updated_node
+
+    def _asks_for_neuron_attribute(self, call: cst.Call) -> None:
+        """`hasattr(model, "chunked_prefill_model")`: always False natively."""
+        if not (isinstance(call.func, cst.Name) and call.func.value in ("hasattr", "getattr") and len(call.args) >= 2):
+            return
+        attribute = literal(call.args[1].value)
+        if isinstance(attribute, str) and attribute in NEURON_MODEL_ONLY:
+            self.todo(NEURON_MODEL_ONLY[attribute].format(code=f"{code_of(call.args[0].value)}.{attribute}"))
+
     # -- calls ----------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        self._asks_for_neuron_attribute(original_node)
         name = self.qualify(original_node.func)
         owner, _, method = (name or "").rpartition(".")
         if owner in CAUSAL_LM and method in ("from_pretrained", "export"):
@@ -437,11 +488,9 @@ class OptimumInference(RenamingCodemod):
             return self._traced(updated_node, TRACED[owner])
         if name in PIPELINE:
             return self._pipeline(updated_node)
-        if (
-            keyword(updated_node, "return_tensors") is not None
-            and self._target in self.facts.padded
-        ):
-            return self._pad_inputs(updated_node, self.facts.padded[self._target])
+        inputs = self.ctx.binding_key(self._target) if self._target is not None else None
+        if keyword(updated_node, "return_tensors") is not None and inputs in self.facts.padded:
+            return self._pad_inputs(updated_node, self.facts.padded[inputs])
         return updated_node
 
     def _options(self, call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.BaseExpression], bool]:
@@ -468,12 +517,20 @@ class OptimumInference(RenamingCodemod):
                 opaque = True
                 kept.append(arg)
                 continue
-            if (
-                arg.keyword is not None
-                and arg.keyword.value == "neuron_config"
-                and isinstance(arg.value, cst.Name)
-            ):
-                options.update(self._config_values.get(self._variable(arg.value.value), {}))
+            if arg.keyword is not None and arg.keyword.value == "neuron_config":
+                folded = (
+                    self._config_values.get(self._variable(arg.value.value))
+                    if isinstance(arg.value, cst.Name)
+                    else None
+                )
+                if folded is None:
+                    self.todo(
+                        f"`neuron_config={code_of(arg.value)}` set the export's shapes, precision and tensor "
+                        "parallelism, which this tool cannot read: pass its sequence length as "
+                        "`generation_config.max_cache_len`, its dtype as `dtype=`, and a tensor-parallel size "
+                        "above 1 as `distributed_config=DistributedConfig(tp_size=...)` under torchrun"
+                    )
+                options.update(folded or {})
             if (
                 arg.keyword is not None
                 and arg.keyword.value in EXPORT_OPTIONS
@@ -531,9 +588,18 @@ class OptimumInference(RenamingCodemod):
         device = '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
         if tp_expr is None or literal(tp_expr) == 1:
             return [make_arg("device_map", device)]
+        given = f"`{'tensor_parallel_size' if 'tensor_parallel_size' in options else 'num_cores'}={code_of(tp_expr)}`"
         if not shardable:
             self.todo(
-                f"`{code_of(tp_expr)}` NeuronCores ran this model sharded; transformers shards only models whose class has a tensor-parallel plan (`base_model_tp_plan`), which encoders usually lack: it now loads whole on one device; if its class has a plan, pass `distributed_config=DistributedConfig(tp_size={code_of(tp_expr)})` instead of `device_map` and launch with `torchrun`"
+                f"{given}: this model ran sharded over NeuronCores; transformers shards only models whose class has a tensor-parallel plan (`base_model_tp_plan`), which encoders usually lack: it now loads whole on one device; if its class has a plan, pass `distributed_config=DistributedConfig(tp_size={code_of(tp_expr)})` instead of `device_map` and launch with `torchrun`"
+            )
+            return [make_arg("device_map", device)]
+        if self.ctx.notebook:
+            self.todo(
+                f"{given}: this model ran sharded over NeuronCores from this one process; transformers shards "
+                f"a model only across processes (`distributed_config=DistributedConfig(tp_size={code_of(tp_expr)})` "
+                "under torchrun), which a notebook kernel is not: it now loads whole on one device; to shard it, "
+                "run this code as a script under `torchrun`"
             )
             return [make_arg("device_map", device)]
         config = self.ctx.need_from("transformers.distributed", "DistributedConfig")
@@ -601,7 +667,9 @@ class OptimumInference(RenamingCodemod):
         return with_args(call, args)
 
     def _generation_config(self, model: str, sequence_length: cst.BaseExpression | None) -> None:
-        self._models[model] = _Model("causal", sequence_length)
+        variable = self.ctx.binding_key(model)
+        if variable is not None:
+            self._models[variable] = _Model("causal", sequence_length)
         parts = ['cache_implementation="static"']
         if sequence_length is not None:
             parts.append(f"max_cache_len={code_of(sequence_length)}")
@@ -612,6 +680,12 @@ class OptimumInference(RenamingCodemod):
                 f'compile_config={compile_config}(backend="neuron", fullgraph=True, dynamic=False, mode="default")'
             )
         comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (padded to a multiple of the chunk) so that generate compiles a bounded set of graphs.\n"
+        if variable in self.facts.unpadded:
+            comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (each new prompt length compiles anew unless prompts are padded to a multiple of the chunk).\n"
+            self.ctx.note(
+                self.code,
+                f"the prompts of `{model}` are not padded: this code reads the generated output whole (the pad tokens would come first), so each new prompt length compiles anew; to bound the graphs, slice the new tokens off by the padded input length (`out[:, inputs[\"input_ids\"].shape[1]:]`) and tokenize with `padding=True, pad_to_multiple_of={model}.generation_config.prefill_chunk_size, padding_side=\"left\"`",
+            )
         update = stmt(f"{comment}{model}.generation_config.update({', '.join(parts)})\n")
         if len(code_of(update).splitlines()[-1]) > 100:
             inner = "".join(f"    {p},\n" for p in parts)
@@ -639,7 +713,9 @@ class OptimumInference(RenamingCodemod):
             f"traced `{new_class}` -> transformers `{new_class}` compiled with `dynamic=False`"
         )
         if self._target is not None:
-            self._models[self._target] = _Model("traced", options.get("sequence_length"))
+            variable = self.ctx.binding_key(self._target)
+            if variable is not None:
+                self._models[variable] = _Model("traced", options.get("sequence_length"))
             backend = 'backend="neuron", ' if self.ctx.target.neuron else ""
             self.ctx.insert_after(
                 stmt(
@@ -690,10 +766,11 @@ class OptimumInference(RenamingCodemod):
         self.changed("`optimum.neuron.pipeline` -> `transformers.pipeline`")
         return with_args(call, kept)
 
-    def _pad_inputs(self, call: cst.Call, model: str) -> cst.Call:
-        info = self._models.get(model)
+    def _pad_inputs(self, call: cst.Call, variable: Binding) -> cst.Call:
+        info = self._models.get(variable)
         if info is None:
             return call
+        model = variable[1]
         present = {a.keyword.value for a in call.args if a.keyword is not None}
         args = [
             a
