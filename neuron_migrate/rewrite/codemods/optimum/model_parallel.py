@@ -187,7 +187,10 @@ def _only_load(assignments: list[ast.Assign]) -> ast.Assign | None:
 
 
 def forwarded_to(
-    tree: ast.AST, loads: dict[tuple[Scope, str], ShardedLoad], parsed: dict[str, Scope]
+    tree: ast.AST,
+    loads: dict[tuple[Scope, str], ShardedLoad],
+    parsed: dict[str, Scope],
+    readers: set[tuple[Scope, str]] = frozenset(),  # type: ignore[assignment]
 ) -> set[str]:
     """Functions whose trained model's arguments come, as a parameter, from parsed arguments.
 
@@ -206,17 +209,19 @@ def forwarded_to(
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             calls.setdefault(node.func.id, []).append(node)
     found = set()
-    for (scope, _), load in loads.items():
-        if scope is None or load.origin != "elsewhere" or len(functions.get(scope, [])) != 1:
+    # (function, parameter): where a load's sizes, or a read of `param.trn_config`, come from.
+    wanted = {(scope, load.args_var) for (scope, _), load in loads.items() if load.origin == "elsewhere"}
+    for scope, args_var in wanted | set(readers):
+        if scope is None or len(functions.get(scope, [])) != 1:
             continue
         params = functions[scope][0].args
         if params.vararg or params.kwarg or params.defaults or params.kwonlyargs:
             continue
         names = [a.arg for a in params.args]
-        if load.args_var not in names or len(calls.get(scope, [])) != 1:
+        if args_var not in names or len(calls.get(scope, [])) != 1:
             continue
         call = calls[scope][0]
-        given = _argument_for(call, names, load.args_var)
+        given = _argument_for(call, names, args_var)
         caller = scopes.get(id(call))
         if isinstance(given, ast.Name) and given.id in parsed and parsed[given.id] == caller:
             found.add(scope)

@@ -161,8 +161,16 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
     )
     # Training models take their sizes from their own `trn_config` argument.
     facts.sharded = {k: v for k, v in loads.items() if v.loader not in TRAINING_MODELS}
+    # `def train(script_args, training_args): ... training_args.trn_config ...`, called with the parsed ones.
+    readers = {
+        (scopes.get(id(n)), n.value.id)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and (n.attr == "trn_config" or n.attr in PARALLEL_FIELDS)
+        and isinstance(n.value, ast.Name)
+    }
     facts.forwarded = forwarded_to(
-        tree, facts.sharded, {name: parsed.scope for name, parsed in facts.parsed.items()}
+        tree, facts.sharded, {name: parsed.scope for name, parsed in facts.parsed.items()}, readers
     )
     # The flags stay on the command line when they are read, or when a trained model is loaded
     # where the parsed arguments may reach it.
@@ -529,9 +537,20 @@ class OptimumTraining(RenamingCodemod):
     def _parallel_read(self, var: str, attr: str) -> cst.BaseExpression | None:
         parsed = self.facts.parsed.get(var)
         if parsed is not None and parsed.parallel_var is not None:
-            if parsed.scope is not None and parsed.scope not in self._functions:
+            owner = self.ctx.scope.lookup(var.split(".")[0])
+            # `def load(training_args): ...`: a parameter (or local) of that name is whatever the
+            # caller passes, not the arguments parsed elsewhere.
+            shadowed = owner is not None and (
+                owner is not self.ctx.scope.module
+                if parsed.scope is None
+                else owner is self.ctx.scope and self._functions[-1:] != [parsed.scope]
+            )
+            # A function called once, with the parsed arguments, gets the flags as a parameter too.
+            shadowed = shadowed and not (len(self._functions) == 1 and self._functions[0] in self.facts.forwarded)
+            if shadowed or (parsed.scope is not None and parsed.scope not in self._functions):
+                where = f" in `{parsed.scope}()`" if parsed.scope is not None else ""
                 self.todo(
-                    f"`{var}.{attr}`: the model-parallel flags are parsed into `{parsed.parallel_var}` (`ModelParallelArguments`) in `{parsed.scope}()`; pass it here and use `{parsed.parallel_var}.to_distributed_config()`"
+                    f"`{var}.{attr}`: the model-parallel flags are parsed into `{parsed.parallel_var}` (`ModelParallelArguments`){where}; pass it here and use `{parsed.parallel_var}.to_distributed_config()`"
                 )
                 return None
             if attr == "trn_config":
