@@ -233,12 +233,11 @@ class XlaCollectives(Codemod):
     def _is_master(self, local: bool, early: bool) -> str:
         if local:
             return f"{self.ctx.local_rank_expr()} == 0"
-        if early:
+        if early or not self.ctx.facts.distributed:
+            # Before the group exists, or in a file that leaves it to a launcher or a framework
+            # (Lightning creates it later): the launcher's `RANK` says it either way.
             return f"{self.ctx.env_rank_expr()} == 0"
-        dist = self.ctx.dist()
-        if self.ctx.facts.distributed:
-            return f"{dist}.get_rank() == 0"
-        return f"not {dist}.is_initialized() or {dist}.get_rank() == 0"
+        return f"{self.ctx.dist()}.get_rank() == 0"
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         name = self.qualify(updated_node.func)

@@ -1040,8 +1040,8 @@ class OptimumTraining(RenamingCodemod):
         self.changed("`is_main_worker()` -> rank test")
         if local:
             return cst.parse_expression(f"{self.ctx.local_rank_expr()} == 0")
-        dist = self.ctx.dist()
-        return cst.parse_expression(f"not {dist}.is_initialized() or {dist}.get_rank() == 0")
+        # The Trainer creates the process group only when it starts; torchrun's `RANK` is there first.
+        return cst.parse_expression(f"{self.ctx.env_rank_expr()} == 0")
 
     def _from_pretrained(self, call: cst.Call) -> cst.Call:
         sequential_loading(self.ctx)
