@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from neuron_migrate.core.files import (
 from neuron_migrate.core.jobs import run_jobs
 from neuron_migrate.core.wording import plural
 from neuron_migrate.rewrite.report import as_json, as_markdown, manual_lines, summary, unified_diff
-from neuron_migrate.rewrite.results import FileResult
+from neuron_migrate.rewrite.results import Change, FileResult
 
 if TYPE_CHECKING:
     from neuron_migrate.rewrite.engine import Options
@@ -55,6 +55,12 @@ def _codes(value: str) -> tuple[str, ...]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown rule code {unknown[0]!r} (see `neuron-migrate rules`)")
     return codes
+
+
+def _module_name(value: str) -> str:
+    if not value.isidentifier():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a Python module name")
+    return value
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -87,6 +93,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--clear-outputs",
         action="store_true",
         help="notebooks: clear the outputs of the cells that changed (they came from the old code); default: keep them",
+    )
+    rewrite.add_argument(
+        "--helpers-module",
+        type=_module_name,
+        metavar="NAME",
+        help="put the helper functions and classes the migration writes into NAME.py in each folder, "
+        "once, and import them there, instead of a copy in every script",
     )
     rewrite.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
     rewrite.add_argument("-q", "--quiet", action="store_true", help="print only errors and the manual items")
@@ -166,10 +179,61 @@ def run(args: argparse.Namespace) -> int:
     if clash:
         print(f"neuron-migrate: {clash}", file=sys.stderr)
         return EXIT_ERROR
-    results = run_jobs(process, jobs, args.jobs, _crashed)
+    if args.helpers_module:
+        results, modules = _sharing_helpers(jobs, args, mode)
+    else:
+        results, modules = run_jobs(process, jobs, args.jobs, _crashed), []
     for message in missing:
         results.append(FileResult(path=message.split(":")[0], error=message))
-    return _finish(results, args, mode)
+    return _finish([*results, *modules], args, mode)
+
+
+def _sharing_helpers(jobs: list[Job], args: argparse.Namespace, mode: str) -> tuple[list[FileResult], list[FileResult]]:
+    """Migrate with `--helpers-module`: a first pass finds the helpers of each folder, files whose
+    helpers clash with another's keep their own, then the files are migrated for real and each
+    folder's module is written (or diffed) like any other file."""
+    from neuron_migrate.rewrite.shared_helpers import merge, module_text, read_module
+
+    dry = [replace(job, mode="diff") for job in jobs]
+    first = run_jobs(process, dry, args.jobs, _crashed)
+    folders: dict[Path, list[int]] = {}
+    for index, job in enumerate(jobs):
+        folders.setdefault((job.output or job.path).parent, []).append(index)
+    modules: list[FileResult] = []
+    alone: set[int] = set()  # jobs that keep their helpers
+    for folder, indexes in folders.items():
+        path = folder / f"{args.helpers_module}.py"
+        before = path.read_text(encoding="utf-8") if path.is_file() else ""
+        existing = read_module(before) if before else {}
+        if existing is None:
+            modules.append(FileResult(path=str(path), error=f"{path}:1:1: exists and was not written by --helpers-module; choose another NAME"))
+            alone.update(indexes)
+            continue
+        taken, clashing = merge(existing, [first[i].shared_helpers for i in indexes])
+        alone.update(indexes[position] for position in clashing)
+        if taken != existing:
+            names = ", ".join(f"`{name}`" for name in taken)
+            change = Change("NM012", f"the helpers the folder's scripts import: {names}")
+            modules.append(FileResult(path=str(path), original=before, migrated=module_text(taken), changes=[change]))
+    final = [replace(job, options=replace(job.options, helpers_module=None)) if i in alone else job for i, job in enumerate(jobs)]
+    if mode in ("write", "output"):
+        results = run_jobs(process, final, args.jobs, _crashed)
+        modules = [m for m in modules if m.error or any(results[i].shared_helpers for i in folders[Path(m.path).parent])]
+        for module in modules:
+            if module.error:
+                continue
+            try:
+                write_atomic(Path(module.path), module.migrated.encode("utf-8"))
+                module.written = True
+            except OSError as exc:
+                module.error = f"{module.path}: cannot write: {exc}"
+        return results, modules
+    again = [i for i in alone if first[i].shared_helpers]
+    rerun = run_jobs(process, [replace(final[i], mode="diff") for i in again], args.jobs, _crashed)
+    results = list(first)
+    for i, result in zip(again, rerun, strict=True):
+        results[i] = result
+    return results, modules
 
 
 def _jobs(args: argparse.Namespace, configs: configuration.Configs, mode: str) -> tuple[list[Job], list[str]]:
@@ -220,6 +284,7 @@ def _options(args: argparse.Namespace, config: configuration.Config, path: Path 
         target=TARGETS[args.target or config.target or "portable"],
         select=tuple(select),
         ignore=(*args.ignore, *ignores),
+        helpers_module=getattr(args, "helpers_module", None),
     )
 
 

@@ -36,11 +36,13 @@ from neuron_migrate.rewrite.codemods.base import (
 from neuron_migrate.rewrite.dispatch import Dispatcher
 from neuron_migrate.rewrite.imports import (
     add_from_imports,
+    add_from_lines,
     add_module_level,
     remove_dead_imports,
     used_names,
 )
-from neuron_migrate.rewrite.results import FileResult, ManualItem
+from neuron_migrate.rewrite.results import FileResult, Helper, ManualItem
+from neuron_migrate.rewrite.shared_helpers import shareable
 from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_bodies
 
 # A file that contains none of these cannot need a migration.
@@ -59,6 +61,7 @@ class Options:
     target: Target = PORTABLE
     select: tuple[str, ...] = ()  # codes, prefixes or ALL; empty means all
     ignore: tuple[str, ...] = ()
+    helpers_module: str | None = None  # import def/class helpers from this module (see shared_helpers)
 
     def enabled(self, code: str) -> bool:
         return selection.enabled(code, self.select, self.ignore)
@@ -155,7 +158,8 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
-        code = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options) + tail
+        code, shared = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options)
+        code += tail
         ast.parse(code)
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
@@ -168,6 +172,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         return result
 
     result.migrated = code
+    result.shared_helpers = shared
     result.changes = ctx.changes
     result.notes = ctx.notes
     result.manual = manual_items(code)
@@ -197,17 +202,23 @@ def _module_level(
     tree: ast.Module,
     old_names: set[str],
     options: Options,
-) -> str:
+) -> tuple[str, dict[str, Helper]]:
     """Imports, helpers and set-up statements after the traversal: only what the final code uses
     (a rewrite may ask for an import, then lose its statement). Returns the final code, printed
-    once more only if this step changed the module."""
+    once more only if this step changed the module, and the helpers it imports from
+    `options.helpers_module` instead of defining them."""
     printed = migrated.code
     after = ast.parse(printed)
     traversed = migrated
     if options.enabled("NM012"):
         migrated = remove_dead_imports(migrated, ctx, tree, after, old_names, printed)
     used = used_names(after)
-    helpers = _constants_first([source for name, source in ctx.helpers.items() if name in used])
+    wanted = {name: source for name, source in ctx.helpers.items() if name in used}
+    shared = shareable(wanted, ctx.spelled) if options.helpers_module and not ctx.notebook else {}
+    if shared:
+        assert options.helpers_module is not None
+        migrated = add_from_lines(migrated, {options.helpers_module: dict.fromkeys(sorted(shared))})
+    helpers = _constants_first([source for name, source in wanted.items() if name not in shared])
     for source in [*ctx.module_prologue, *helpers]:
         used |= used_names(ast.parse(source))
     requested = [*ctx.new_imports.items(), *ctx.more_imports]
@@ -219,7 +230,7 @@ def _module_level(
     imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
     if imports or helpers or ctx.module_prologue:
         migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
-    return printed if migrated is traversed else migrated.code
+    return (printed if migrated is traversed else migrated.code), shared
 
 
 def _constants_first(helpers: list[str]) -> list[str]:

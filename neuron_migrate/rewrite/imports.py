@@ -384,8 +384,15 @@ def _first_reader(body: Sequence[cst.CSTNode], names: set[str]) -> int:
 
 
 def add_from_imports(module: cst.Module, ctx: MigrationContext) -> cst.Module:
-    """Merge the needed names into existing `from module import ...` lines, or add new lines."""
-    needed = ctx.from_imports
+    """Merge the names the codemods asked for into existing `from module import ...` lines, or
+    add new lines."""
+    migrated = add_from_lines(module, ctx.from_imports)
+    ctx.from_imports.clear()
+    return migrated
+
+
+def add_from_lines(module: cst.Module, needed: dict[str, dict[str, None]]) -> cst.Module:
+    """Merge `needed` (module -> names) into existing `from module import ...` lines, or add new lines."""
     if not needed:
         return module
     body = list(module.body)
@@ -425,7 +432,6 @@ def add_from_imports(module: cst.Module, ctx: MigrationContext) -> cst.Module:
             position = _after_docstring(body) - 1
         position = max(min(position, first_use - 1), _after_docstring(body) - 1)
         body.insert(position + 1, line)
-    needed.clear()
     return module.with_changes(body=body)
 
 

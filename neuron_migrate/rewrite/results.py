@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 
@@ -36,6 +37,17 @@ class Note:
     message: str
 
 
+@dataclass(frozen=True)
+class Helper:
+    """A module-level function or class the migration wrote, with the imports it needs on its own."""
+
+    source: str
+    imports: tuple[str, ...]
+
+    def same_code(self, other: Helper) -> bool:
+        return ast.dump(ast.parse(self.source)) == ast.dump(ast.parse(other.source))
+
+
 @dataclass
 class FileResult:
     """What happened to one input."""
@@ -50,6 +62,7 @@ class FileResult:
     skipped: bool = False  # the prefilter found nothing to do
     written: bool = False
     cells: list[tuple[int, str, str]] = field(default_factory=list)  # notebook: (index, old, new)
+    shared_helpers: dict[str, Helper] = field(default_factory=dict)  # imported from `--helpers-module`
 
     @property
     def changed(self) -> bool:
