@@ -391,7 +391,7 @@ class Dispatcher(cst.CSTTransformer):
         for node in result.nodes if type(result) is cst.FlattenSentinel else (result,):
             if type(node) is not cst.If:
                 continue
-            if type(original) is not cst.If or _EMPTY_MODULE.code_for_node(original.test) != _EMPTY_MODULE.code_for_node(node.test):  # type: ignore[attr-defined]
+            if not isinstance(original, cst.If) or _EMPTY_MODULE.code_for_node(original.test) != _EMPTY_MODULE.code_for_node(node.test):
                 self._guards[id(node)] = node
 
     def _keep_comments(self, original: cst.CSTNode, result: Any) -> None:

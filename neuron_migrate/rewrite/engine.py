@@ -239,6 +239,6 @@ def _constants_first(helpers: list[str]) -> list[str]:
     trees = [ast.parse(source).body for source in helpers]
     constants = [all(isinstance(s, ast.Assign | ast.AnnAssign) for s in body) for body in trees]
     defined = {s.name for body in trees for s in body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
-    if any(used_names(ast.Module(body=body, type_ignores=[])) & defined for body, c in zip(trees, constants) if c):
+    if any(used_names(ast.Module(body=body, type_ignores=[])) & defined for body, c in zip(trees, constants, strict=True) if c):
         return helpers
-    return [h for h, c in zip(helpers, constants) if c] + [h for h, c in zip(helpers, constants) if not c]
+    return [h for h, c in zip(helpers, constants, strict=True) if c] + [h for h, c in zip(helpers, constants, strict=True) if not c]

@@ -61,8 +61,9 @@ def _joinable(first: Any, second: Any) -> bool:
 
 
 def _joined(first: cst.If, second: cst.If) -> cst.If:
+    assert isinstance(first.body, cst.IndentedBlock) and isinstance(second.body, cst.IndentedBlock)
     moved = [*(line for line in first.body.footer if line.comment is not None), *second.leading_lines]
-    inner = list(second.body.body)
+    inner: list[Any] = list(second.body.body)
     if moved:
         inner[0] = inner[0].with_changes(leading_lines=[*moved, *inner[0].leading_lines])
     body = first.body.with_changes(body=[*first.body.body, *inner], footer=second.body.footer)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Iterable, Mapping
+
 from neuron_migrate.rewrite.codemods.base import names_in
 from neuron_migrate.rewrite.results import Helper
 

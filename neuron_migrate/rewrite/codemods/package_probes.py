@@ -7,7 +7,13 @@ from typing import ClassVar
 import libcst as cst
 
 from neuron_migrate.core.oldstack import PACKAGES
-from neuron_migrate.rewrite.codemods.base import Codemod, Frame, MigrationContext, code_of, string_value
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    Frame,
+    MigrationContext,
+    code_of,
+    string_value,
+)
 
 PROBE_TODO = (
     "{strings} {names} {packages}, which a native install does not have: code that looks "

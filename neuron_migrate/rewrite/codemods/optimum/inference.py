@@ -220,7 +220,9 @@ def _find_model_inputs(tree: ast.AST, qualified: Qualifier, scopes: ScopeTable, 
             invisible.add(id(n))
         for value in [*n.args, *(k.value for k in n.keywords)]:
             for inner in ast.walk(value):
-                variable = scopes.binding_at(inner, inner.id) if isinstance(inner, ast.Name) else None
+                if not isinstance(inner, ast.Name):
+                    continue
+                variable = scopes.binding_at(inner, inner.id)
                 if variable is not None and variable != model:
                     facts.padded.setdefault(variable, model)
                     reads.setdefault(variable, inner)
