@@ -24,6 +24,8 @@ from neuron_migrate.rewrite.codemods.base import (
     Frame,
     MigrationContext,
     StatementHeaderVisitor,
+    Transformer,
+    Visitor,
     dotted_name,
     stmt,
 )
@@ -33,7 +35,7 @@ from neuron_migrate.rewrite.guards import join_guards
 _STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
-class _Comments(cst.CSTVisitor):
+class _Comments(Visitor):
     """Comments, each with the argument it stands in, if any: the one whose line it ends
     (`x=1,  # why`) or, on a line of its own, the one it stands above."""
 
@@ -293,7 +295,7 @@ class ScopeFollower:
         return scope
 
 
-class Dispatcher(cst.CSTTransformer):
+class Dispatcher(Transformer):
     def __init__(
         self,
         ctx: MigrationContext,
@@ -645,7 +647,7 @@ def with_imports_on_top(block: cst.IndentedBlock, lines: Sequence[str]) -> cst.I
     return block.with_changes(body=[*body[:at], *new, *body[at:]])
 
 
-class _Requoter(cst.CSTTransformer):
+class _Requoter(Transformer):
     """Turns `quote` into the other quote in the plain strings of an f-string's expressions."""
 
     def __init__(self, quote: str) -> None:
@@ -681,7 +683,7 @@ def requoted(node: cst.FormattedString) -> cst.FormattedString:
     return node.with_changes(parts=parts)
 
 
-class _NameCollector(cst.CSTVisitor):
+class _NameCollector(Visitor):
     def __init__(self) -> None:
         super().__init__()
         self.names: set[str] = set()

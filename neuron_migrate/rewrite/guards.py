@@ -14,11 +14,13 @@ from typing import Any
 
 import libcst as cst
 
+from neuron_migrate.rewrite.codemods.base import Visitor
+
 # The calls a rank test may make: none of them has an effect, nor changes between two statements.
 _PURE_CALLS = frozenset({"get_rank", "is_initialized", "get_world_size", "get", "int"})
 
 
-class _Names(cst.CSTVisitor):
+class _Names(Visitor):
     def __init__(self) -> None:
         self.names: set[str] = set()
         self.impure = False

@@ -18,7 +18,7 @@ from typing import Any
 import libcst as cst
 
 from neuron_migrate.core.scopes import ScopeTable
-from neuron_migrate.rewrite.codemods.base import MigrationContext, code_of, dotted_name
+from neuron_migrate.rewrite.codemods.base import MigrationContext, Transformer, code_of, dotted_name
 from neuron_migrate.rewrite.dispatch import names_read, sweep_block
 
 
@@ -54,7 +54,7 @@ def _catches_import_error(handler: cst.ExceptHandler) -> bool:
     return False
 
 
-class _ImportRemover(cst.CSTTransformer):
+class _ImportRemover(Transformer):
     """Removes dead import aliases; only descends into statements that can hold imports.
 
     Liveness is per scope: an import inside a function is dead when that function no longer

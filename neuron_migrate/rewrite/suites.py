@@ -12,8 +12,10 @@ import ast
 
 import libcst as cst
 
+from neuron_migrate.rewrite.codemods.base import Transformer, Visitor
 
-class _Names(cst.CSTVisitor):
+
+class _Names(Visitor):
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
         self.found = False
@@ -23,7 +25,7 @@ class _Names(cst.CSTVisitor):
             self.found = True
 
 
-class _ExpandSuites(cst.CSTTransformer):
+class _ExpandSuites(Transformer):
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
 

@@ -563,7 +563,29 @@ class MigrationContext:
         return candidate
 
 
-class StatementHeaderVisitor(cst.CSTVisitor):
+class Visitor(cst.CSTVisitor):
+    """A LibCST visitor without per-field hooks. For every field of every node, LibCST looks up a
+    `visit_<Node>_<field>` method by name; none is defined here, and the lookups cost about as much
+    as the rest of a visit."""
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+class Transformer(cst.CSTTransformer):
+    """A LibCST transformer without per-field hooks (see `Visitor`)."""
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+class StatementHeaderVisitor(Visitor):
     """Visits one statement only: a compound statement's header, never its body or imports."""
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
@@ -579,7 +601,7 @@ class StatementHeaderVisitor(cst.CSTVisitor):
         return False
 
 
-class Codemod(cst.CSTTransformer):
+class Codemod(Transformer):
     """Base of every codemod. Subclasses set the class attributes and write `leave_*` methods.
 
     The class docstring is the user documentation, in sections: what it does, why, example,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import code_of, dotted_name, string_value
+from neuron_migrate.rewrite.codemods.base import Visitor, code_of, dotted_name, string_value
 
 # Device types other than XLA: a file that tests for one of them handles several devices.
 OTHER_DEVICE_TYPES = frozenset(
@@ -115,7 +115,7 @@ def _strings(node: cst.BaseExpression) -> list[str]:
     return [v for v in values if v is not None]
 
 
-class _Finder(cst.CSTVisitor):
+class _Finder(Visitor):
     """Where names flow: into devices (`.to(x)`, `device=x`), into comparisons with a string."""
 
     def __init__(self, qualify: Callable[[cst.CSTNode], str | None]) -> None:

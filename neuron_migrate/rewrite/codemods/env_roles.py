@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import code_of, string_value
+from neuron_migrate.rewrite.codemods.base import Visitor, code_of, string_value
 
 ENVIRON = "os.environ"
 # Keywords and keys that hand an environment to a job running elsewhere (SageMaker estimators and
@@ -52,7 +52,7 @@ def read_roles(
     return finder.roles(is_switch)
 
 
-class _RoleFinder(cst.CSTVisitor):
+class _RoleFinder(Visitor):
     def __init__(self, qualify: Callable[[cst.CSTNode], str | None]) -> None:
         super().__init__()
         self.qualify = qualify

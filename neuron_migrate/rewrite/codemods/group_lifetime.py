@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from neuron_migrate.rewrite.codemods.base import Visitor
+
 IsCall = Callable[[cst.Call], bool]
 
 
@@ -24,7 +26,7 @@ def calls_before_group(module: cst.Module, is_init: IsCall, is_launch: IsCall) -
     return timeline.early
 
 
-class _Timeline(cst.CSTVisitor):
+class _Timeline(Visitor):
     def __init__(self, is_init: IsCall, is_launch: IsCall) -> None:
         self.is_init = is_init
         self.is_launch = is_launch
@@ -54,7 +56,7 @@ class _Timeline(cst.CSTVisitor):
             self.before[-1] = False
 
 
-class _StartsGroup(cst.CSTVisitor):
+class _StartsGroup(Visitor):
     """Does this body (not the functions inside it) create the process group or launch processes?"""
 
     def __init__(self, is_init: IsCall, is_launch: IsCall) -> None:

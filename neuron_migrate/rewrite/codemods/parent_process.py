@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import dotted_name
+from neuron_migrate.rewrite.codemods.base import Visitor, dotted_name
 
 
 class ParentOnly(enum.Enum):
@@ -47,7 +47,7 @@ def parent_only_statements(
     return finder.found
 
 
-class _Finder(cst.CSTVisitor):
+class _Finder(Visitor):
     def __init__(self, is_spawn: Callable[[cst.BaseStatement], bool]) -> None:
         self.is_spawn = is_spawn
         self.found: dict[int, ParentOnly] = {}

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from neuron_migrate.rewrite.codemods.base import Visitor
+
 TIMERS = frozenset(
     {
         "time.time",
@@ -90,7 +92,7 @@ class _Fences:
         return reader.found
 
 
-class _TimerRead(cst.CSTVisitor):
+class _TimerRead(Visitor):
     def __init__(self, qualify: Qualify) -> None:
         super().__init__()
         self.qualify = qualify

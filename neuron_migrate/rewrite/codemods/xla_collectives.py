@@ -9,6 +9,7 @@ import libcst as cst
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    Visitor,
     arg_value,
     code_of,
     expr,
@@ -527,7 +528,7 @@ def _block(header: str, lines: list[str]) -> str:
     return f"{header}\n{body}".rstrip("\n")
 
 
-class _CountsCalls(cst.CSTVisitor):
+class _CountsCalls(Visitor):
     def __init__(self, matches: Any) -> None:
         self.matches = matches
         self.count = 0
@@ -537,7 +538,7 @@ class _CountsCalls(cst.CSTVisitor):
             self.count += 1
 
 
-class _NamesFinder(cst.CSTVisitor):
+class _NamesFinder(Visitor):
     def __init__(self) -> None:
         self.names: set[str] = set()
 

@@ -9,6 +9,7 @@ import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    Visitor,
     arg_value,
     code_of,
     expr,
@@ -375,7 +376,7 @@ class XlaLaunch(Codemod):
         )
 
 
-class _SpawnedFunctions(cst.CSTVisitor):
+class _SpawnedFunctions(Visitor):
     """The names of the functions a launch call starts (`xmp.spawn(_mp_fn, ...)`)."""
 
     def __init__(self, is_launch: Any) -> None:
@@ -415,7 +416,7 @@ def _print_call(statement: cst.CSTNode) -> cst.Call | None:
     return None
 
 
-class _FindsCall(cst.CSTVisitor):
+class _FindsCall(Visitor):
     def __init__(self, matches: Any) -> None:
         self.matches = matches
         self.found = False
@@ -424,7 +425,7 @@ class _FindsCall(cst.CSTVisitor):
         self.found = self.found or self.matches(node)
 
 
-class _XlaDeviceNames(cst.CSTVisitor):
+class _XlaDeviceNames(Visitor):
     """Variables only ever assigned the XLA device, or its name `"xla"`."""
 
     def __init__(self, qualify: Any) -> None:
