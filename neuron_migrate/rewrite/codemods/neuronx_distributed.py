@@ -95,6 +95,7 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.lightning.progress_bar.NeuronTQDMProgressBar": "use Lightning's `TQDMProgressBar` (`lightning.pytorch.callbacks`), which it extends",
         f"{NXD}.lightning.NeuronTensorBoardLogger": "use Lightning's `TensorBoardLogger` (`lightning.pytorch.loggers`), which it extends",
         f"{NXD}.lightning.logger.NeuronTensorBoardLogger": "use Lightning's `TensorBoardLogger` (`lightning.pytorch.loggers`), which it extends",
+        "neuronx_distributed_inference.utils.distributed.get_tp_group": '`{name}(config)` is the tensor-parallel process group: `mesh["tp"].get_group()` of the `DeviceMesh` the model is sharded on',
         f"{NXD}.parallel_layers.parallel_state": 'ask the `DeviceMesh` instead: `mesh["tp"].get_local_rank()`, `mesh["dp"].size()`, `mesh["tp"].get_group()`',
         f"{NXD}.parallel_layers.mappings": "express the region mapping as a DTensor layout: `SequenceParallel()` in the plan or `dtensor.redistribute(mesh, [Shard(...)/Replicate()])`",
         f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": "use `F.cross_entropy` inside `with torch.distributed.tensor.parallel.loss_parallel():` on vocabulary-sharded logits",

@@ -159,7 +159,7 @@ class NeuronxTrace(Codemod):
         "torch_neuronx.replace_weights": "swap weights with `model.load_state_dict(weights)` on the compiled model's original module",
         "torch_neuronx.experimental": "experimental torch_neuronx API with no native counterpart",
         "torch_neuronx.xla": "torch_neuronx's XLA initialization is gone: the `neuron` device needs no set-up",
-        "neuronperf": "`{name}` benchmarks Neuron-compiled artifacts (the TorchScript files of `torch_neuronx.trace`), which the migrated code no longer writes: time the compiled model itself, e.g. `torch.utils.benchmark.Timer` around calls on fixed-shape inputs",
+        "neuronperf": "`{name}` is NeuronPerf, which benchmarks Neuron-compiled artifacts (the TorchScript files of `torch_neuronx.trace`) that the migrated code no longer writes: time the compiled model itself, e.g. `torch.utils.benchmark.Timer` around calls on fixed-shape inputs",
         "torch_neuronx.testing": "`{name}` compares tensors for tests: use `torch.testing.assert_close(actual, expected, rtol=..., atol=...)` (or `torch.allclose`)",
         "torch_neuronx": "`{name}` is torch_neuronx (XLA stack) API with no automatic migration; use the `neuron` device and `torch.compile`",
     }

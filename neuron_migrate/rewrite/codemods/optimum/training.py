@@ -352,6 +352,7 @@ class OptimumTraining(RenamingCodemod):
         f"{OPTIMUM}.models.training.CustomModule": "Neuron-specific weight transformations; transformers loads the original layout",
         f"{OPTIMUM}.distributed": "optimum-neuron's parallelization helpers: shard with `DistributedConfig(tp_size=...)` in `from_pretrained`",
         f"{OPTIMUM}.trainers": "use the transformers `Trainer` / TRL counterpart",
+        f"{OPTIMUM}.utils.testing_utils": "`{name}` marks optimum-neuron's own tests by the Neuron hardware or packages present: use `pytest.mark.skipif(...)` with a condition of your own (`torch.accelerator.is_available()`, the device type)",
         OPTIMUM: "`{name}` is optimum-neuron API with no automatic migration; use the transformers / TRL / diffusers counterpart on the `neuron` device",
     }
 
