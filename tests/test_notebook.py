@@ -328,6 +328,9 @@ def test_file_cell_magic_is_a_file_of_its_own() -> None:
         ("!!PJRT_DEVICE=NEURON python t.py", "!!python t.py"),
         ("!cd run && PJRT_DEVICE=NEURON python t.py", None),
         ("!optimum-cli export \\\n    neuron --model gpt2 out/", f"# (removed: {REMOVED_STEPS['optimum-cli export neuron']})"),
+        ("!time XLA_USE_BF16=1 python t.py", "!time python t.py"),
+        ("!env XLA_USE_BF16=1 A=1 python t.py", "!env A=1 python t.py"),
+        ("!time neuron_parallel_compile python t.py", f"# (removed: {REMOVED_STEPS['neuron_parallel_compile']})"),
     ],
 )
 def test_shell_command_rewrites(command: str, expected: str | None) -> None:

@@ -132,9 +132,12 @@ def unconditional_calls(tree: ast.AST, table: ImportTable) -> set[str]:
     running, surely makes the call: not under an `if`, a loop, a handler or a short-circuit."""
     called: set[str] = set()
 
-    def walk(node: ast.AST) -> None:
+    def walk(node: ast.AST, into: set[str]) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, _CONDITIONAL):
+                if isinstance(child, ast.If) and child.orelse:
+                    # `if a: init(x) else: init(y)`: made on either branch.
+                    into |= _surely(child.body) & _surely(child.orelse)
                 if _may_leave(child):
                     return  # `if not args.ddp: return train()`: what follows runs only sometimes
                 continue
@@ -142,10 +145,70 @@ def unconditional_calls(tree: ast.AST, table: ImportTable) -> set[str]:
                 dotted = ast_dotted_name(child.func)
                 resolved = table.resolve_dotted(dotted) if dotted else None
                 if resolved:
-                    called.add(resolved)
-            walk(child)
+                    into.add(resolved)
+            walk(child, into)
 
-    walk(tree)
+    def _surely(body: list[ast.stmt]) -> set[str]:
+        found: set[str] = set()
+        walk(ast.Module(body=body, type_ignores=[]), found)
+        return found
+
+    walk(tree, called)
+    return called
+
+
+def surely_called_by(tree: ast.Module, table: ImportTable) -> dict[str, frozenset[str]]:
+    """Per module-level function (and "" for the module's own statements): the qualified names
+    it surely calls whenever it runs, through the module-level functions it surely calls too."""
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    outside = [n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    bodies = {"": outside, **{name: function.body for name, function in functions.items()}}
+    direct = {
+        name: _sure_calls(ast.Module(body=body, type_ignores=[]), table, set(functions))
+        for name, body in bodies.items()
+    }
+    closed = {name: set(calls) for name, calls in direct.items()}
+    changed = True
+    while changed:
+        changed = False
+        for calls in closed.values():
+            more = set().union(*(closed[f] for f in calls & functions.keys()))
+            if not more <= calls:
+                calls |= more
+                changed = True
+    return {name: frozenset(calls) for name, calls in closed.items()}
+
+
+def _sure_calls(tree: ast.AST, table: ImportTable, local: set[str]) -> set[str]:
+    """`unconditional_calls` of one body, not entering the functions and classes it defines,
+    with the plain names of the `local` functions it calls."""
+    called: set[str] = set()
+
+    def walk(node: ast.AST, into: set[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            if isinstance(child, _CONDITIONAL):
+                if isinstance(child, ast.If) and child.orelse:
+                    into |= sure(child.body) & sure(child.orelse)
+                if _may_leave(child):
+                    return
+                continue
+            if isinstance(child, ast.Call):
+                dotted = ast_dotted_name(child.func)
+                resolved = table.resolve_dotted(dotted) if dotted else None
+                if resolved:
+                    into.add(resolved)
+                elif dotted in local:
+                    into.add(dotted)
+            walk(child, into)
+
+    def sure(body: list[ast.stmt]) -> set[str]:
+        found: set[str] = set()
+        walk(ast.Module(body=body, type_ignores=[]), found)
+        return found
+
+    walk(tree, called)
     return called
 
 

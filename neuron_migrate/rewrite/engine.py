@@ -19,6 +19,7 @@ from neuron_migrate.core.names import (
     ImportTable,
     modules_out_of_sight,
     qualified_names_used,
+    surely_called_by,
     unconditional_calls,
 )
 from neuron_migrate.core.oldstack import OPTIMUM_NEURON
@@ -105,7 +106,11 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         return result
 
     table = ImportTable.from_ast(tree)
-    facts = FileFacts(used=qualified_names_used(tree, table), always_called=unconditional_calls(tree, table))
+    facts = FileFacts(
+        used=qualified_names_used(tree, table),
+        always_called=unconditional_calls(tree, table),
+        surely_called_by=surely_called_by(tree, table),
+    )
     old_names = table.names_under(OLD_STACK_PACKAGES)
     selected = _applicable(tree, text, table, facts, old_names, options)
     if not selected and not old_names:

@@ -24,6 +24,7 @@ _ASSIGNMENT = re.compile(
     r"""([A-Za-z_]\w*)=(?:'[^']*'|"[^"]*"|\\[^\r\n]|[^\s\\'"])*(?=\s|\\\r?\n|\Z)"""
 )
 _BLANK_CONTINUATION = re.compile(r"[ \t]*\\\r?")
+_RUNNER = re.compile(r"(?:time|env)[ \t]+")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ def rewrite_shell_command(command: str) -> ShellRewrite | None:
     if not shell:
         return None
     prefix, body = shell.groups()
+    runner = _RUNNER.match(body)  # `!time XLA_USE_BF16=1 python ...`: the settings follow it
+    if runner:
+        prefix, body = prefix + runner.group(), body[runner.end() :]
     assignments, rest = _leading_assignments(body)
     words = _CONTINUATION.sub(" ", body[rest:]).split()
     for step, why in REMOVED_STEPS.items():

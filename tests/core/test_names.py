@@ -31,3 +31,23 @@ def test_unconditional_calls_are_those_no_branch_decides() -> None:
     )
     tree = ast.parse(source)
     assert unconditional_calls(tree, ImportTable.from_ast(tree)) == {"torch.distributed.barrier"}
+
+
+def test_a_call_made_on_both_branches_of_an_if_is_made_surely() -> None:
+    source = textwrap.dedent(
+        """\
+        import os
+        import torch.distributed as dist
+
+        def init():
+            if os.environ.get("OLD_TORCH"):
+                dist.init_process_group("gloo", init_method="env://")
+            else:
+                dist.init_process_group("gloo")
+                dist.barrier()
+            if os.environ.get("DEBUG"):
+                dist.get_rank()
+        """
+    )
+    tree = ast.parse(source)
+    assert unconditional_calls(tree, ImportTable.from_ast(tree)) == {"torch.distributed.init_process_group"}

@@ -129,7 +129,7 @@ def test_saving_a_traced_expression_that_cannot_be_repeated_is_a_todo() -> None:
     assert 'traced.save("wrapped.pt")' in migrated  # left in place, under its TODO
 
 
-def test_torchscript_outputs_stay_tuples() -> None:
+def test_torchscript_outputs_stay_tuples_where_the_file_unpacks_them() -> None:
     migrated = migrate(
         """
         import torch_neuronx
@@ -137,9 +137,47 @@ def test_torchscript_outputs_stay_tuples() -> None:
 
         model = AutoModel.from_pretrained("bert-base-uncased", torchscript=True)
         traced = torch_neuronx.trace(model, (ids, mask))
+        (hidden, pooled) = traced(ids, mask)
         """
     )
     assert 'from_pretrained("bert-base-uncased", return_dict=False)' in migrated
+
+
+@pytest.fixture(scope="module")
+def tiny_vit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, num_labels=3,
+    )
+    out = tmp_path_factory.mktemp("tiny_vit")
+    ViTForImageClassification(config).eval().save_pretrained(out)
+    return out
+
+
+def test_torchscript_is_dropped_where_outputs_are_indexed(tiny_vit: Path) -> None:
+    """`return_dict=False` would break models such as ViT inside their own `forward`; a
+    `ModelOutput` reads by index and by name alike."""
+    migrated = migrate(
+        """
+        import torch_neuronx
+        from transformers import ViTForImageClassification
+
+        model = ViTForImageClassification.from_pretrained(path, torchscript=True)
+        traced = torch_neuronx.trace(model, (pixels,))
+        """
+    )
+    assert "from_pretrained(path)" in migrated
+    from transformers import ViTForImageClassification
+
+    pixels = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        outputs = ViTForImageClassification.from_pretrained(tiny_vit).eval()(pixels)
+        assert torch.equal(outputs[0], outputs["logits"])
+        with pytest.raises(AttributeError):  # what `return_dict=False` would have done
+            ViTForImageClassification.from_pretrained(tiny_vit, return_dict=False).eval()(pixels)
 
 
 def test_a_module_compiled_in_place_saves_the_weights_it_wraps(eager_compile: None) -> None:

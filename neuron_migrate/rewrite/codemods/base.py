@@ -187,6 +187,8 @@ class FileFacts:
     used: set[str] = field(default_factory=set)  # qualified names the file refers to
     # Qualified names some function (or the module) surely calls once it runs: no branch decides.
     always_called: set[str] = field(default_factory=set)
+    # Per module-level function ("" for the module's own statements): what it surely calls.
+    surely_called_by: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def uses(self, *prefixes: str) -> bool:
         return any(

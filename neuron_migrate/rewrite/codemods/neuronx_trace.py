@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -99,6 +100,10 @@ def _example_kind_of(example: cst.BaseExpression, tree: ast.AST | None) -> str:
     return ""
 
 
+# Code that reads tensors on the host only: a traced model's outputs were host tensors.
+_HOST_ONLY = re.compile(r"\.numpy\(|\bnp\.|\bnumpy\.")
+
+
 class NeuronxTrace(Codemod):
     """Replaces ahead-of-time `torch_neuronx.trace` with `torch.compile` on the device.
 
@@ -111,7 +116,9 @@ class NeuronxTrace(Codemod):
     their positional tensors. `torch.jit.save(traced, path)` and `traced.save(path)` save
     `model.state_dict()` instead, and a `torch.jit.load` of that same file in the script becomes
     `load_state_dict(torch.load(path))` + `torch.compile`. `from_pretrained(..., torchscript=True)`
-    becomes `return_dict=False`, so outputs stay the tuples the traced graph returned.
+    loses the flag (transformers 5 removed it): outputs are then `ModelOutput`s, which `[0]` and
+    `["logits"]` read alike; a file that unpacks call results (`(logits,) = model(x)`) gets
+    `return_dict=False` instead, so they stay the tuples the traced graph returned.
     `m.forward = torch_neuronx.trace(m, ...)` compiles `m.forward` itself. A compiled module
     stored in an attribute of the module it compiles (`m.graph = torch_neuronx.trace(m, ...)`)
     gets a TODO: natively it would wrap, and so contain and call, itself.
@@ -353,20 +360,32 @@ class NeuronxTrace(Codemod):
         )
 
     def _without_torchscript(self, call: cst.Call) -> cst.Call:
-        """`from_pretrained(..., torchscript=True)` -> `return_dict=False`: the traced graph
-        returned tuples, and code that unpacks the outputs still gets tensors."""
+        """`from_pretrained(..., torchscript=True)` loses the flag, which transformers 5 removed.
+        Where the file unpacks what a call returns (`(logits,) = model(*inputs)`), the outputs stay
+        the tuples the traced graph returned (`return_dict=False`); elsewhere they become
+        `ModelOutput`s, which `[0]` and `["logits"]` read alike, and which some models (ViT) need
+        inside their own `forward`."""
         flag = keyword_arg(call, "torchscript")
         if flag is None:
             return call
         args = [a for a in call.args if a is not flag]
-        if literal(flag.value) is not False and keyword_arg(call, "return_dict") is None:
+        if literal(flag.value) is not False and keyword_arg(call, "return_dict") is None and self._unpacks_calls():
             args.append(flag.with_changes(keyword=cst.Name("return_dict"), value=cst.Name("False")))
             self.changed(
-                "`torchscript=True` -> `return_dict=False` (transformers 5 removed `torchscript`; outputs stay tuples, as the traced graph returned)"
+                "`torchscript=True` -> `return_dict=False` (transformers 5 removed `torchscript`; the file unpacks outputs as the tuples the traced graph returned)"
             )
         else:
-            self.changed("dropped `torchscript=`: transformers 5 removed it")
+            self.changed("dropped `torchscript=`: transformers 5 removed it (outputs are `ModelOutput`s, read by `[0]` and `[\"logits\"]` alike)")
         return with_args(call, args)
+
+    def _unpacks_calls(self) -> bool:
+        """Does the file unpack what a call returns (`a, b = f(x)`, `(logits,) = model(x)`)?"""
+        return self._tree is not None and any(
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and any(isinstance(target, ast.Tuple | ast.List) for target in node.targets)
+            for node in ast.walk(self._tree)
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         note_run_time_import(self, node)
@@ -425,6 +444,11 @@ class NeuronxTrace(Codemod):
             self.code,
             "inputs of compiled models must be on the model's device: Neuron copies host tensors into compiled graphs itself (unless TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1), other devices do not",
         )
+        if _HOST_ONLY.search(self.ctx.source):
+            self.todo(
+                "the compiled model returns tensors on its device, where the traced model returned host "
+                "tensors: move its outputs to the host (`.cpu()`) before NumPy reads them (`.numpy()`, `np.`)"
+            )
         if target is None:
             self.todo(
                 "warm the compiled model up once on the example inputs: the first call compiles for their shapes, as `torch_neuronx.trace` did"

@@ -160,8 +160,12 @@ class XlaLaunch(Codemod):
         if self.ctx.notebook:
             self._launcher_creates_group = any(f not in self._self_initializing for f in launched.functions)
         else:
+            # The file creates the group itself only if every launched function (or the module,
+            # which every rank now runs) surely does, directly or through a function it surely calls.
+            surely = self.ctx.facts.surely_called_by
             self._launcher_creates_group = bool(launched.functions) and not (
-                set(INIT_PROCESS_GROUP) & self.ctx.facts.always_called
+                set(INIT_PROCESS_GROUP) & surely.get("", frozenset())
+                or all(set(INIT_PROCESS_GROUP) & surely.get(f, frozenset()) for f in launched.functions)
             )
 
     def _creates_group(self, function: cst.FunctionDef) -> bool:
