@@ -134,6 +134,9 @@ def unconditional_calls(tree: ast.AST, table: ImportTable) -> set[str]:
 
     def walk(node: ast.AST, into: set[str]) -> None:
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and is_main_guard(child.test):
+                walk(ast.Module(body=child.body, type_ignores=[]), into)  # a script's run
+                continue
             if isinstance(child, _CONDITIONAL):
                 if isinstance(child, ast.If) and child.orelse:
                     # `if a: init(x) else: init(y)`: made on either branch.
@@ -188,6 +191,9 @@ def _sure_calls(tree: ast.AST, table: ImportTable, local: set[str]) -> set[str]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
+            if isinstance(child, ast.If) and is_main_guard(child.test):
+                walk(ast.Module(body=child.body, type_ignores=[]), into)  # a script's run
+                continue
             if isinstance(child, _CONDITIONAL):
                 if isinstance(child, ast.If) and child.orelse:
                     into |= sure(child.body) & sure(child.orelse)
@@ -210,6 +216,19 @@ def _sure_calls(tree: ast.AST, table: ImportTable, local: set[str]) -> set[str]:
 
     walk(tree, called)
     return called
+
+
+def is_main_guard(test: ast.AST) -> bool:
+    """`__name__ == "__main__"`: the statements under it run whenever the file runs as a script."""
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
 
 
 def _may_leave(node: ast.AST) -> bool:

@@ -51,3 +51,23 @@ def test_a_call_made_on_both_branches_of_an_if_is_made_surely() -> None:
     )
     tree = ast.parse(source)
     assert unconditional_calls(tree, ImportTable.from_ast(tree)) == {"torch.distributed.init_process_group"}
+
+
+def test_a_script_entry_point_runs_whenever_the_file_runs_as_a_script() -> None:
+    source = textwrap.dedent(
+        """\
+        import torch.distributed as dist
+
+        if __name__ == "__main__":
+            if dist.is_available():
+                dist.init_process_group("gloo", init_method="env://")
+            else:
+                dist.init_process_group("gloo")
+            dist.barrier()
+        """
+    )
+    tree = ast.parse(source)
+    assert unconditional_calls(tree, ImportTable.from_ast(tree)) == {
+        "torch.distributed.init_process_group",
+        "torch.distributed.barrier",
+    }

@@ -87,6 +87,11 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.utils.requires_init_pg_override": "`{name}()` is `torch.__version__.startswith(\"2.0\")` (torch 2.0 needed an `init_method` for the XLA process group): always False natively; keep the branch for newer torch",
         f"{NXD}.parallel_layers.utils.divide": "`{name}(a, b)` is `a // b` after checking that `b` divides `a` exactly",
         f"{NXD}.kernels.flash_attn.nki_flash_attn_func": "`{name}(q, k, v, causal=...)` is an NKI flash-attention kernel on (batch, heads, seq, head_dim) tensors: use `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...)`",
+        **dict.fromkeys(
+            (f"{NXD}.utils.model_utils.get_platform_target", "neuronx_distributed_inference.models.config.get_platform_target"),
+            '`{name}()` names the Neuron platform this runs on (`"trn1"`, `"trn2"`, ...): ask the device (`torch.accelerator.current_accelerator()`) or your own configuration instead',
+        ),
+        "neuronx_distributed_inference.models.config.get_platform_lnc": '`{name}()` is the logical NeuronCore configuration: `NEURON_LOGICAL_NC_CONFIG` if set, else 2 on Trn2/Trn3 and 1 before',
         f"{NXD}.utils.model_utils.get_platform_lnc": '`{name}()` is the logical NeuronCore configuration: `NEURON_LOGICAL_NC_CONFIG` if set, else 2 on Trn2/Trn3 and 1 before',
         f"{NXD}.parallel_layers.utils.is_torch_version_greater_than_2": "`{name}()` is `torch.__version__.startswith(\"2\")`",
         f"{NXD}.parallel_layers.utils.is_pjrt_device": '`{name}()` tests `PJRT_DEVICE == "NEURON"`, never set natively: test the device type (`device.type == "neuron"`) instead',
