@@ -138,6 +138,8 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.lightning": "use Lightning's FSDP/DDP strategy on the `neuron` device (not verified on TorchNeuron)",
         f"{NXD}.utils.model_utils": 'for meta-device init use `torch.device("meta")` + `model.to_empty(device=...)`',
         f"{NXD}.trace": "use a model sharded with `parallelize_module` (or `DistributedConfig(tp_size=...)`) compiled with `torch.compile(dynamic=False)`",
+        f"{NXD}.quantization": "`{name}` belongs to neuronx-distributed's quantization (quantized parallel layers, their dtypes and configs), which has no native counterpart here: keep the model in bfloat16, or quantize with a PyTorch-native library once it is verified on the `neuron` device",
+        f"{NXD}.modules.moe.moe_fused_tkg._convert_torch_dtype_to_nki_dtype": "`{name}` maps a torch dtype to an NKI dtype for NxD's fused MoE kernel: native experts run in the torch dtype itself",
         f"{NXD}.modules.moe": "use transformers' expert parallelism (`DistributedConfig(ep_size=...)`) or your own experts sharded with DTensor",
         f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` or `model.gradient_checkpointing_enable()`",
         NXD: "`{name}` is neuronx-distributed API: rewrite with DTensor (`init_device_mesh`, `parallelize_module`), FSDP2 (`fully_shard`), `torch.distributed.pipelining` and DCP, or `DistributedConfig` for transformers models",
