@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from neuron_migrate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +92,7 @@ def test_diff_mode_shows_the_module_and_writes_nothing(tmp_path: Path, capsys) -
 
 
 def test_a_module_name_must_be_an_identifier(capsys) -> None:
-    try:
+    with pytest.raises(SystemExit) as exc:
         main(["rewrite", ".", "--helpers-module", "my-helpers"])
-    except SystemExit as exc:
-        assert exc.code == 2
+    assert exc.value.code == 2
     assert "is not a Python module name" in capsys.readouterr().err

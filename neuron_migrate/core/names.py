@@ -130,34 +130,7 @@ _CONDITIONAL = (
 def unconditional_calls(tree: ast.AST, table: ImportTable) -> set[str]:
     """Qualified names called at least once where the enclosing function (or the module), once
     running, surely makes the call: not under an `if`, a loop, a handler or a short-circuit."""
-    called: set[str] = set()
-
-    def walk(node: ast.AST, into: set[str]) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and is_main_guard(child.test):
-                walk(ast.Module(body=child.body, type_ignores=[]), into)  # a script's run
-                continue
-            if isinstance(child, _CONDITIONAL):
-                if isinstance(child, ast.If) and child.orelse:
-                    # `if a: init(x) else: init(y)`: made on either branch.
-                    into |= _surely(child.body) & _surely(child.orelse)
-                if _may_leave(child):
-                    return  # `if not args.ddp: return train()`: what follows runs only sometimes
-                continue
-            if isinstance(child, ast.Call):
-                dotted = ast_dotted_name(child.func)
-                resolved = table.resolve_dotted(dotted) if dotted else None
-                if resolved:
-                    into.add(resolved)
-            walk(child, into)
-
-    def _surely(body: list[ast.stmt]) -> set[str]:
-        found: set[str] = set()
-        walk(ast.Module(body=body, type_ignores=[]), found)
-        return found
-
-    walk(tree, called)
-    return called
+    return _sure_calls(tree, table)
 
 
 def surely_called_by(tree: ast.Module, table: ImportTable) -> dict[str, frozenset[str]]:
@@ -166,11 +139,10 @@ def surely_called_by(tree: ast.Module, table: ImportTable) -> dict[str, frozense
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     outside = [n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
     bodies = {"": outside, **{name: function.body for name, function in functions.items()}}
-    direct = {
-        name: _sure_calls(ast.Module(body=body, type_ignores=[]), table, set(functions))
+    closed = {
+        name: _sure_calls(ast.Module(body=body, type_ignores=[]), table, local=set(functions))
         for name, body in bodies.items()
     }
-    closed = {name: set(calls) for name, calls in direct.items()}
     changed = True
     while changed:
         changed = False
@@ -182,30 +154,32 @@ def surely_called_by(tree: ast.Module, table: ImportTable) -> dict[str, frozense
     return {name: frozenset(calls) for name, calls in closed.items()}
 
 
-def _sure_calls(tree: ast.AST, table: ImportTable, local: set[str]) -> set[str]:
-    """`unconditional_calls` of one body, not entering the functions and classes it defines,
-    with the plain names of the `local` functions it calls."""
+def _sure_calls(tree: ast.AST, table: ImportTable, local: set[str] | None = None) -> set[str]:
+    """The calls `tree` surely makes once it runs. With `local` (the module's functions), only
+    its own body counts, not the functions and classes it defines, and calls of those local
+    functions count by their plain names."""
     called: set[str] = set()
 
     def walk(node: ast.AST, into: set[str]) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if local is not None and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
             if isinstance(child, ast.If) and is_main_guard(child.test):
                 walk(ast.Module(body=child.body, type_ignores=[]), into)  # a script's run
                 continue
             if isinstance(child, _CONDITIONAL):
                 if isinstance(child, ast.If) and child.orelse:
+                    # `if a: init(x) else: init(y)`: made on either branch.
                     into |= sure(child.body) & sure(child.orelse)
                 if _may_leave(child):
-                    return
+                    return  # `if not args.ddp: return train()`: what follows runs only sometimes
                 continue
             if isinstance(child, ast.Call):
                 dotted = ast_dotted_name(child.func)
                 resolved = table.resolve_dotted(dotted) if dotted else None
                 if resolved:
                     into.add(resolved)
-                elif dotted in local:
+                elif local is not None and dotted in local:
                     into.add(dotted)
             walk(child, into)
 
