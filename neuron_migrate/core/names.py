@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from neuron_migrate.core.ast_nodes import all_nodes
+
 
 @dataclass(frozen=True)
 class Binding:
@@ -34,7 +36,7 @@ class ImportTable:
     @classmethod
     def from_ast(cls, tree: ast.AST) -> ImportTable:
         table = cls()
-        for node in ast.walk(tree):
+        for node in all_nodes(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 table.add(node)
         return table
@@ -108,7 +110,7 @@ def ast_dotted_name(node: ast.AST) -> str | None:
 def qualified_names_used(tree: ast.AST, table: ImportTable) -> set[str]:
     """Every qualified name the file refers to through its imports (for cheap applicability tests)."""
     used: set[str] = set()
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Attribute | ast.Name):
             dotted = ast_dotted_name(node)
             if dotted:
@@ -243,7 +245,7 @@ def modules_out_of_sight(tree: ast.AST, table: ImportTable) -> set[str]:
     `eval`) names one.
     """
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _DOTTED_PATH.fullmatch(node.value):
                 found.add(node.value.rstrip("."))

@@ -18,6 +18,7 @@ from typing import Any
 
 import libcst as cst
 
+from neuron_migrate.core.cst_children import INERT
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
@@ -58,13 +59,13 @@ class _Comments(Visitor):
         self._arguments.append(key)
         for part in (node.keyword, node.equal, node.value):
             if isinstance(part, cst.CSTNode):
-                part.visit(self)
+                self.scan(part)
         comma = node.comma
         if isinstance(comma, cst.Comma):
-            comma.whitespace_before.visit(self)
+            self.scan(comma.whitespace_before)
             after = comma.whitespace_after
             if isinstance(after, cst.ParenthesizedWhitespace):
-                after.first_line.visit(self)  # ends this argument's line
+                self.scan(after.first_line)  # ends this argument's line
                 self._arguments.pop()
                 self._above_next(after, own_lines_only=True)
                 return False
@@ -75,7 +76,7 @@ class _Comments(Visitor):
         if not isinstance(whitespace, cst.ParenthesizedWhitespace):
             return
         if not own_lines_only:
-            whitespace.first_line.visit(self)
+            self.scan(whitespace.first_line)
         for line in whitespace.empty_lines:
             if line.comment is not None:
                 self._above.append(len(self.found))
@@ -107,7 +108,7 @@ def _comments(*nodes: cst.CSTNode) -> list[tuple[str, str | None]]:
     for node in nodes:
         if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
             node = node.with_changes(leading_lines=[])
-        node.visit(finder)
+        finder.scan(node)
     return finder.found
 
 
@@ -124,7 +125,7 @@ def _concrete(*bases: type) -> frozenset[type]:
     return frozenset(found)
 
 
-_STATEMENTS = _concrete(*_STATEMENT_TYPES)
+STATEMENTS = _concrete(*_STATEMENT_TYPES)
 _IMPORTS = frozenset({cst.Import, cst.ImportFrom})
 _SMALL_STATEMENT_HOLDERS = frozenset({cst.SimpleStatementLine, cst.SimpleStatementSuite})
 _BLOCKS = frozenset({cst.Module, cst.IndentedBlock})
@@ -176,7 +177,7 @@ class _LeftoverFinder(StatementHeaderVisitor):
             assert dotted is not None
             self.found.append(dotted)
             return False
-        node.value.visit(self)  # `torch.autocast` is not the old `autocast`: skip `.attr`
+        self.scan(node.value)  # `torch.autocast` is not the old `autocast`: skip `.attr`
         return False
 
     def visit_Call(self, node: cst.Call) -> bool:
@@ -189,7 +190,7 @@ class _LeftoverFinder(StatementHeaderVisitor):
         self.found.append(dotted)
         self._calls.append(dotted.split(".")[0])
         for arg in node.args:
-            arg.visit(self)
+            self.scan(arg)
         self._calls.pop()
         return False
 
@@ -201,22 +202,22 @@ class _LeftoverFinder(StatementHeaderVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         for part in (*node.decorators, node.params, node.returns):
             if part is not None:
-                part.visit(self)
+                self.scan(part)
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         for part in (*node.decorators, *node.bases, *node.keywords):
-            part.visit(self)
+            self.scan(part)
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         for part in (node.annotation, node.default):
             if part is not None:
-                part.visit(self)
+                self.scan(part)
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # `f(AdamW=1)`: the keyword is no use of a name
+        self.scan(node.value)  # `f(AdamW=1)`: the keyword is no use of a name
         return False
 
 
@@ -326,6 +327,10 @@ class Dispatcher(Transformer):
         self._scopes = ScopeFollower(ctx.scopes, ctx.scope_stack)
         self._in_fstring = 0
         self._guards: dict[int, cst.CSTNode] = {}  # by id: the `if` statements the rewrite wrote or changed the test of
+        # A top-level statement no step replaced comes back as the very node it was (see
+        # `printing`): the count of replacements, and those counts when each one began.
+        self._replaced = 0
+        self._top_level: list[tuple[int, ...]] = []
 
     # -- traversal ------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -333,7 +338,9 @@ class Dispatcher(Transformer):
         if kind is cst.If and type(node.orelse) is cst.If:  # type: ignore[attr-defined]
             self._elifs.add(id(node.orelse))  # type: ignore[attr-defined]
         self._scopes.enter(node)
-        if kind in _STATEMENTS:
+        if kind in STATEMENTS:
+            if not self.ctx.frames:
+                self._top_level.append(self._edits())
             self.ctx.frames.append(
                 Frame(statement=self._scopes.statement(node), changes_before=len(self.ctx.changes))
             )
@@ -349,7 +356,7 @@ class Dispatcher(Transformer):
             self._saw_old_name[-1] = True
         for fn in self._visits.get(kind.__name__, ()):
             fn(node)
-        return True
+        return kind not in INERT  # LibCST keeps what it does not go below as it is
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
         result: Any = updated_node
@@ -368,7 +375,7 @@ class Dispatcher(Transformer):
             kind = type(result)
         if original is cst.SimpleStatementLine and len(self.ctx.changes) > self.ctx.frames[-1].changes_before:
             self._keep_comments(original_node, result)
-        if original in _STATEMENTS:
+        if original in STATEMENTS:
             result = self._finish_statement(
                 result,
                 elif_clause=id(original_node) in self._elifs,
@@ -385,7 +392,16 @@ class Dispatcher(Transformer):
         left = self._scopes.leave(original_node)
         if left is not None and type(result) is cst.IndentedBlock and left in self.ctx.function_imports:
             result = with_imports_on_top(result, list(self.ctx.function_imports.pop(left)))
+        if result is not updated_node:
+            self._replaced += 1
+        if original in STATEMENTS and not self.ctx.frames and self._top_level.pop() == self._edits():
+            return original_node  # rebuilt by LibCST, but equal to it
         return result
+
+    def _edits(self) -> tuple[int, ...]:
+        """Grows with every change made so far: a node replaced, or marked for removal."""
+        ctx = self.ctx
+        return (self._replaced, len(ctx.removed), len(ctx.placeholders), len(ctx.changes), len(ctx.notes))
 
     def _note_guards(self, original: cst.CSTNode, result: Any) -> None:
         """Remember the `if` statements the rewrite wrote (`xm.save(...)` -> `if rank == 0: ...`)
@@ -488,9 +504,9 @@ class Dispatcher(Transformer):
         if isinstance(node, cst.SimpleStatementLine):
             for small in node.body:
                 if id(small) not in self.ctx.removed:
-                    small.visit(finder)
+                    finder.scan(small)
         else:
-            node.visit(finder)
+            finder.scan(node)
         for dotted in dict.fromkeys(finder.found):
             qualified = self._possible_import(dotted)
             if qualified is None:
@@ -695,5 +711,5 @@ class _NameCollector(Visitor):
 def names_read(nodes: Iterable[cst.CSTNode]) -> set[str]:
     collector = _NameCollector()
     for node in nodes:
-        node.visit(collector)
+        collector.scan(node)
     return collector.names

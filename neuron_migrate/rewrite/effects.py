@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from neuron_migrate.core.cst_children import children
 from neuron_migrate.rewrite.codemods.base import dotted_name
 
 PURE_BUILTINS = frozenset(
@@ -69,7 +70,7 @@ def has_effects(node: cst.CSTNode, resolve: Callable[[str], str | None]) -> bool
         return False
     if isinstance(node, cst.Call) and not _pure_call(node, resolve):
         return True
-    return any(has_effects(child, resolve) for child in node.children)
+    return any(has_effects(child, resolve) for child in children(node))
 
 
 def _pure_call(call: cst.Call, resolve: Callable[[str], str | None]) -> bool:

@@ -42,6 +42,7 @@ from neuron_migrate.rewrite.imports import (
     remove_dead_imports,
     used_names,
 )
+from neuron_migrate.rewrite.printing import ModulePrinter
 from neuron_migrate.rewrite.results import FileResult, Helper, ManualItem
 from neuron_migrate.rewrite.shared_helpers import shareable
 from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_bodies
@@ -129,7 +130,8 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         result.error = f"{path}:1:1: cannot parse: nesting too deep"
         return result
 
-    if module.code != body:
+    printer = ModulePrinter()
+    if printer.code(module) != body:
         result.error = f"{path}:1:1: cannot be migrated without changing untouched lines (LibCST round trip); file left unchanged"
         return result
     expanded = expand_old_stack_suites(module, old_names) if has_one_line_bodies(tree, text) else module
@@ -163,9 +165,8 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
-        code, shared = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options)
+        code, shared = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options, printer)
         code += tail
-        ast.parse(code)
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
         return result
@@ -207,12 +208,13 @@ def _module_level(
     tree: ast.Module,
     old_names: set[str],
     options: Options,
+    printer: ModulePrinter,
 ) -> tuple[str, dict[str, Helper]]:
     """Imports, helpers and set-up statements after the traversal: only what the final code uses
     (a rewrite may ask for an import, then lose its statement). Returns the final code, printed
-    once more only if this step changed the module, and the helpers it imports from
-    `options.helpers_module` instead of defining them."""
-    printed = migrated.code
+    once more only if this step changed the module and parsed (a `SyntaxError` when it does not),
+    and the helpers it imports from `options.helpers_module` instead of defining them."""
+    printed = printer.code(migrated)
     after = ast.parse(printed)
     traversed = migrated
     if options.enabled("NM012"):
@@ -235,7 +237,11 @@ def _module_level(
     imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
     if imports or helpers or ctx.module_prologue:
         migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
-    return (printed if migrated is traversed else migrated.code), shared
+    if migrated is traversed:
+        return printed, shared  # parsed above
+    code = printer.code(migrated)
+    ast.parse(code)
+    return code, shared
 
 
 def _constants_first(helpers: list[str]) -> list[str]:

@@ -37,7 +37,7 @@ class _Names(Visitor):
 
 def _names(node: cst.CSTNode) -> _Names:
     found = _Names()
-    node.visit(found)
+    found.scan(node)
     return found
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.rewrite.codemods.base import MigrationContext, Transformer, code_of, dotted_name
-from neuron_migrate.rewrite.dispatch import names_read, sweep_block
+from neuron_migrate.rewrite.dispatch import STATEMENTS, names_read, sweep_block
 
 
 def _is_stdlib(module: str) -> bool:
@@ -27,7 +28,7 @@ def _is_stdlib(module: str) -> bool:
 
 
 def used_names(tree: ast.AST) -> set[str]:
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return {node.id for node in all_nodes(tree) if isinstance(node, ast.Name)}
 
 
 def _alias_binding(alias: cst.ImportAlias) -> str:
@@ -69,6 +70,25 @@ class _ImportRemover(Transformer):
         self._functions = 0  # pre-order index of the next function
         self._scopes: list[int] = []
         self.placeholders: dict[int, cst.CSTNode] = {}
+        # A statement nothing in changed comes back as the very node it was (see `printing`).
+        self._replaced = 0
+        self._open: list[tuple[int, ...]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in STATEMENTS:
+            self._open.append(self._edits())
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
+        result = super().on_leave(original_node, updated_node)
+        if result is not updated_node:
+            self._replaced += 1
+        if type(original_node) in STATEMENTS and self._open.pop() == self._edits():
+            return original_node
+        return result
+
+    def _edits(self) -> tuple[int, ...]:
+        return (self._replaced, len(self.ctx.removed), len(self.placeholders), len(self.ctx.changes))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self._scopes.append(self._functions)
@@ -190,7 +210,7 @@ def remove_dead_imports(
         return name not in used
 
     bound_after: set[str] = set()
-    for node in ast.walk(after):
+    for node in all_nodes(after):
         if isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
                 bound_after.add(alias.asname or alias.name.split(".")[0])

@@ -12,6 +12,7 @@ import ast
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.rewrite.codemods.base import Transformer, Visitor
 
 
@@ -33,7 +34,7 @@ class _ExpandSuites(Transformer):
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
     ) -> cst.BaseSuite:
         finder = _Names(self.names)
-        original_node.visit(finder)
+        finder.scan(original_node)
         if not finder.found:
             return updated_node
         line = cst.SimpleStatementLine(body=updated_node.body, trailing_whitespace=updated_node.trailing_whitespace)
@@ -44,7 +45,7 @@ def has_one_line_bodies(tree: ast.Module, text: str) -> bool:
     """Does any statement stand on its header's line (`if x: y`)? A cheap test on the `ast` tree
     that spares files without one a LibCST pass."""
     lines = text.splitlines()
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.stmt) and node.lineno <= len(lines):
             before = lines[node.lineno - 1].encode("utf-8", "surrogatepass")[: node.col_offset]
             if before.rstrip().endswith(b":"):

@@ -15,10 +15,13 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, ClassVar, TypeVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
+from neuron_migrate.core.cst_children import INERT, PUNCTUATION, children
 from neuron_migrate.core.names import ImportTable
 from neuron_migrate.core.oldstack import OPTIMUM_NEURON
 from neuron_migrate.core.scopes import Scope, ScopeTable
@@ -47,7 +50,7 @@ def names_in(source: str) -> frozenset[str]:
     except (SyntaxError, ValueError):
         return frozenset()
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -568,13 +571,58 @@ class MigrationContext:
 class Visitor(cst.CSTVisitor):
     """A LibCST visitor without per-field hooks. For every field of every node, LibCST looks up a
     `visit_<Node>_<field>` method by name; none is defined here, and the lookups cost about as much
-    as the rest of a visit."""
+    as the rest of a visit.
+
+    `scan(node)` visits as `node.visit(self)` does (the same hooks, in the same order, `False` from
+    a `visit_*` skips the children) without rebuilding the tree: use it, a visitor changes nothing.
+    """
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
         pass
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         pass
+
+    def scan(self, node: cst.CSTNode) -> None:
+        hooks = _HOOKS.setdefault(type(self), {})
+        custom = type(self).on_visit is not cst.CSTVisitor.on_visit or type(self).on_leave is not cst.CSTVisitor.on_leave
+        shallow = _shallow(type(self))
+
+        def walk(node: cst.CSTNode) -> None:
+            if custom:
+                if self.on_visit(node):
+                    for child in children(node):
+                        walk(child)
+                self.on_leave(node)
+                return
+            kind = type(node)
+            try:
+                visit, leave = hooks[kind]
+            except KeyError:
+                visit, leave = hooks[kind] = (
+                    getattr(type(self), f"visit_{kind.__name__}", None),
+                    getattr(type(self), f"leave_{kind.__name__}", None),
+                )
+            if (visit is None or visit(self, node) is not False) and kind not in shallow:
+                for child in children(node):
+                    walk(child)
+            if leave is not None:
+                leave(self, node)
+
+        walk(node)
+
+
+# By visitor class and node type: its `visit_*` and `leave_*` functions for that type.
+_HOOKS: dict[type, dict[type, tuple[Any, Any]]] = {}
+
+
+@cache
+def _shallow(visitor: type) -> frozenset[type]:
+    """The nodes `visitor` need not go below: below a name or a comma there is only punctuation,
+    unless that is what it looks for."""
+    if any(hasattr(visitor, f"{hook}_{kind.__name__}") for kind in PUNCTUATION for hook in ("visit", "leave")):
+        return frozenset()
+    return INERT
 
 
 class Transformer(cst.CSTTransformer):

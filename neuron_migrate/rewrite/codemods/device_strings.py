@@ -67,7 +67,7 @@ def read_device_strings(
     module: cst.Module, qualify: Callable[[cst.CSTNode], str | None]
 ) -> DeviceStrings:
     finder = _Finder(qualify)
-    module.visit(finder)
+    finder.scan(module)
     return finder.strings()
 
 

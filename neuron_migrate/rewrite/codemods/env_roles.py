@@ -48,7 +48,7 @@ def read_roles(
     module: cst.Module, qualify: Callable[[cst.CSTNode], str | None], is_switch: SwitchTest
 ) -> EnvRoles:
     finder = _RoleFinder(qualify)
-    module.visit(finder)
+    finder.scan(module)
     return finder.roles(is_switch)
 
 

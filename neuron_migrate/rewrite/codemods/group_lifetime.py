@@ -22,7 +22,7 @@ IsCall = Callable[[cst.Call], bool]
 def calls_before_group(module: cst.Module, is_init: IsCall, is_launch: IsCall) -> set[int]:
     """The ids of the calls in `module` that run before its process group exists."""
     timeline = _Timeline(is_init, is_launch)
-    module.visit(timeline)
+    timeline.scan(module)
     return timeline.early
 
 
@@ -35,7 +35,7 @@ class _Timeline(Visitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         finder = _StartsGroup(self.is_init, self.is_launch)
-        node.body.visit(finder)
+        finder.scan(node.body)
         self.before.append(finder.found)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:

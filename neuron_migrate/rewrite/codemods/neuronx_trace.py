@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, dotted_name, stmt
 from neuron_migrate.rewrite.codemods.optimum.support import (
@@ -58,9 +59,9 @@ TENSOR_FACTORIES = (
 
 def _example_kind(tree: ast.AST, name: str) -> str:
     """ "tuple", "tensor" or "" for the example inputs bound to `name`."""
-    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    functions = {n.name: n for n in all_nodes(tree) if isinstance(n, ast.FunctionDef)}
     kinds = set()
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if not (
             isinstance(node, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
@@ -384,7 +385,7 @@ class NeuronxTrace(Codemod):
             isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
             and any(isinstance(target, ast.Tuple | ast.List) for target in node.targets)
-            for node in ast.walk(self._tree)
+            for node in all_nodes(self._tree)
         )
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
+from neuron_migrate.core.cst_children import children
 from neuron_migrate.rewrite.codemods.base import Visitor, dotted_name
 
 
@@ -43,7 +44,7 @@ def parent_only_statements(
 ) -> dict[int, ParentOnly]:
     """The ids of the statements, in the blocks holding a spawn, that only the parent ran."""
     finder = _Finder(is_spawn)
-    module.visit(finder)
+    finder.scan(module)
     return finder.found
 
 
@@ -97,7 +98,7 @@ def _pure(node: cst.CSTNode) -> bool:
         return all(_pure(arg.value) for arg in node.args) and _pure_owner(node.func)
     if isinstance(node, cst.Lambda | cst.Yield | cst.Await | cst.NamedExpr):
         return False
-    return all(_pure(child) for child in node.children)
+    return all(_pure(child) for child in children(node))
 
 
 def _pure_owner(func: cst.BaseExpression) -> bool:

@@ -88,7 +88,7 @@ class _Fences:
         if node is None:
             return False
         reader = _TimerRead(self.qualify)
-        node.visit(reader)
+        reader.scan(node)
         return reader.found
 
 

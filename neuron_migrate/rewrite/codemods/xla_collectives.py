@@ -202,7 +202,7 @@ class XlaCollectives(Codemod):
 
     def visit_Module(self, node: cst.Module) -> None:
         prints = _CountsCalls(lambda call: self.qualify(call.func) in MASTER_PRINT)
-        node.visit(prints)
+        prints.scan(node)
         self._print_helper = prints.count >= MASTER_PRINT_HELPER_FROM
         self._early = calls_before_group(
             node,
@@ -480,7 +480,7 @@ class XlaCollectives(Codemod):
     def _names_old_stack(self, node: cst.CSTNode) -> bool:
         """Does `node` still read an old-stack name (`parallel_state`, say) no codemod rewrote?"""
         finder = _NamesFinder()
-        node.visit(finder)
+        finder.scan(node)
         return bool(finder.names & self.ctx.imports.names_under(OLD_STACK_PACKAGES))
 
     def _all_reduce_targets(

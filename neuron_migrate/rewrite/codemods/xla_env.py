@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.cst_children import children
 from neuron_migrate.core.oldstack import PRECISION, is_xla_variable, uses_pytorch_xla
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
@@ -326,7 +327,7 @@ class XlaEnv(Codemod):
                 if id(node) not in self.answered:
                     self._policy_test_todo(variable)
                 continue
-            stack.extend(node.children)
+            stack.extend(children(node))
 
     def _flag_commands(self, roots: Sequence[cst.CSTNode]) -> None:
         stack = list(roots)
@@ -335,7 +336,7 @@ class XlaEnv(Codemod):
             if isinstance(node, cst.SimpleString | cst.FormattedStringText):
                 for match in SWITCH_IN_COMMAND.finditer(node.value):
                     self._child_precision(match.group(1) or match.group(2))
-            stack.extend(node.children)
+            stack.extend(children(node))
 
     def _policy_test_todo(self, variable: str) -> None:
         if not self._migrating_readers():

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
@@ -347,8 +348,8 @@ def _only_called(source: str, qualified: tuple[str, ...], resolve: Callable[[str
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
-    callees = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-    for node in ast.walk(tree):
+    callees = {id(node.func) for node in all_nodes(tree) if isinstance(node, ast.Call)}
+    for node in all_nodes(tree):
         dotted = ast_dotted_name(node) if isinstance(node, ast.Name | ast.Attribute) else None
         if dotted is not None and resolve(dotted) in qualified and id(node) not in callees:
             return False

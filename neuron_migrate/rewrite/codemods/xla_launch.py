@@ -146,7 +146,7 @@ class XlaLaunch(Codemod):
     # -- what the file holds -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         finder = _XlaDeviceNames(self.qualify)
-        node.visit(finder)
+        finder.scan(node)
         self._xla_device_names = finder.names()
         self._self_initializing = {
             statement.name.value
@@ -156,7 +156,7 @@ class XlaLaunch(Codemod):
         if not self.ctx.notebook:
             self._parent_only = parent_only_statements(node, self._is_spawn_statement)
         launched = _SpawnedFunctions(lambda call: self.called(call, *SPAWN))
-        node.visit(launched)
+        launched.scan(node)
         if self.ctx.notebook:
             self._launcher_creates_group = any(f not in self._self_initializing for f in launched.functions)
         else:
@@ -173,7 +173,7 @@ class XlaLaunch(Codemod):
         finder = _FindsCall(lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP)
         for statement in function.body.body:
             if isinstance(statement, cst.SimpleStatementLine):
-                statement.visit(finder)
+                finder.scan(statement)
         return finder.found
 
     def _is_spawn_statement(self, statement: cst.BaseStatement) -> bool:

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.cst_children import children
 from neuron_migrate.rewrite.codemods.base import Codemod, code_of, expr
 
 MET = "torch_xla.debug.metrics"
@@ -23,7 +24,7 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
         current = stack.pop()
         if isinstance(current, cst.Call):
             found.append(current)
-        stack.extend(current.children)
+        stack.extend(children(current))
     return found
 
 

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
@@ -213,7 +214,7 @@ class FileReads:
         names: set[str] = set()
         modules: set[str] = set()
         replaced = False
-        for node in ast.walk(tree):
+        for node in all_nodes(tree):
             if isinstance(node, ast.Import):
                 modules.update(alias.name for alias in node.names)
             elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store):

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import code_of, stmt
 from neuron_migrate.rewrite.codemods.optimum.fields import CAST_DTYPES
@@ -132,7 +133,7 @@ class OptimumDiffusion(RenamingCodemod):
         except SyntaxError:
             return
         splatted: dict[str, int] = {}
-        for n in ast.walk(tree):
+        for n in all_nodes(tree):
             if isinstance(n, ast.Call):
                 dotted = ast_dotted_name(n.func) or ""
                 owner = (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.scopes import ScopeTable
 
 _DECODERS = frozenset({"decode", "batch_decode"})
@@ -20,7 +21,7 @@ _DECODERS = frozenset({"decode", "batch_decode"})
 
 def parents_of(tree: ast.AST) -> dict[int, ast.AST]:
     """Each node's parent, by id, for `padding_is_invisible` calls on the same tree."""
-    return {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return {id(child): node for node in all_nodes(tree) for child in ast.iter_child_nodes(node)}
 
 
 def _skips_special_tokens(call: ast.Call) -> bool:
@@ -64,7 +65,7 @@ def _read_safely(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
 
 def _loads(tree: ast.AST, scopes: ScopeTable, target: ast.Name) -> Iterator[ast.Name]:
     variable = scopes.binding_at(target, target.id)
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if (
             isinstance(node, ast.Name)
             and node.id == target.id

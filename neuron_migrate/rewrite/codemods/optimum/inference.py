@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.codemods.base import code_of, stmt
@@ -171,7 +172,7 @@ def _inference_facts(source: str, table: ImportTable, scopes: ScopeTable) -> _Fa
 
 def _find_loaded_models(tree: ast.AST, qualified: Qualifier, scopes: ScopeTable, facts: _Facts) -> None:
     """The variables the old models and neuron configs are loaded into; tokenizers given a pad token."""
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if not isinstance(n, ast.Assign):
             continue
         if (
@@ -201,7 +202,7 @@ def _find_model_inputs(tree: ast.AST, qualified: Qualifier, scopes: ScopeTable, 
     parents = parents_of(tree)
     invisible: set[int] = set()  # generate calls whose output padding leaves as it was
     reads: dict[Binding, ast.Name] = {}  # a read of each tokenizer output, to find the others
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if not isinstance(n, ast.Call):
             continue
         name = qualified(n.func)
@@ -248,7 +249,7 @@ def _precompile_commands(tree: ast.AST, qualified: Qualifier, loads: dict[str, i
     """Variables holding a `neuron_parallel_compile` command that are only ever run as one."""
     runs: dict[str, int] = {}
     commands: set[str] = set()
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if (
             isinstance(n, ast.Call)
             and qualified(n.func) in SHELL_RUNNERS
@@ -265,7 +266,7 @@ def _precompile_commands(tree: ast.AST, qualified: Qualifier, loads: dict[str, i
 
 def _find_tokenizers(tree: ast.AST, scopes: ScopeTable, facts: _Facts) -> None:
     """The tokenizers whose outputs (`inputs = tokenizer(..., return_tensors=...)`) feed the models."""
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if not (
             isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
         ):

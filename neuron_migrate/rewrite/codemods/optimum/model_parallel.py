@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.rewrite.codemods.optimum.fields import PARALLEL_FIELDS
 
 Qualifier = Callable[[ast.AST], "str | None"]
@@ -61,7 +62,7 @@ class ShardedLoad:
 def enclosing_functions(tree: ast.AST) -> dict[int, Scope]:
     """id(node) -> the name of the innermost function the node is in (None: module level)."""
     scopes: dict[int, Scope] = {}
-    for function in ast.walk(tree):
+    for function in all_nodes(tree):
         if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
             for inner in ast.walk(function):
                 scopes.setdefault(id(inner), None)
@@ -92,7 +93,7 @@ def sharded_loads(
     """
     file = _File(tree, source, qualified, argument_classes)
     loads: dict[tuple[Scope, str], ShardedLoad] = {}
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if not (isinstance(node, ast.Call) and qualified(node.func) in trainers):
             continue
         model, args = _trainer_inputs(node)
@@ -119,7 +120,7 @@ class _File:
         self.scopes = enclosing_functions(tree)
         self.assigned: dict[tuple[Scope, str], list[ast.Assign]] = {}
         self.stores: dict[tuple[Scope, str], list[int]] = {}  # lines where a name is bound
-        for node in ast.walk(tree):
+        for node in all_nodes(tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
                 if isinstance(target, ast.Name):
@@ -205,7 +206,7 @@ def forwarded_to(
             functions.setdefault(node.name, []).append(node)
     scopes = enclosing_functions(tree)
     calls: dict[str, list[ast.Call]] = {}
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             calls.setdefault(node.func.id, []).append(node)
     found = set()

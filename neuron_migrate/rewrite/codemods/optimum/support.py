@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
+from neuron_migrate.core.cst_children import children
 from neuron_migrate.core.names import RUN_TIME_IMPORTS, ImportTable
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
@@ -183,7 +185,7 @@ def dict_literals(source: str) -> dict[str, tuple[str, ...]]:
         return {}
     assigned: dict[str, list[ast.AST]] = {}
     mutated: set[str] = set()
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
@@ -219,7 +221,7 @@ def name_loads(source: str) -> dict[str, int]:
     except SyntaxError:
         return {}
     counts: dict[str, int] = {}
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             counts[node.id] = counts.get(node.id, 0) + 1
     return counts
@@ -454,7 +456,7 @@ class _OptimumFinder(StatementHeaderVisitor):
         self.found: list[tuple[str, str]] = []  # (written, qualified)
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        self.scan(node.value)
         return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
@@ -462,9 +464,9 @@ class _OptimumFinder(StatementHeaderVisitor):
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.default is not None:
-            node.default.visit(self)
+            self.scan(node.default)
         if node.annotation is not None:
-            node.annotation.visit(self)
+            self.scan(node.annotation)
         return False
 
     def _match(self, node: cst.CSTNode) -> bool:
@@ -498,11 +500,11 @@ def mark_leftovers(codemod: Codemod, node: cst.CSTNode, prefixes: tuple[str, ...
     if isinstance(node, cst.SimpleStatementLine):
         for small in node.body:
             if id(small) not in codemod.ctx.removed:
-                small.visit(finder)
+                finder.scan(small)
     else:
-        for part in node.children:
+        for part in children(node):
             if not isinstance(part, cst.BaseSuite):
-                part.visit(finder)
+                finder.scan(part)
     for written, qualified in dict.fromkeys(finder.found):
         code, message = manual_message(qualified)
         codemod.ctx.todo(

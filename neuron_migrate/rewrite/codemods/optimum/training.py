@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import arg_value, code_of, dotted_name, stmt
 from neuron_migrate.rewrite.codemods.optimum import diffusion, inference
@@ -146,7 +147,7 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
     scopes = enclosing_functions(tree)
     facts.trn_config_readers = {
         (scopes.get(id(n)), n.value.id)
-        for n in ast.walk(tree)
+        for n in all_nodes(tree)
         if isinstance(n, ast.Attribute) and n.attr == "trn_config" and isinstance(n.value, ast.Name)
     }
     facts.parsed = _parsed_arguments(tree, qualified, _parser_indexes(tree, qualified))
@@ -164,7 +165,7 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
     # `def train(script_args, training_args): ... training_args.trn_config ...`, called with the parsed ones.
     readers = {
         (scopes.get(id(n)), n.value.id)
-        for n in ast.walk(tree)
+        for n in all_nodes(tree)
         if isinstance(n, ast.Attribute)
         and (n.attr == "trn_config" or n.attr in PARALLEL_FIELDS)
         and isinstance(n.value, ast.Name)
@@ -178,8 +179,8 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
         facts.parsed and any(load.origin != "constructed" for load in facts.sharded.values())
     )
     if facts.needs_parallel:
-        taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-            a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)
+        taken = {n.id for n in all_nodes(tree) if isinstance(n, ast.Name)} | {
+            a.arg for a in all_nodes(tree) if isinstance(a, ast.arg)
         }
         var = (
             "parallel_args"
@@ -202,7 +203,7 @@ def _neuron_arguments_index(classes: ast.AST | None, qualified: Qualifier) -> in
 def _parser_indexes(tree: ast.AST, qualified: Qualifier) -> dict[str, int]:
     """Parser variables built over a Neuron training-arguments class -> the class's position."""
     parsers: dict[str, int] = {}
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if not isinstance(n, ast.Assign) or not isinstance(n.value, ast.Call):
             continue
         call = n.value
@@ -220,7 +221,7 @@ def _parsed_arguments(
     """`a, b = parser.parse_args_into_dataclasses()`: the names bound to the Neuron arguments."""
     scopes = enclosing_functions(tree)
     parsed: dict[str, _Parsed] = {}
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if not (
             isinstance(n, ast.Assign)
             and isinstance(n.value, ast.Call)
@@ -249,14 +250,14 @@ def _reads_parallel_flags(tree: ast.AST, parsed_names: set[str]) -> bool:
         and isinstance(n.value, ast.Name)
         and n.value.id in parsed_names
         and n.attr in ("trn_config", *PARALLEL_FIELDS)
-        for n in ast.walk(tree)
+        for n in all_nodes(tree)
     )
 
 
 def _sft_configs_given_model_ids(tree: ast.AST, qualified: Qualifier) -> set[str]:
     """SFT configs handed to an `NeuronSFTTrainer` that loads the model from an id itself."""
     found: set[str] = set()
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if isinstance(n, ast.Call) and qualified(n.func) in SFT_TRAINER:
             model = next(
                 (k.value for k in n.keywords if k.arg == "model"), n.args[0] if n.args else None
