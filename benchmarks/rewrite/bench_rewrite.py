@@ -1,6 +1,6 @@
 """Rewrite throughput against peers, measured in one run on the same files.
 
-    python benchmarks/rewrite/bench_rewrite.py [--copies 40] [--corpus DIR] [--jobs 2] [--torchfix PATH]
+    python benchmarks/rewrite/bench_rewrite.py [--copies 40] [--corpus DIR] [--jobs 2] [--rounds 3] [--torchfix PATH]
 
 Corpus: the old-stack scripts we wrote (examples/ and the fixture inputs under
 tests/fixtures/rewrite/), copied until there are a few hundred files that all need changes; or,
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=40)
     parser.add_argument("--corpus", type=Path, help="measure on this folder's .py files instead of copies of ours")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="time both this many times, alternating; report medians")
     parser.add_argument("--torchfix", default=shutil.which("torchfix") or "/root/torchfixvenv/bin/torchfix")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
@@ -121,26 +123,33 @@ def main() -> None:
         print(f"corpus: {n} old-stack files, {lines} lines, {args.jobs} workers", flush=True)
         results: dict[str, object] = {"files": n, "lines": lines, "jobs": args.jobs}
 
+        noop_copy = work / "noop"
+        shutil.copytree(corpus, noop_copy)
+        script = work / "noop.py"
+        script.write_text(NOOP)
         out = work / "migrated"
-        # A real corpus holds files that do not parse (Python 2): rewrite reports them (exit 2).
-        t_nm = timed(
-            [sys.executable, "-m", "neuron_migrate", "rewrite", str(corpus), "--output-dir", str(out), "-q", "-j", str(args.jobs)],
-            ok=(0, 1, 2) if args.corpus else (0, 1),
-        )
+        # Rounds alternate the two, so that a machine slower for a while slows both alike.
+        t_nms, t_noops = [], []
+        for _ in range(args.rounds):
+            shutil.rmtree(out, ignore_errors=True)
+            # A real corpus holds files that do not parse (Python 2): rewrite reports them (exit 2).
+            t_nms.append(timed(
+                [sys.executable, "-m", "neuron_migrate", "rewrite", str(corpus), "--output-dir", str(out), "-q", "-j", str(args.jobs)],
+                ok=(0, 1, 2) if args.corpus else (0, 1),
+            ))
+            t_noops.append(timed([sys.executable, str(script), str(args.jobs), *map(str, sorted(noop_copy.rglob("*.py")))]))
+        t_nm, t_noop = statistics.median(t_nms), statistics.median(t_noops)
+        ratio = statistics.median(a / b for a, b in zip(t_nms, t_noops, strict=True))
         changed = sum(
             (out / f.relative_to(corpus)).exists()
             and (out / f.relative_to(corpus)).read_bytes() != f.read_bytes()
             for f in files
         )
         results["neuron_migrate_s"] = t_nm
-        print(f"neuron-migrate rewrite : {t_nm:6.2f} s  {n / t_nm:7.1f} files/s  ({changed}/{n} files changed)")
-
-        noop_copy = work / "noop"
-        shutil.copytree(corpus, noop_copy)
-        script = work / "noop.py"
-        script.write_text(NOOP)
-        t_noop = timed([sys.executable, str(script), str(args.jobs), *map(str, sorted(noop_copy.rglob("*.py")))])
         results["libcst_noop_s"] = t_noop
+        results["ratio"] = ratio
+        rounds = f" (median of {args.rounds} rounds)" if args.rounds > 1 else ""
+        print(f"neuron-migrate rewrite : {t_nm:6.2f} s  {n / t_nm:7.1f} files/s  ({changed}/{n} files changed){rounds}")
         print(f"LibCST no-op codemod   : {t_noop:6.2f} s  {n / t_noop:7.1f} files/s")
 
         if os.path.exists(args.torchfix):
@@ -158,7 +167,7 @@ def main() -> None:
             f"prefilter              : {pre['files']} non-matching torch sources, scan {pre['scan_s'] * 1e3:.1f} ms "
             f"vs LibCST parse {pre['parse_s']:.2f} s: {pre['ratio']:.0f}x faster"
         )
-        print(f"ratio neuron-migrate / LibCST no-op wall time: {t_nm / t_noop:.2f}")
+        print(f"ratio neuron-migrate / LibCST no-op wall time: {ratio:.2f}")
         if "torchfix_s" in results:
             print(f"ratio torchfix / neuron-migrate wall time  : {results['torchfix_s'] / t_nm:.2f}")  # type: ignore[operator]
         if args.json:
