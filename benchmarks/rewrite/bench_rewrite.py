@@ -138,6 +138,8 @@ def main() -> None:
                 ok=(0, 1, 2) if args.corpus else (0, 1),
             ))
             t_noops.append(timed([sys.executable, str(script), str(args.jobs), *map(str, sorted(noop_copy.rglob("*.py")))]))
+            if args.rounds > 1:
+                print(f"  round {len(t_nms)}: rewrite {t_nms[-1]:.2f} s, no-op {t_noops[-1]:.2f} s: {t_nms[-1] / t_noops[-1]:.2f}", flush=True)
         t_nm, t_noop = statistics.median(t_nms), statistics.median(t_noops)
         ratio = statistics.median(a / b for a, b in zip(t_nms, t_noops, strict=True))
         changed = sum(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Iterator
+from functools import cache
 
 import libcst as cst
 
@@ -63,12 +64,20 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         return
     for field in fields:
         value = getattr(node, field)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif type(value) is tuple or type(value) is list:
+        kind = type(value)
+        if kind is tuple or kind is list:
             for item in value:
-                if isinstance(item, cst.CSTNode):
+                if _is_node(type(item)):
                     yield item
+        elif _is_node(kind):
+            yield value
+
+
+@cache
+def _is_node(kind: type) -> bool:
+    """`issubclass(kind, cst.CSTNode)`, remembered: `isinstance` against LibCST's abstract classes
+    is slow, and a field holds a node, a sequence of them, a sentinel, a string or None."""
+    return issubclass(kind, cst.CSTNode)
 
 
 def _checked_fields(node: cst.CSTNode) -> tuple[str, ...] | None:

@@ -11,6 +11,7 @@ rewrote, so nothing is dropped silently.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -328,9 +329,10 @@ class Dispatcher(Transformer):
         self._in_fstring = 0
         self._guards: dict[int, cst.CSTNode] = {}  # by id: the `if` statements the rewrite wrote or changed the test of
         # A top-level statement no step replaced comes back as the very node it was (see
-        # `printing`): the count of replacements, and those counts when each one began.
+        # `printing`), and an f-string is requoted only if something in it changed: the count
+        # of replacements, and the edits made when each of those nodes began.
         self._replaced = 0
-        self._top_level: list[tuple[int, ...]] = []
+        self._began: list[tuple[int, ...]] = []
 
     # -- traversal ------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -340,13 +342,15 @@ class Dispatcher(Transformer):
         self._scopes.enter(node)
         if kind in STATEMENTS:
             if not self.ctx.frames:
-                self._top_level.append(self._edits())
+                self._began.append(self._edits())
             self.ctx.frames.append(
                 Frame(statement=self._scopes.statement(node), changes_before=len(self.ctx.changes))
             )
             self._saw_old_name.append(False)
         elif kind in _IMPORTS:
             self._import_depth += 1
+        elif kind is cst.FormattedString:
+            self._began.append(self._edits())
         elif (
             kind is cst.Name
             and node.value in self.old_stack_names  # type: ignore[attr-defined]
@@ -387,14 +391,16 @@ class Dispatcher(Transformer):
             result = self.add_imports(result)
         if kind in _BLOCKS:
             result = join_guards(sweep_block(result, self.ctx.removed, self.ctx.placeholders), self._guards.keys())
-        if kind is cst.FormattedString and result is not original_node:
-            result = requoted(result)
+        if original is cst.FormattedString:
+            edited = self._began.pop() != self._edits() or not _same(result, updated_node)
+            if edited and type(result) is cst.FormattedString:
+                result = requoted(result)
         left = self._scopes.leave(original_node)
         if left is not None and type(result) is cst.IndentedBlock and left in self.ctx.function_imports:
             result = with_imports_on_top(result, list(self.ctx.function_imports.pop(left)))
-        if result is not updated_node:
+        if result is not updated_node and not _same(result, updated_node):  # not a `with_changes` of what it had
             self._replaced += 1
-        if original in STATEMENTS and not self.ctx.frames and self._top_level.pop() == self._edits():
+        if original in STATEMENTS and not self.ctx.frames and self._began.pop() == self._edits():
             return original_node  # rebuilt by LibCST, but equal to it
         return result
 
@@ -682,6 +688,21 @@ class _Requoter(Transformer):
         if self.other in body or "\\" in body:
             return updated_node
         return updated_node.with_changes(value=f"{prefix}{self.other}{body}{self.other}")
+
+
+def _same(a: Any, b: cst.CSTNode) -> bool:
+    """Is `a` a copy of `b` holding the very same children and values?"""
+    if type(a) is not type(b):
+        return False
+    for f in dataclasses.fields(b):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if x is y:
+            continue
+        if not (isinstance(x, Sequence) and isinstance(y, Sequence) and not isinstance(x, str)):
+            return False
+        if len(x) != len(y) or any(i is not j for i, j in zip(x, y, strict=True)):
+            return False
+    return True
 
 
 def requoted(node: cst.FormattedString) -> cst.FormattedString:
