@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Iterator
-from functools import cache
 
 import libcst as cst
 
@@ -64,20 +63,25 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         return
     for field in fields:
         value = getattr(node, field)
-        kind = type(value)
-        if kind is tuple or kind is list:
+        held = type(value)
+        if held is tuple or held is list:
             for item in value:
                 if _is_node(type(item)):
                     yield item
-        elif _is_node(kind):
+        elif _is_node(held):
             yield value
 
 
-@cache
 def _is_node(kind: type) -> bool:
     """`issubclass(kind, cst.CSTNode)`, remembered: `isinstance` against LibCST's abstract classes
     is slow, and a field holds a node, a sequence of them, a sentinel, a string or None."""
-    return issubclass(kind, cst.CSTNode)
+    known = _NODE_TYPES.get(kind)
+    if known is None:
+        known = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
+    return known
+
+
+_NODE_TYPES: dict[type, bool] = {}
 
 
 def _checked_fields(node: cst.CSTNode) -> tuple[str, ...] | None:
