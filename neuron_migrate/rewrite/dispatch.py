@@ -15,6 +15,7 @@ import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from functools import cache
 from typing import Any
 
 import libcst as cst
@@ -297,6 +298,14 @@ class ScopeFollower:
         return scope
 
 
+@cache
+def _hooks(codemod: type) -> tuple[str, ...]:
+    """The `visit_<Node>` and `leave_<Node>` methods of a codemod class, by name."""
+    return tuple(
+        attr for attr in dir(codemod) if attr.startswith(("visit_", "leave_")) and attr.count("_") == 1
+    )
+
+
 class Dispatcher(Transformer):
     def __init__(
         self,
@@ -316,11 +325,8 @@ class Dispatcher(Transformer):
         self._visits: dict[str, list[Callable[..., Any]]] = defaultdict(list)
         self._leaves: dict[str, list[Callable[..., Any]]] = defaultdict(list)
         for codemod in codemods:
-            for attr in dir(type(codemod)):
-                if attr.startswith("visit_") and attr.count("_") == 1:
-                    self._visits[attr[6:]].append(getattr(codemod, attr))
-                elif attr.startswith("leave_") and attr.count("_") == 1:
-                    self._leaves[attr[6:]].append(getattr(codemod, attr))
+            for attr in _hooks(type(codemod)):
+                (self._visits if attr.startswith("visit_") else self._leaves)[attr[6:]].append(getattr(codemod, attr))
         self._saw_old_name: list[bool] = []
         self._import_depth = 0
         self._elifs: set[int] = set()  # `elif` clauses, which are `If` nodes but no statements of a block
@@ -369,6 +375,11 @@ class Dispatcher(Transformer):
             result = fn(original_node, result)
             if type(result) is not original:
                 break
+        if original in INERT:  # half the nodes: none of the steps below is about them
+            self._scopes.leave(original_node)  # a comprehension's element may be a bare name
+            if result is not updated_node and not _same(result, updated_node):
+                self._replaced += 1
+            return result
         if original in _IMPORTS:
             self._import_depth -= 1
         kind = type(result)
