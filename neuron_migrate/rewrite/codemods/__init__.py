@@ -11,6 +11,7 @@ from neuron_migrate.core.oldstack import LEFTOVER_CODE
 from neuron_migrate.rewrite.codemods.base import Codemod
 from neuron_migrate.rewrite.codemods.neuronx_distributed import NeuronxDistributed
 from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
+from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import NxdTensorParallel
 from neuron_migrate.rewrite.codemods.optimum.diffusion import OptimumDiffusion
 from neuron_migrate.rewrite.codemods.optimum.inference import OptimumInference
 from neuron_migrate.rewrite.codemods.optimum.training import OptimumTraining
@@ -45,6 +46,7 @@ CODEMODS: tuple[type[Codemod], ...] = (
     OptimumInference,
     OptimumDiffusion,
     NeuronxTrace,
+    NxdTensorParallel,
     NeuronxDistributed,
     PackageProbes,
 )

@@ -1,0 +1,496 @@
+"""NM025: a neuronx-distributed tensor-parallel program becomes DTensor on a `DeviceMesh`.
+
+NxD keeps its process groups in module globals and builds each layer already sharded. The native
+program keeps one `DeviceMesh` in a module-level variable and shards plain layers with
+`parallelize_module` where NxD built its parallel ones, so model code written for local shards
+(head counts divided by the tensor-parallel size) computes what it did.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.core.ast_nodes import all_nodes
+from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
+from neuron_migrate.rewrite.codemods.neuronx_distributed import MOVE_TO_DEVICE
+
+NXD = "neuronx_distributed"
+STATE = f"{NXD}.parallel_layers.parallel_state"
+INITIALIZE = f"{STATE}.initialize_model_parallel"
+IS_INITIALIZED = f"{STATE}.model_parallel_is_initialized"
+DESTROY = f"{STATE}.destroy_model_parallel"
+# NxD's rank layout is [PP, DP, TP] with TP contiguous: a ("dp", "tp") mesh has the same groups.
+MESH_QUERIES = {
+    f"{STATE}.get_tensor_model_parallel_size": ("tp", "size()"),
+    f"{STATE}.get_tensor_model_parallel_rank": ("tp", "get_local_rank()"),
+    f"{STATE}.get_tensor_model_parallel_group": ("tp", "get_group()"),
+    f"{STATE}.get_data_parallel_size": ("dp", "size()"),
+    f"{STATE}.get_data_parallel_rank": ("dp", "get_local_rank()"),
+    f"{STATE}.get_data_parallel_group": ("dp", "get_group()"),
+}
+# initialize_model_parallel's other arguments, accepted at their default only.
+INITIALIZE_DEFAULTS = {
+    "pipeline_model_parallel_size": "1",
+    "context_parallel_size": "1",
+    "expert_model_parallel_size": "1",
+}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One NxD parallel layer and the plain module plus `parallelize_module` style that replace it."""
+
+    native: str  # the `torch.nn` class
+    sizes: tuple[tuple[str, str], ...]  # NxD's first two parameters -> the native ones
+    switch: str  # the keyword that picks the layout
+    switch_default: bool
+    styles: tuple[str, str]  # the style when the switch is False, when it is True
+    passed: frozenset[str]  # keywords with the same name and meaning natively
+    # Keywords accepted only at NxD's default (their code), where they change nothing natively.
+    defaults: tuple[tuple[str, str], ...]
+
+
+LINEAR_DEFAULTS = (
+    ("stride", "1"),
+    ("init_method", "None"),
+    ("sequence_parallel_enabled", "False"),
+    ("sequence_dimension", "None"),
+    ("keep_master_weight", "False"),
+    ("skip_bias_add", "False"),
+    ("pad", "False"),
+    ("tensor_model_parallel_group", "None"),
+    ("reduce_dtype", "torch.float32"),
+    ("rank_ordering", "None"),
+)
+COLWISE_GATHERED = "ColwiseParallel(output_layouts=Replicate())"
+ROWWISE_SCATTERED = "RowwiseParallel(input_layouts=Replicate())"
+
+LAYERS = {
+    "ColumnParallelLinear": Layer(
+        native="Linear",
+        sizes=(("input_size", "in_features"), ("output_size", "out_features")),
+        switch="gather_output",
+        switch_default=True,
+        styles=("ColwiseParallel()", COLWISE_GATHERED),
+        passed=frozenset({"bias", "dtype", "device"}),
+        defaults=(*LINEAR_DEFAULTS, ("pad_alignment_size_per_rank", "1"), ("keep_padded_output", "False")),
+    ),
+    "RowParallelLinear": Layer(
+        native="Linear",
+        sizes=(("input_size", "in_features"), ("output_size", "out_features")),
+        switch="input_is_parallel",
+        switch_default=False,
+        styles=(ROWWISE_SCATTERED, "RowwiseParallel()"),
+        passed=frozenset({"bias", "dtype", "device"}),
+        defaults=(*LINEAR_DEFAULTS, ("reduce_output", "True"), ("tile_cc", "False")),
+    ),
+    "ParallelEmbedding": Layer(
+        native="Embedding",
+        sizes=(("num_embeddings", "num_embeddings"), ("embedding_dim", "embedding_dim")),
+        switch="shard_across_embedding",
+        switch_default=False,
+        styles=(ROWWISE_SCATTERED, COLWISE_GATHERED),  # the vocabulary or the embedding dimension
+        passed=frozenset({"dtype", "device"}),
+        defaults=(
+            ("padding_idx", "None"),
+            ("max_norm", "None"),
+            ("scale_grad_by_freq", "False"),
+            ("sparse", "False"),
+            ("pad", "False"),
+            ("sequence_parallel_enabled", "False"),
+            ("sequence_dimension", "None"),
+            ("tensor_model_parallel_group", "None"),
+            ("use_spmd_rank", "False"),
+            ("tile_cc", "False"),
+            ("rank_ordering", "None"),
+            ("collect_output", "True"),
+        ),
+    ),
+}
+LAYER_NAMES = {
+    f"{NXD}.parallel_layers{module}.{name}": name for name in LAYERS for module in ("", ".layers")
+}
+
+# Gradient clipping over the whole model: NxD's own, and torch's, which cannot mix DTensor and plain
+# parameters; both become a helper that can.
+CLIP = (
+    f"{NXD}.parallel_layers.grads.clip_grad_norm",
+    f"{NXD}.parallel_layers.clip_grad_norm",
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+)
+# Their options, accepted only at these values (NxD's `force_spmd` changes how, not what, it sums).
+CLIP_OPTIONS = {
+    "norm_type": ("2", "2.0"),
+    "zero1_optimizer": ("False",),
+    "zero1_optimizer_groups": ("None",),
+    "error_if_nonfinite": ("False",),
+    "foreach": ("None",),
+}
+CLIP_HELPER = '''\
+def $name(parameters, max_norm):
+    """`torch.nn.utils.clip_grad_norm_` for a model whose tensor-parallel parameters are DTensors
+    and the others plain tensors, which torch's own cannot mix: the norm of the whole model."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norms = [$torch.linalg.vector_norm(grad) for grad in grads]
+    total = $torch.linalg.vector_norm(
+        $torch.stack([norm.full_tensor() if isinstance(norm, $DTensor) else norm for norm in norms])
+    )
+    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for grad in grads:
+        grad.mul_(scale)
+    return total
+'''
+# NxD also seeded a second generator for dropout inside tensor-parallel regions; DTensor keeps the
+# random ops of shards consistent from the default generator.
+SEED = (f"{NXD}.parallel_layers.random.model_parallel_xla_manual_seed", f"{NXD}.parallel_layers.model_parallel_xla_manual_seed")
+REWRITTEN = (*CLIP[2:],)  # names outside NxD this codemod rewrites in a migrated file
+
+# What makes DTensor parameters behave differently from NxD's local shards in the rest of a file.
+NOT_WITH_DTENSORS_METHODS = {
+    "state_dict": "the state dict would hold DTensors, not NxD's per-rank shards: save with `torch.distributed.checkpoint`",
+    "load_state_dict": "the state dict would hold DTensors, not NxD's per-rank shards: load with `torch.distributed.checkpoint`",
+}
+NOT_WITH_DTENSORS_CALLS = {
+    "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` all-reduces every gradient over all processes, tensor-parallel shards included",
+    "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` all-reduces gradients over process groups this migration does not map",
+    "torch.nn.parallel.DistributedDataParallel": "DDP over tensor-parallel DTensor parameters needs a data-parallel mesh dimension",
+    "torch.distributed.fsdp.fully_shard": "FSDP2 with tensor parallelism needs the 2-D mesh wired by hand",
+    "torch.nn.utils.clip_grad_value_": "`clip_grad_value_` cannot mix DTensor and plain parameters",
+    "torch.nn.utils.clip_grad.clip_grad_value_": "`clip_grad_value_` cannot mix DTensor and plain parameters",
+    "torch.set_default_dtype": "NxD's layers are float32 whatever the default dtype; native layers follow it",
+}
+
+
+def blocker(source: str, resolve: Any, always_called: set[str], path: str) -> str | None:
+    """Why the file's NxD tensor parallelism cannot be migrated as a whole, or None if it can.
+
+    All or nothing: replacing NxD's process groups breaks every NxD call left in the file, so each
+    use must be one this codemod rewrites, in a file that sets the groups up on every run.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return "the file does not parse"
+    nodes = all_nodes(tree)
+    parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
+    initializes = 0
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
+            return f"`from {node.module} import *` hides which NxD names the file uses"
+        if isinstance(node, ast.Attribute) and node.attr in NOT_WITH_DTENSORS_METHODS:
+            return NOT_WITH_DTENSORS_METHODS[node.attr]
+        if not isinstance(node, ast.Name | ast.Attribute):
+            continue
+        dotted = ast_dotted_name(node)
+        qualified = resolve(dotted) if dotted else None
+        if qualified is None:
+            continue
+        if qualified in NOT_WITH_DTENSORS_CALLS:
+            return NOT_WITH_DTENSORS_CALLS[qualified]
+        if qualified not in REWRITTEN and qualified != NXD and not qualified.startswith(NXD + "."):
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and resolve(ast_dotted_name(parent) or "") is not None:
+            continue  # the inner part of a longer name
+        if not (isinstance(parent, ast.Call) and parent.func is node):
+            return f"`{dotted}` is used other than by calling it"
+        names.add(qualified)
+        reason = _call_blocker(qualified, parent, parents.get(id(parent)))
+        if reason is not None:
+            return reason
+        initializes += qualified == INITIALIZE
+    if initializes != 1 or INITIALIZE not in always_called:
+        return (
+            "the file does not call `initialize_model_parallel` once on every run: the mesh that replaces NxD's "
+            "process groups would be built elsewhere"
+        )
+    if IS_INITIALIZED in names and DESTROY in names:
+        return "`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks"
+    return _sibling_blocker(tree, path)
+
+
+def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None) -> str | None:
+    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(k.arg is None for k in call.keywords):
+        return f"`{qualified.rpartition('.')[2]}` is called with `*args`/`**kwargs`"
+    short = qualified.rpartition(".")[2]
+    if qualified == INITIALIZE:
+        if not isinstance(statement, ast.Expr) or len(call.args) > 1:
+            return "`initialize_model_parallel` is called for its value or with positional options"
+        for keyword in call.keywords:
+            if keyword.arg != "tensor_model_parallel_size" and INITIALIZE_DEFAULTS.get(keyword.arg or "") != ast.unparse(keyword.value):
+                return f"`initialize_model_parallel({keyword.arg}=...)`: only tensor parallelism is migrated"
+        return None
+    if qualified in MESH_QUERIES or qualified == IS_INITIALIZED:
+        return None if not call.args and not call.keywords else f"`{short}` is called with arguments"
+    if qualified == DESTROY:
+        return None if isinstance(statement, ast.Expr) and not call.args else f"`{short}` is called for its value"
+    if qualified in MOVE_TO_DEVICE:
+        return None  # NM024 makes it `model.to(device)`
+    if qualified in SEED:
+        return None if len(call.args) == 1 and not call.keywords else f"`{short}` is called with other than a seed"
+    if qualified in CLIP:
+        if len(call.args) > 2:
+            return f"`{short}` has options given by position"
+        for keyword in call.keywords:
+            if keyword.arg not in ("parameters", "max_norm", "force_spmd") and ast.unparse(keyword.value) not in CLIP_OPTIONS.get(keyword.arg or "", ()):
+                return f"`{short}({keyword.arg}=...)` has no counterpart for DTensor parameters here"
+        return None
+    if qualified in LAYER_NAMES:
+        layer = LAYERS[LAYER_NAMES[qualified]]
+        if len(call.args) > 2:
+            return f"`{short}` has options given by position"
+        for keyword in call.keywords:
+            name = keyword.arg or ""
+            value = ast.unparse(keyword.value)
+            if name in (*(old for old, _ in layer.sizes), *layer.passed):
+                continue
+            if name == layer.switch and value in ("True", "False"):
+                continue
+            if dict(layer.defaults).get(name) != value:
+                return f"`{short}({name}={value})` has no native counterpart here"
+        return None
+    return f"`{short}` has no native rewrite yet"
+
+
+def _sibling_blocker(tree: ast.Module, path: str) -> str | None:
+    """A module of the user's own, next to this file, that uses NxD too: its layers and groups
+    would expect the NxD state this file no longer sets up."""
+    if not path:
+        return None
+    folder = Path(path).parent
+    for node in all_nodes(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            modules = [base] if node.module else [alias.name for alias in node.names]
+        for module in modules:
+            relative = Path(*module.split("."))
+            for candidate in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
+                try:
+                    text = candidate.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                if NXD in text:
+                    return f"`{module}` next to this file uses neuronx-distributed as well: migrate the two together"
+    return None
+
+
+class NxdTensorParallel(Codemod):
+    """Migrates a neuronx-distributed tensor-parallel program to DTensor on a `DeviceMesh`.
+
+    ## What it does
+    | neuronx-distributed | native |
+    |---|---|
+    | `parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)` | `mesh = init_device_mesh(device_type, (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))`, a module-level variable |
+    | `get_tensor_model_parallel_size()` / `_rank()` / `_group()` | `mesh["tp"].size()` / `.get_local_rank()` / `.get_group()` |
+    | `get_data_parallel_size()` / `_rank()` / `_group()` | `mesh["dp"].size()` / `.get_local_rank()` / `.get_group()` |
+    | `model_parallel_is_initialized()` | `mesh is not None` |
+    | `destroy_model_parallel()` | removed (the mesh's groups go with the process group) |
+    | `ColumnParallelLinear(i, o, gather_output=False)` | `parallelize_module(nn.Linear(i, o), mesh["tp"], ColwiseParallel())` |
+    | `ColumnParallelLinear(i, o)` (gathers by default) | `... ColwiseParallel(output_layouts=Replicate())` |
+    | `RowParallelLinear(i, o, input_is_parallel=True)` | `parallelize_module(nn.Linear(i, o), mesh["tp"], RowwiseParallel())` |
+    | `RowParallelLinear(i, o)` (scatters its input by default) | `... RowwiseParallel(input_layouts=Replicate())` |
+    | `ParallelEmbedding(v, d)` (vocabulary-sharded) | `parallelize_module(nn.Embedding(v, d), mesh["tp"], RowwiseParallel(input_layouts=Replicate()))` |
+    | `ParallelEmbedding(v, d, shard_across_embedding=True)` | `... ColwiseParallel(output_layouts=Replicate())` |
+    | `model_parallel_xla_manual_seed(seed)` | `torch.manual_seed(seed)` |
+    | `grads.clip_grad_norm(params, max_norm)`, `torch.nn.utils.clip_grad_norm_(params, max_norm)` | `clip_grad_norm_of_shards_(params, max_norm)`, a helper added to the file |
+
+    ## Why
+    neuronx-distributed is the old stack's model-parallel library, built on torch_xla. Its
+    parallel layers hold a slice of the weight and call collectives in forward and backward;
+    DTensor does the same from a layout. `ColwiseParallel()` returns this rank's slice of the
+    output, as `gather_output=False` did, and `RowwiseParallel()` takes such a slice and sums
+    the partial outputs, as `input_is_parallel=True` did, so model code that divides its head
+    counts by the tensor-parallel size keeps working. NxD initialised each layer's full weight
+    from the seed and kept its slice; `parallelize_module` shards rank 0's full weight, the
+    same numbers for every tensor-parallel size (NxD drew each rank's slice of a bias apart).
+    torch's `clip_grad_norm_` cannot mix DTensor and plain parameters; the helper takes the norm
+    of the whole model as NxD's `clip_grad_norm` did, each shard counted once.
+
+    ## Example
+    ```python
+    from neuronx_distributed.parallel_layers import layers, parallel_state
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+    self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
+    ```
+
+    ## Use instead
+    ```python
+    mesh = init_device_mesh(device_type, (dist.get_world_size() // 2, 2), mesh_dim_names=("dp", "tp"))
+    self.up = parallelize_module(nn.Linear(hidden, 4 * hidden), mesh["tp"], ColwiseParallel())
+    ```
+
+    ## Fix safety
+    All or nothing per file, because replacing NxD's process groups breaks any NxD call left
+    behind: the file must call `initialize_model_parallel` once on every run, with tensor
+    parallelism only, and use no other NxD API; layer options must be ones with a native
+    meaning (sequence parallelism, `skip_bias_add`, padding, custom `init_method`, `stride` and
+    process groups are not). Files that read or load state dicts, clip gradients by value or with
+    another norm, step with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype are
+    left as they were, as are files whose own modules next to them use NxD. What is left gets NM024's TODOs, and the
+    report says why. A migrated program gives the losses and gradients of its one-process run
+    under `torchrun`, clipped gradients included (tested with two and four processes).
+    """
+
+    code = "NM025"
+    name = "nxd-tensor-parallel"
+    summary = "neuronx-distributed tensor parallelism -> `DeviceMesh` + `parallelize_module` (DTensor)"
+    triggers = (STATE, *LAYER_NAMES)
+    manual: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._blocked: str | None = None
+        self._mesh = ""
+        self._statement_values: set[int] = set()  # assigned values: a layer there may span lines
+
+    def visit_Module(self, node: cst.Module) -> None:
+        ctx = self.ctx
+        self._blocked = blocker(ctx.source, ctx.imports.resolve_dotted, ctx.facts.always_called, ctx.path)
+        if self._blocked is not None:
+            ctx.note(self.code, f"tensor parallelism left to a person: {self._blocked}")
+        else:
+            self._mesh = ctx.unused_name("mesh")
+
+    # -- process state ---------------------------------------------------------------------------
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
+        call = updated_node.value
+        if not isinstance(call, cst.Call):
+            return updated_node
+        name = self.qualify(call.func)
+        if self._blocked is not None:
+            if name == INITIALIZE:
+                self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; a file's NxD code moves as a whole")
+            return updated_node
+        if name == DESTROY:
+            self.changed("removed `destroy_model_parallel()`: the mesh's groups end with the process group")
+            return self.ctx.remove(updated_node)
+        if name != INITIALIZE:
+            return updated_node
+        size = arg_value(call, 0, "tensor_model_parallel_size")
+        tp = "1" if size is None else code_of(size.value)
+        init_device_mesh = self.ctx.need_from("torch.distributed.device_mesh", "init_device_mesh")
+        world = f"{self.ctx.dist()}.get_world_size()"
+        if size is None or tp == "1":
+            shape = f"({world}, 1)"
+        elif isinstance(size.value, cst.Name | cst.Attribute | cst.Integer | cst.Call | cst.Subscript):
+            shape = f"({world} // {tp}, {tp})"
+        else:
+            shape = f"({world} // ({tp}), {tp})"
+        if self.ctx.scope is not self.ctx.scope.module:
+            self.ctx.insert_before(stmt(f"global {self._mesh}\n"))
+        self.changed(
+            "`initialize_model_parallel(tensor_model_parallel_size=...)` -> `init_device_mesh(..., "
+            'mesh_dim_names=("dp", "tp"))` in a module-level variable'
+        )
+        args = [self.ctx.device_type_expr(), shape, 'mesh_dim_names=("dp", "tp")']
+        assign = f"{self._mesh} = {init_device_mesh}({', '.join(args)})"
+        if len(assign) > 88:  # one argument per line, as a formatter would
+            assign = f"{self._mesh} = {init_device_mesh}(\n" + "".join(f"    {arg},\n" for arg in args) + ")"
+        line = stmt(assign + "\n")
+        assert isinstance(line, cst.SimpleStatementLine)
+        return line.body[0]
+
+    # -- queries and layers ----------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._statement_values.add(id(node.value))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._statement_values.add(id(node.value))
+
+    def leave_UnaryOperation(
+        self, original_node: cst.UnaryOperation, updated_node: cst.UnaryOperation
+    ) -> cst.BaseExpression:
+        """`not model_parallel_is_initialized()` -> `mesh is None`."""
+        operand = original_node.expression
+        if self._blocked is None and isinstance(original_node.operator, cst.Not) and self.called(operand, IS_INITIALIZED):
+            return self.ctx.group(expr(f"{self._mesh} is None"))
+        return updated_node
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self._blocked is not None:
+            return updated_node
+        name = self.qualify(original_node.func)
+        if name in MESH_QUERIES:
+            dim, method = MESH_QUERIES[name]
+            self.changed(f"`{name.rpartition('.')[2]}()` -> `mesh[\"{dim}\"].{method}`")
+            return expr(f'{self._mesh}["{dim}"].{method}')
+        if name == IS_INITIALIZED:
+            self.ctx.need_helper(self._mesh, f"{self._mesh} = None  # the device mesh, once built\n")
+            self.changed("`model_parallel_is_initialized()` -> `mesh is not None`")
+            return self.ctx.group(expr(f"{self._mesh} is not None"))
+        if name in LAYER_NAMES:
+            return self._layer(LAYER_NAMES[name], updated_node, id(original_node) in self._statement_values)
+        if name in SEED:
+            self.changed("`model_parallel_xla_manual_seed(seed)` -> `torch.manual_seed(seed)`")
+            return updated_node.with_changes(func=expr(f"{self.ctx.torch()}.manual_seed"))
+        if name in CLIP:
+            return self._clip(updated_node, name)
+        return updated_node
+
+    def _nn(self) -> str:
+        """`nn` where the file has it, else `torch.nn` through its `torch`, else a new import."""
+        if self.ctx.resolve_dotted("nn") == "torch.nn":
+            return "nn"
+        if self.ctx.resolve_dotted("torch") == "torch":
+            return f"{self.ctx.torch()}.nn"
+        return self.ctx.need_import("torch.nn", "nn")
+
+    def _clip(self, call: cst.Call, name: str) -> cst.BaseExpression:
+        parameters = arg_value(call, 0, "parameters")
+        max_norm = arg_value(call, 1, "max_norm")
+        if parameters is None or max_norm is None:
+            return call
+        torch = self.ctx.torch()  # spelled first, so the helper's `torch` stays torch itself
+        helper = self.ctx.unused_name("clip_grad_norm_of_shards_")
+        source = Template(CLIP_HELPER).substitute(
+            name=helper, torch=torch, DTensor=self.ctx.need_from("torch.distributed.tensor", "DTensor")
+        )
+        self.ctx.need_helper(helper, source)
+        self.changed(
+            f"`{name.rpartition('.')[2]}` -> a helper clipping the norm of DTensor and plain parameters together"
+        )
+        return expr(f"{helper}({code_of(parameters.value)}, {code_of(max_norm.value)})")
+
+    def _layer(self, kind: str, call: cst.Call, whole_value: bool) -> cst.BaseExpression:
+        layer = LAYERS[kind]
+        switch = arg_value(call, None, layer.switch)
+        on = layer.switch_default if switch is None else code_of(switch.value) == "True"
+        style = layer.styles[on]
+        defaults = dict(layer.defaults)
+        args = []
+        for arg in call.args:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword == layer.switch or keyword in defaults:
+                continue
+            renamed = dict(layer.sizes).get(keyword or "")
+            if renamed is not None:
+                arg = arg.with_changes(keyword=cst.Name(renamed))
+            args.append(code_of(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip())
+        nn = self._nn()
+        parallelize = self.ctx.need_from("torch.distributed.tensor.parallel", "parallelize_module")
+        style_class, _, rest = style.partition("(")
+        spelled = self.ctx.need_from("torch.distributed.tensor.parallel", style_class) + "(" + rest
+        if "Replicate()" in style:
+            spelled = spelled.replace("Replicate()", self.ctx.need_from("torch.distributed.tensor", "Replicate") + "()")
+        self.changed(f"`{kind}` -> `nn.{layer.native}` sharded by `parallelize_module(..., {style})`")
+        module = f'{nn}.{layer.native}({", ".join(args)})'
+        arguments = f'{module}, {self._mesh}["tp"], {spelled}'
+        if not whole_value or len(arguments) <= 64:
+            return expr(f"{parallelize}({arguments})")
+        if len(arguments) <= 84:  # wrapped as a formatter would: on a line of their own
+            return expr(f"{parallelize}(\n    {arguments}\n)")
+        one_per_line = "".join(f"    {argument},\n" for argument in (module, f'{self._mesh}["tp"]', spelled))
+        return expr(f"{parallelize}(\n{one_per_line})")
