@@ -20,7 +20,7 @@ from typing import Any
 
 import libcst as cst
 
-from neuron_migrate.core.cst_children import INERT
+from neuron_migrate.core.cst_children import INERT, PUNCTUATION, transform
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
@@ -30,6 +30,7 @@ from neuron_migrate.rewrite.codemods.base import (
     Transformer,
     Visitor,
     dotted_name,
+    own_hook,
     stmt,
 )
 from neuron_migrate.rewrite.effects import has_effects
@@ -300,9 +301,12 @@ class ScopeFollower:
 
 @cache
 def _hooks(codemod: type) -> tuple[str, ...]:
-    """The `visit_<Node>` and `leave_<Node>` methods of a codemod class, by name."""
+    """The `visit_<Node>` and `leave_<Node>` methods a codemod class defines, by name (not LibCST's
+    empty defaults, which every transformer inherits for every node type)."""
     return tuple(
-        attr for attr in dir(codemod) if attr.startswith(("visit_", "leave_")) and attr.count("_") == 1
+        attr
+        for attr in dir(codemod)
+        if attr.startswith(("visit_", "leave_")) and attr.count("_") == 1 and own_hook(codemod, attr) is not None
     )
 
 
@@ -327,6 +331,8 @@ class Dispatcher(Transformer):
         for codemod in codemods:
             for attr in _hooks(type(codemod)):
                 (self._visits if attr.startswith("visit_") else self._leaves)[attr[6:]].append(getattr(codemod, attr))
+        # Punctuation no codemod hooks: the traversal need not visit it (`cst_children.transform`).
+        self.unvisited = frozenset(k for k in PUNCTUATION if k.__name__ not in self._visits.keys() | self._leaves.keys())
         self._saw_old_name: list[bool] = []
         self._import_depth = 0
         self._elifs: set[int] = set()  # `elif` clauses, which are `If` nodes but no statements of a block
@@ -341,6 +347,12 @@ class Dispatcher(Transformer):
         self._began: list[tuple[int, ...]] = []
 
     # -- traversal ------------------------------------------------------------------------------
+    def rewrite(self, module: cst.Module) -> cst.Module:
+        """The module with every codemod applied, in one traversal."""
+        result = transform(module, self, self.unvisited)
+        assert isinstance(result, cst.Module)
+        return result
+
     def on_visit(self, node: cst.CSTNode) -> bool:
         kind = type(node)
         if kind is cst.If and type(node.orelse) is cst.If:  # type: ignore[attr-defined]

@@ -165,7 +165,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
 
     dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
-        code, shared = _module_level(module.visit(dispatcher), ctx, scopes, tree, old_names, options, printer)
+        code, shared = _module_level(dispatcher.rewrite(module), ctx, scopes, tree, old_names, options, printer)
         code += tail
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"

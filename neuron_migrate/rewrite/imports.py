@@ -18,6 +18,7 @@ from typing import Any
 import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
+from neuron_migrate.core.cst_children import PUNCTUATION, transform
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.rewrite.codemods.base import MigrationContext, Transformer, code_of, dotted_name
 from neuron_migrate.rewrite.dispatch import STATEMENTS, names_read, sweep_block
@@ -216,7 +217,9 @@ def remove_dead_imports(
                 bound_after.add(alias.asname or alias.name.split(".")[0])
     if not any(is_dead(name, None) or name in old for name in bound_after):
         return module
-    return module.visit(_ImportRemover(ctx, is_dead))
+    result = transform(module, _ImportRemover(ctx, is_dead), PUNCTUATION)
+    assert isinstance(result, cst.Module)
+    return result
 
 
 # -- adding imports, helpers and set-up statements -------------------------------------------

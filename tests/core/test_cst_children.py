@@ -12,7 +12,7 @@ from typing import Any
 import libcst as cst
 import pytest
 
-from neuron_migrate.core.cst_children import children
+from neuron_migrate.core.cst_children import PUNCTUATION, children, transform
 from neuron_migrate.rewrite.codemods.base import Visitor
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rewrite"
@@ -166,3 +166,45 @@ def test_scan_calls_the_hooks_visit_does(name: str, source: str, visitor: type) 
     assert fast.log == slow.log
     if visitor is _LogComments and "#" in source:
         assert any(kind == "Comment" for kind, _ in fast.log)
+
+
+class _Renamer(cst.CSTTransformer):
+    """Renames `x` to `renamed`, drops `pass` lines and one argument, splits `del` in two; logs
+    the nodes it is called for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.log.append(type(node).__name__)
+        return super().on_visit(node)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value="renamed") if updated_node.value == "x" else updated_node
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine) -> Any:
+        if isinstance(updated_node.body[0], cst.Pass) and len(updated_node.body) == 1:
+            return cst.RemoveFromParent()
+        if isinstance(updated_node.body[0], cst.Del):
+            return cst.FlattenSentinel([updated_node, updated_node.deep_clone()])
+        return updated_node
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> Any:
+        return cst.RemoveFromParent() if updated_node.keyword is not None and updated_node.keyword.value == "drop" else updated_node
+
+
+@pytest.mark.parametrize(("name", "source"), SOURCES, ids=[n for n, _ in SOURCES])
+def test_transform_prints_what_libcst_visit_does(name: str, source: str) -> None:
+    module = cst.parse_module(source + "\ndef f(x):\n    pass\n    del x\n    g(x, drop=1)\n")
+    slow, fast = _Renamer(), _Renamer()
+    assert transform(module, fast).code == module.visit(slow).code
+    assert fast.log == slow.log
+
+
+def test_transform_keeps_what_it_does_not_change() -> None:
+    module = cst.parse_module("a = f(b, c)  # note\nif d:\n    e()\n")
+    assert transform(module, _Renamer()) is module
+    skipped = _Renamer()
+    transform(module, skipped, PUNCTUATION)
+    assert "SimpleWhitespace" not in skipped.log and "Comma" not in skipped.log

@@ -587,6 +587,7 @@ class Visitor(cst.CSTVisitor):
         hooks = _HOOKS.setdefault(type(self), {})
         custom = type(self).on_visit is not cst.CSTVisitor.on_visit or type(self).on_leave is not cst.CSTVisitor.on_leave
         shallow = _shallow(type(self))
+        unseen = PUNCTUATION if shallow else frozenset()  # punctuation it has no hook for
 
         def walk(node: cst.CSTNode) -> None:
             if custom:
@@ -600,12 +601,13 @@ class Visitor(cst.CSTVisitor):
                 visit, leave = hooks[kind]
             except KeyError:
                 visit, leave = hooks[kind] = (
-                    getattr(type(self), f"visit_{kind.__name__}", None),
-                    getattr(type(self), f"leave_{kind.__name__}", None),
+                    own_hook(type(self), f"visit_{kind.__name__}"),
+                    own_hook(type(self), f"leave_{kind.__name__}"),
                 )
             if (visit is None or visit(self, node) is not False) and kind not in shallow:
                 for child in children(node):
-                    walk(child)
+                    if type(child) not in unseen:
+                        walk(child)
             if leave is not None:
                 leave(self, node)
 
@@ -616,11 +618,19 @@ class Visitor(cst.CSTVisitor):
 _HOOKS: dict[type, dict[type, tuple[Any, Any]]] = {}
 
 
+def own_hook(visitor: type, name: str) -> Any:
+    """`visitor`'s method `name` (`visit_Call`, `leave_Name`), or None where it has only LibCST's
+    empty default, which every visitor and transformer inherits for every node type."""
+    found = getattr(visitor, name, None)
+    base = cst.CSTTransformer if issubclass(visitor, cst.CSTTransformer) else cst.CSTVisitor
+    return None if found is getattr(base, name, None) else found
+
+
 @cache
 def _shallow(visitor: type) -> frozenset[type]:
     """The nodes `visitor` need not go below: below a name or a comma there is only punctuation,
     unless that is what it looks for."""
-    if any(hasattr(visitor, f"{hook}_{kind.__name__}") for kind in PUNCTUATION for hook in ("visit", "leave")):
+    if any(own_hook(visitor, f"{hook}_{kind.__name__}") for kind in PUNCTUATION for hook in ("visit", "leave")):
         return frozenset()
     return INERT
 
