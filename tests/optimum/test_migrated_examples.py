@@ -18,6 +18,8 @@ import torch
 from tests.optimum.conftest import SENTENCES, migrate_example, run_script, train_with_torchrun
 
 pytestmark = pytest.mark.slow
+# The SFT example launches with `--bf16`: its one TODO is the fp32 master weights it loses.
+BF16 = "fp32 master weights"
 
 
 def test_sft_tensor_parallel_trains_and_reloads(
@@ -25,7 +27,7 @@ def test_sft_tensor_parallel_trains_and_reloads(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    script = migrate_example("optimum_sft_tensor_parallel.py", tmp_path)
+    script = migrate_example("optimum_sft_tensor_parallel.py", tmp_path, expected_todos=(BF16,))
     text = script.read_text()
     assert "ModelParallelArguments" in text and "distributed_config=" in text
     out_dir = tmp_path / "sft"
@@ -225,7 +227,7 @@ def test_sft_tensor_parallel_two_processes(
 ) -> None:
     """TP=2 under torchrun on CPU (gloo): the model is really sharded, and trains with the losses
     of a single unsharded process."""
-    script = migrate_example("optimum_sft_tensor_parallel.py", tmp_path)
+    script = migrate_example("optimum_sft_tensor_parallel.py", tmp_path, expected_todos=(BF16,))
     common = [
         "--model_id",
         str(tiny_llama),
