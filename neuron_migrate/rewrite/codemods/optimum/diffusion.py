@@ -308,18 +308,13 @@ class OptimumDiffusion(RenamingCodemod):
         if "controlnet_ids" not in options:
             return []
         value = options["controlnet_ids"]
-        ids = literal(value)
-        if isinstance(ids, str):
-            ids = [ids]
-        if "ControlNet" not in pipeline or not (
-            isinstance(ids, list | tuple) and ids and all(isinstance(i, str) for i in ids)
-        ):
+        nodes = [e.value for e in value.elements] if isinstance(value, cst.List | cst.Tuple) else [value]
+        if "ControlNet" not in pipeline or not nodes or not all(_is_string(n) for n in nodes):
             self.todo(
                 f"`controlnet_ids={code_of(value)}` loaded ControlNets into the pipeline: pass `controlnet=ControlNetModel.from_pretrained(id)` (a list of them for several) to `from_pretrained`"
             )
             return []
         model = self.ctx.need_from("diffusers", "ControlNetModel")
-        nodes = [e.value for e in value.elements] if isinstance(value, cst.List | cst.Tuple) else [value]
         loads = [f"{model}.from_pretrained({code_of(i)})" for i in nodes]
         self.changed("`controlnet_ids=` -> `controlnet=ControlNetModel.from_pretrained(...)`")
         return [make_arg("controlnet", loads[0] if len(loads) == 1 else f"[{', '.join(loads)}]")]
@@ -341,8 +336,8 @@ class OptimumDiffusion(RenamingCodemod):
         if (
             model_id is None
             or weight_name is None
-            or not isinstance(literal(model_id), str)
-            or not isinstance(literal(weight_name), str)
+            or not _is_string(model_id)
+            or not _is_string(weight_name)
             or not (scale is None or isinstance(literal(scale), int | float))
         ):
             given = ", ".join(f"`{k}={code_of(options[k])}`" for k in LORA if k in options)
@@ -443,3 +438,14 @@ class OptimumDiffusion(RenamingCodemod):
         if missing:
             self.changed("pipeline call given the exported image size")
         return with_args(call, [*args, *missing])
+
+
+def _is_string(node: cst.BaseExpression) -> bool:
+    """A string for sure: a literal, an f-string, or a sum with a string in it (`root + "/lora"`)."""
+    if isinstance(node, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString):
+        return True
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Add)
+        and (_is_string(node.left) or _is_string(node.right))
+    )

@@ -57,6 +57,7 @@ class ShardedLoad:
     sizes: tuple[tuple[str, str], ...] = ()
     movable: bool = True  # the sizes mean the same at the load: literals, or names not rebound
     loader: str | None = None  # the qualified name of the class whose `from_pretrained` loads it
+    dtype: str = ""  # the source of its `dtype=`/`torch_dtype=` ("" when none is given)
 
 
 def enclosing_functions(tree: ast.AST) -> dict[int, Scope]:
@@ -136,8 +137,11 @@ class _File:
         call = load.value
         assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
         loader = self.qualified(call.func.value)
+        dtype = next(
+            (ast.unparse(k.value) for k in call.keywords if k.arg in ("dtype", "torch_dtype")), ""
+        )
         if parsed_here:
-            return ShardedLoad(args_var, "parsed", loader=loader)
+            return ShardedLoad(args_var, "parsed", loader=loader, dtype=dtype)
         assignments = self.assigned.get((scope, args_var), [])
         construction = assignments[0].value if len(assignments) == 1 else None
         if not (
@@ -145,7 +149,7 @@ class _File:
             and self.qualified(construction.func) in self.argument_classes
             and all(k.arg is not None for k in construction.keywords)
         ):
-            return ShardedLoad(args_var, "elsewhere", loader=loader)
+            return ShardedLoad(args_var, "elsewhere", loader=loader, dtype=dtype)
         given = [k for k in construction.keywords if k.arg in PARALLEL_FIELDS]
         sizes = tuple(
             (str(k.arg), ast.get_source_segment(self.source, k.value) or "") for k in given
@@ -165,7 +169,7 @@ class _File:
                 )
             )
         )
-        return ShardedLoad(args_var, "constructed", sizes, movable, loader)
+        return ShardedLoad(args_var, "constructed", sizes, movable, loader, dtype)
 
 
 def _trainer_inputs(call: ast.Call) -> tuple[ast.AST | None, ast.AST | None]:

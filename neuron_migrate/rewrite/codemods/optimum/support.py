@@ -151,7 +151,7 @@ def with_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
     args = list(args)
     multiline = any(_line_end(a.comma) is not None for a in call.args)
     if multiline and args:
-        return call.with_changes(args=_one_per_line(call, args))
+        return _one_per_line(call, args)
     fixed = [
         a
         if isinstance(a.comma, cst.Comma)
@@ -173,30 +173,47 @@ def _line_end(comma: cst.Comma | cst.MaybeSentinel) -> cst.ParenthesizedWhitespa
     return None
 
 
-def _one_per_line(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
-    breaks = [(a, _line_end(a.comma)) for a in call.args]
-    middle = next(b for a, b in breaks if b is not None and a is not call.args[-1]) if any(
-        b is not None and a is not call.args[-1] for a, b in breaks
-    ) else next(b for _, b in breaks if b is not None)
-    if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
-        middle = middle.with_changes(last_line=call.whitespace_before_args.last_line)
-    last = call.args[-1].comma if call.args else cst.MaybeSentinel.DEFAULT
+def _one_per_line(call: cst.Call, args: list[cst.Arg]) -> cst.Call:
+    """`call` with `args` one per line, each with the comments that were its own: the one that
+    ends its line (in its comma) and those on the lines above it (in the line break before it)."""
+    originals = list(call.args)
+    breaks = [_line_end(a.comma) for a in originals]
+    inner = [b for a, b in zip(originals, breaks, strict=True) if b is not None and a is not originals[-1]]
+    middle = inner[0] if inner else next(b for b in breaks if b is not None)
+    opening = call.whitespace_before_args
+    if isinstance(opening, cst.ParenthesizedWhitespace):
+        middle = middle.with_changes(last_line=opening.last_line)
+    middle = middle.with_changes(empty_lines=[])
+    last = originals[-1].comma if originals else cst.MaybeSentinel.DEFAULT
 
-    def own_line(arg: cst.Arg) -> cst.TrailingWhitespace:
-        origin = next(
-            (o for o in call.args if o is arg or (o.value is arg.value and o.star == arg.star)),
+    def origin(arg: cst.Arg) -> int | None:
+        return next(
+            (
+                j
+                for j, o in enumerate(originals)
+                if o is arg or (o.value is arg.value and o.star == arg.star)
+            ),
             None,
         )
-        end = _line_end(origin.comma) if origin is not None else None
+
+    def own_line(arg: cst.Arg) -> cst.TrailingWhitespace:
+        j = origin(arg)
+        end = breaks[j] if j is not None else None
         return end.first_line if end is not None else cst.TrailingWhitespace()
+
+    def lines_above(arg: cst.Arg) -> Sequence[cst.EmptyLine]:
+        j = origin(arg)
+        if j is None:
+            return []
+        before = opening if j == 0 else breaks[j - 1]
+        return before.empty_lines if isinstance(before, cst.ParenthesizedWhitespace) else []
 
     fixed = []
     for position, arg in enumerate(args):
         line = own_line(arg)
         if position < len(args) - 1:
-            fixed.append(
-                arg.with_changes(comma=cst.Comma(whitespace_after=middle.with_changes(first_line=line)))
-            )
+            after = middle.with_changes(first_line=line, empty_lines=lines_above(args[position + 1]))
+            fixed.append(arg.with_changes(comma=cst.Comma(whitespace_after=after)))
             continue
         end = _line_end(last)
         if end is not None:
@@ -213,7 +230,9 @@ def _one_per_line(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
         else:
             comma = last
         fixed.append(arg.with_changes(comma=comma))
-    return fixed
+    if isinstance(opening, cst.ParenthesizedWhitespace) and args:
+        opening = opening.with_changes(empty_lines=lines_above(args[0]))
+    return call.with_changes(args=fixed, whitespace_before_args=opening)
 
 
 def _newline(indent: str) -> cst.ParenthesizedWhitespace:
@@ -506,7 +525,11 @@ class RenamingCodemod(Codemod):
                     cst.parse_statement(f"from {new_module} import {new_name} as {local}\n")
                 )
             else:
-                self.ctx.need_from(new_module, new_name)
+                spelled = self.ctx.need_from(new_module, new_name)
+                if spelled != (local or code_of(alias.name)):
+                    # The class is already imported under another name (`from transformers
+                    # import LlamaForCausalLM as Original`): references take that name.
+                    self.ctx.shared(FileState).renamed_locals.discard(local or code_of(alias.name))
 
     def rename_target(
         self, qualified: str | None, local_text: str, role: str | None = None

@@ -118,6 +118,7 @@ RENAMES: dict[str, tuple[str, str]] = {
 # Every optimum-neuron name some codemod of the family rewrites (their imports go with them).
 OPTIMUM_RENAMES = {*RENAMES, *inference.RENAMES, *diffusion.RENAMES}
 
+FLOAT32 = frozenset({"torch.float32", "torch.float", '"float32"'})
 PARSE_METHODS = ("parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict")
 
 
@@ -145,6 +146,10 @@ class _TrainingFacts:
         default_factory=set
     )  # functions given the parsed sizes as a parameter
     parser_methods: dict[str, set[str]] = field(default_factory=dict)  # parser var -> its methods called
+    # args var -> the dtypes (source) of the models its Neuron trainer trains ("" for none given)
+    load_dtypes: dict[str, set[str]] = field(default_factory=dict)
+    # `args = training_args.to_dict()`, its only assignment: "args" -> "training_args"
+    argument_dicts: dict[str, str] = field(default_factory=dict)
 
 
 def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
@@ -164,6 +169,7 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
         for n in all_nodes(tree)
         if isinstance(n, ast.Attribute) and n.attr == "trn_config" and isinstance(n.value, ast.Name)
     }
+    facts.argument_dicts = _argument_dicts(tree)
     parsers = _parser_indexes(tree, qualified)
     facts.parsed = _parsed_arguments(tree, qualified, parsers)
     for n in all_nodes(tree):
@@ -185,6 +191,8 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
     )
     # Training models take their sizes from their own `trn_config` argument.
     facts.sharded = {k: v for k, v in loads.items() if v.loader not in TRAINING_MODELS}
+    for load in loads.values():
+        facts.load_dtypes.setdefault(load.args_var, set()).add(load.dtype)
     # `def train(script_args, training_args): ... training_args.trn_config ...`, called with the parsed ones.
     readers = {
         (scopes.get(id(n)), n.value.id)
@@ -213,6 +221,29 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
         for parsed in facts.parsed.values():
             parsed.parallel_var = var
     return facts
+
+
+def _argument_dicts(tree: ast.AST) -> dict[str, str]:
+    """Names bound once, to `x.to_dict()`, and what they are the dict of."""
+    bound: dict[str, list[ast.AST]] = {}
+    for n in all_nodes(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            bound.setdefault(n.id, []).append(n)
+    found = {}
+    for n in all_nodes(tree):
+        if (
+            isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and len(bound.get(n.targets[0].id, [])) == 1
+            and isinstance(n.value, ast.Call)
+            and not n.value.args
+            and isinstance(n.value.func, ast.Attribute)
+            and n.value.func.attr == "to_dict"
+            and isinstance(n.value.func.value, ast.Name)
+        ):
+            found[n.targets[0].id] = n.value.func.value.id
+    return found
 
 
 def _neuron_arguments_index(classes: ast.AST | None, qualified: Qualifier) -> int | None:
@@ -834,6 +865,8 @@ class OptimumTraining(RenamingCodemod):
     def _migrated_arguments_dict(self, value: cst.BaseExpression) -> bool:
         """`training_args.to_dict()` of arguments this codemod migrated: their fields are all
         native ones, with optimum-neuron's defaults already written out."""
+        if isinstance(value, cst.Name) and value.value in self.facts.argument_dicts:
+            return self._arguments(self.facts.argument_dicts[value.value])
         if not (
             isinstance(value, cst.Call)
             and not value.args
@@ -857,11 +890,19 @@ class OptimumTraining(RenamingCodemod):
         may_be_bf16 = (bf16 is not None and literal(bf16.value) is not False) or (
             parsed and not any(a.star for a in call.args)
         )
+        arguments = (
+            [name for name, p in self.facts.parsed.items() if p.scope == self._scope()]
+            if parsed
+            else [self._current_target or ""]
+        )
+        dtypes = set().union(*(self.facts.load_dtypes.get(a, set()) for a in arguments))
         if (
             not may_be_bf16
             or given("use_autocast") is True
             or given("zero_1") is False
             or given("optimizer_use_master_weights") is False
+            # A model loaded in float32 trains natively as it did: bf16 compute, fp32 weights.
+            or (dtypes and dtypes <= FLOAT32)
         ):
             return
         when = "With `--bf16` (and no `--use_autocast`), optimum-neuron" if parsed else "optimum-neuron"
