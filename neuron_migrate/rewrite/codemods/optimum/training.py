@@ -150,6 +150,8 @@ class _TrainingFacts:
     load_dtypes: dict[str, set[str]] = field(default_factory=dict)
     # `args = training_args.to_dict()`, its only assignment: "args" -> "training_args"
     argument_dicts: dict[str, str] = field(default_factory=dict)
+    # names handed to optimum-neuron API that no codemod rewrites -> that API, as written
+    to_unmigrated: dict[str, str] = field(default_factory=dict)
 
 
 def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
@@ -170,6 +172,11 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
         if isinstance(n, ast.Attribute) and n.attr == "trn_config" and isinstance(n.value, ast.Name)
     }
     facts.argument_dicts = _argument_dicts(tree)
+    for n in all_nodes(tree):
+        if isinstance(n, ast.Call) and _unmigrated(qualified(n.func)):
+            for value in [*n.args, *(k.value for k in n.keywords)]:
+                if isinstance(value, ast.Name):
+                    facts.to_unmigrated.setdefault(value.id, ast.unparse(n.func))
     parsers = _parser_indexes(tree, qualified)
     facts.parsed = _parsed_arguments(tree, qualified, parsers)
     for n in all_nodes(tree):
@@ -949,7 +956,12 @@ class OptimumTraining(RenamingCodemod):
         if key not in table:
             return arg
         entry = table[key]
-        if entry.kind == "todo" and literal(arg.value) != entry.neutral:
+        consumer = self.facts.to_unmigrated.get(self._current_target or "")
+        if consumer is not None:
+            self.todo(
+                f"`{key}={code_of(arg.value)}` was removed (`TrainingArguments` rejects it), but these arguments also go to `{consumer}`, optimum-neuron API that stays and may read it: that code needs its native counterpart first"
+            )
+        elif entry.kind == "todo" and literal(arg.value) != entry.neutral:
             self.todo(f"`{key}={code_of(arg.value)}` was removed: {entry.why}")
         elif entry.kind == "todo":
             self.changed(
