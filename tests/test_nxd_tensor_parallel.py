@@ -92,6 +92,107 @@ if __name__ == "__main__":
 """
 
 
+# Sequence parallelism (norms, column and row layers along the sequence), every region mapping
+# around computations on this rank's part, and NxD's per-token loss of vocabulary-split logits,
+# ignored (-100) targets included.
+SEQUENCE_PROGRAM = f"""\
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from neuronx_distributed.parallel_layers import grads, layers, mappings, parallel_state
+from neuronx_distributed.parallel_layers.layer_norm import LayerNorm
+from neuronx_distributed.parallel_layers.loss_functions import parallel_cross_entropy
+from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
+from torch import nn
+
+SEQ_DIM = 1  # activations are (batch, sequence, hidden)
+
+
+class Block(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm = LayerNorm(hidden, sequence_parallel_enabled=True)
+        self.up = layers.ColumnParallelLinear(
+            hidden, 4 * hidden, gather_output=False, sequence_parallel_enabled=True, sequence_dimension=SEQ_DIM
+        )
+        self.down = layers.RowParallelLinear(
+            4 * hidden, hidden, input_is_parallel=True, sequence_parallel_enabled=True, sequence_dimension=SEQ_DIM
+        )
+
+    def forward(self, x):
+        return x + self.down(torch.tanh(self.up(self.norm(x))))
+
+
+class Net(nn.Module):
+    def __init__(self, vocab=32, hidden=8):
+        super().__init__()
+        self.embed = layers.ParallelEmbedding(vocab, hidden)
+        self.blocks = nn.ModuleList(Block(hidden) for _ in range(2))
+        self.norm = LayerNorm(hidden, sequence_parallel_enabled=True)
+        self.head = layers.ColumnParallelLinear(hidden, vocab, bias=False, gather_output=False)
+        self.mix = layers.ColumnParallelLinear(hidden, hidden, gather_output=False)
+        self.proj = layers.RowParallelLinear(hidden, hidden, input_is_parallel=True)
+
+    def forward(self, ids):
+        tp = parallel_state.get_tensor_model_parallel_size()
+        rank = parallel_state.get_tensor_model_parallel_rank()
+        x = mappings.scatter_to_sequence_parallel_region(self.embed(ids), sequence_dimension=SEQ_DIM)
+        for block in self.blocks:
+            x = block(x)
+        x = self.norm(x)
+        # this rank's share of the hidden features of the whole sequence, summed back over the ranks
+        whole_sequence = mappings.gather_from_sequence_parallel_region(x, SEQ_DIM)
+        mask = torch.zeros(x.shape[-1])
+        mask.chunk(tp)[rank].fill_(1.0)
+        back = mappings.reduce_scatter_to_sequence_parallel_region(whole_sequence * mask, SEQ_DIM)
+        x = mappings.gather_from_sequence_parallel_region(x + back, SEQ_DIM, to_model_parallel=False)
+        # the Megatron mappings around computations on this rank's part
+        h = mappings.gather_from_tensor_model_parallel_region(self.mix(x))
+        mine = mappings.copy_to_tensor_model_parallel_region(h).chunk(tp, -1)[rank]
+        energy = mappings.reduce_from_tensor_model_parallel_region((mine**2).sum(-1))
+        energy = energy + self.proj(mappings.scatter_to_tensor_model_parallel_region(h)).sum(-1)
+        return self.head(x), energy
+
+
+def whole(tensor):
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def main():
+    dist.init_process_group("xla")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=int(os.environ["TP"]))
+    model_parallel_xla_manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    ids = torch.randint(0, 32, (4, 6), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[:, -1] = -100  # padding the loss ignores
+    record = {{"losses": [], "raw": []}}
+    for step in range({STEPS}):
+        optimizer.zero_grad()
+        logits, energy = model(ids)
+        per_token = parallel_cross_entropy(logits, labels)
+        valid = (labels != -100).float()
+        loss = (per_token * valid).sum() / valid.sum() + 1e-3 * energy.mean()
+        loss.backward()
+        grads.allreduce_sequence_parallel_gradients(optimizer)
+        if step == 0:
+            record["grads"] = {{name: whole(p.grad).tolist() for name, p in model.named_parameters()}}
+            record["raw"] = per_token.tolist()  # includes the -100 positions
+        optimizer.step()
+        record["losses"].append(loss.item())
+    record["params"] = {{name: whole(p.detach()).tolist() for name, p in model.named_parameters()}}
+    with open(os.path.join(os.environ["RESULTS"], f"rank{{dist.get_rank()}}.json"), "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
 def migrate(source: str, name: str = "train.py") -> str:
     result = rewrite_source(source, name)
     assert result.error is None, result.error
@@ -111,9 +212,9 @@ def torchrun(tmp: Path, script: str, processes: int, *args: str, **env: str) -> 
     return done.stdout
 
 
-def run_program(tmp: Path, processes: int, tp: int) -> list[dict]:
-    """Each rank's record of the migrated PROGRAM."""
-    (tmp / "train.py").write_text(migrate(PROGRAM))
+def run_program(tmp: Path, processes: int, tp: int, program: str = PROGRAM) -> list[dict]:
+    """Each rank's record of the migrated `program`."""
+    (tmp / "train.py").write_text(migrate(program))
     results = tmp / f"results-{processes}-{tp}"
     results.mkdir()
     torchrun(tmp, "train.py", processes, TP=str(tp), RESULTS=str(results))
@@ -142,6 +243,21 @@ def test_tensor_parallel_run_equals_one_process(tmp_path: Path) -> None:
     assert min(one["norms"]) > 0.5
 
 
+def test_sequence_parallelism_mappings_and_loss_equal_one_process(tmp_path: Path) -> None:
+    (one,) = run_program(tmp_path, processes=1, tp=1, program=SEQUENCE_PROGRAM)
+    ranks = run_program(tmp_path, processes=2, tp=2, program=SEQUENCE_PROGRAM)
+    for record in ranks:
+        assert_close(record["losses"], one["losses"])
+        assert_close(record["raw"], one["raw"])
+        for name, grad in one["grads"].items():
+            assert_close(record["grads"][name], grad)
+        for name, value in one["params"].items():
+            assert_close(record["params"][name], value)
+    assert one["losses"][0] != one["losses"][-1]
+    # NxD's loss of an ignored target is the log-sum-exp of the shifted logits, not 0.
+    assert min(row[-1] for row in one["raw"]) > 0
+
+
 def test_data_and_tensor_parallel_ranks_are_laid_out_as_nxd_did(tmp_path: Path) -> None:
     """NxD's groups are [PP, DP, TP] with TP contiguous: rank r is TP rank r % tp, DP rank r // tp."""
     ranks = run_program(tmp_path, processes=4, tp=2)
@@ -150,15 +266,24 @@ def test_data_and_tensor_parallel_ranks_are_laid_out_as_nxd_did(tmp_path: Path) 
         assert_close(record["losses"], ranks[0]["losses"])
 
 
+def example_losses(tmp: Path, example: str, processes: int, tp: int) -> list[float]:
+    """The `step N loss X` lines of the migrated example."""
+    script = tmp / example
+    if not script.exists():
+        script.write_text(migrate((ROOT / "examples" / example).read_text(), example))
+    out = torchrun(tmp, example, processes, "--tensor_parallel_size", str(tp))
+    return [float(value) for value in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
+
+
 def test_example_trains_the_same_at_every_size(tmp_path: Path) -> None:
-    source = (ROOT / "examples" / "nxd_tensor_parallel_gpt.py").read_text()
-    (tmp_path / "gpt.py").write_text(migrate(source, "nxd_tensor_parallel_gpt.py"))
-
-    def losses(processes: int, tp: int) -> list[float]:
-        out = torchrun(tmp_path, "gpt.py", processes, "--tensor_parallel_size", str(tp))
-        return [float(value) for value in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
-
-    one = losses(1, 1)
+    one = example_losses(tmp_path, "nxd_tensor_parallel_gpt.py", 1, 1)
     assert len(one) == 5
-    assert_close(losses(2, 2), one)
-    assert_close(sorted(losses(4, 2)), sorted(one + one))  # both data-parallel replicas print
+    assert_close(example_losses(tmp_path, "nxd_tensor_parallel_gpt.py", 2, 2), one)
+    # both data-parallel replicas print
+    assert_close(sorted(example_losses(tmp_path, "nxd_tensor_parallel_gpt.py", 4, 2)), sorted(one + one))
+
+
+def test_sequence_parallel_example_trains_the_same_at_every_size(tmp_path: Path) -> None:
+    one = example_losses(tmp_path, "nxd_sequence_parallel_gpt.py", 1, 1)
+    assert len(one) == 5
+    assert_close(example_losses(tmp_path, "nxd_sequence_parallel_gpt.py", 2, 2), one)
