@@ -4,7 +4,7 @@ NxD-style programs (written here) are migrated, then run under torchrun on the C
 tensor-parallel size 2 the losses, the first step's gradients and the final parameters gathered
 from the shards equal those of the same program in one process (a mesh of one, where every layer
 is whole). With four processes (DP=2 x TP=2), each rank has the tensor- and data-parallel ranks
-NxD gave it.
+NxD gave it, and the data-parallel replicas average their shards' gradients as NxD programs did.
 """
 
 from __future__ import annotations
@@ -192,6 +192,69 @@ if __name__ == "__main__":
     main()
 """
 
+# Data parallelism beside tensor parallelism: each data-parallel replica its own batch, its
+# gradients averaged over the data-parallel groups as torch_xla did (the sum over the group,
+# divided by the world size), the logged loss all-reduced over them.
+DATA_PARALLEL_PROGRAM = f"""\
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import torch_xla.core.xla_model as xm
+from neuronx_distributed.parallel_layers import layers, parallel_state
+from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = layers.ParallelEmbedding(32, 8)
+        self.up = layers.ColumnParallelLinear(8, 16, gather_output=False)
+        self.down = layers.RowParallelLinear(16, 8, input_is_parallel=True)
+        self.norm = nn.LayerNorm(8)
+        self.out = layers.ColumnParallelLinear(8, 32, bias=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        return self.out(self.norm(x + self.down(torch.tanh(self.up(x)))))
+
+
+def whole(tensor):
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def main():
+    dist.init_process_group("xla")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=int(os.environ["TP"]))
+    dp_rank = parallel_state.get_data_parallel_rank()
+    model_parallel_xla_manual_seed(0)
+    model = Net()
+    # torch_xla's average divides by the world size: keep the step size of one replica per shard.
+    lr = 0.5 * dist.get_world_size() / parallel_state.get_data_parallel_size()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    data = torch.randint(0, 32, (2, 4, 6), generator=torch.Generator().manual_seed(1))
+    ids = data[dp_rank]  # each data-parallel replica its own batch
+    record = {{"losses": [], "tp_rank": parallel_state.get_tensor_model_parallel_rank(), "dp_rank": dp_rank}}
+    for step in range({STEPS}):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+        loss.backward()
+        xm.reduce_gradients(optimizer, groups=parallel_state.get_data_parallel_replica_groups())
+        optimizer.step()
+        mean = xm.all_reduce(xm.REDUCE_SUM, loss.detach(), groups=parallel_state.get_data_parallel_replica_groups())
+        record["losses"].append(mean.item() / parallel_state.get_data_parallel_size())
+    record["params"] = {{name: whole(p.detach()).tolist() for name, p in model.named_parameters()}}
+    with open(os.path.join(os.environ["RESULTS"], f"rank{{dist.get_rank()}}.json"), "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 
 def migrate(source: str, name: str = "train.py") -> str:
     result = rewrite_source(source, name)
@@ -258,12 +321,17 @@ def test_sequence_parallelism_mappings_and_loss_equal_one_process(tmp_path: Path
     assert min(row[-1] for row in one["raw"]) > 0
 
 
-def test_data_and_tensor_parallel_ranks_are_laid_out_as_nxd_did(tmp_path: Path) -> None:
-    """NxD's groups are [PP, DP, TP] with TP contiguous: rank r is TP rank r % tp, DP rank r // tp."""
-    ranks = run_program(tmp_path, processes=4, tp=2)
-    assert [(r["tp_rank"], r["dp_rank"], r["dp_size"]) for r in ranks] == [(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2)]
-    for record in ranks[1:]:
-        assert_close(record["losses"], ranks[0]["losses"])
+def test_data_parallel_replicas_average_their_shards_as_nxd_did(tmp_path: Path) -> None:
+    """NxD's groups are [PP, DP, TP] with TP contiguous: rank r is TP rank r % tp, DP rank r // tp.
+    DP=2 x TP=2 (four processes) trains as DP=2 alone does, every rank ending with the same model."""
+    two = run_program(tmp_path, processes=2, tp=1, program=DATA_PARALLEL_PROGRAM)
+    four = run_program(tmp_path, processes=4, tp=2, program=DATA_PARALLEL_PROGRAM)
+    assert [(r["tp_rank"], r["dp_rank"]) for r in four] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    for record in [*two, *four]:
+        assert_close(record["losses"], two[0]["losses"])
+        for name, value in two[0]["params"].items():
+            assert_close(record["params"][name], value)
+    assert two[0]["losses"][0] != two[0]["losses"][-1]
 
 
 def example_losses(tmp: Path, example: str, processes: int, tp: int) -> list[float]:

@@ -34,6 +34,7 @@ from neuron_migrate.rewrite.codemods.nxd_layouts import (
     Mapping,
     redistribution,
 )
+from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
 
 STATE = f"{LAYERS_MODULE}.parallel_state"
 INITIALIZE = f"{STATE}.initialize_model_parallel"
@@ -48,6 +49,21 @@ MESH_QUERIES = {
     f"{STATE}.get_data_parallel_rank": ("dp", "get_local_rank()"),
     f"{STATE}.get_data_parallel_group": ("dp", "get_group()"),
 }
+# The replica groups (lists of ranks) of each mesh dimension: the rows of the ("dp", "tp") mesh
+# are its tensor-parallel groups, the columns its data-parallel ones.
+REPLICA_GROUPS = {
+    f"{STATE}.get_tensor_model_parallel_replica_groups": ("tp", "{mesh}.mesh.tolist()"),
+    f"{STATE}.get_data_parallel_replica_groups": ("dp", "{mesh}.mesh.T.tolist()"),
+}
+# torch_xla steps that average gradients over `groups=`: with the data-parallel groups, each rank
+# averages its own shard over the replicas of that shard (position of `groups`).
+DATA_PARALLEL_AVERAGES = {
+    "torch_xla.core.xla_model.optimizer_step": 3,
+    "torch_xla.core.xla_model.reduce_gradients": 1,
+}
+XLA_COLLECTIVES = tuple(
+    f"torch_xla.core.xla_model.{name}" for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+)
 # initialize_model_parallel's other arguments, accepted at their default only.
 INITIALIZE_DEFAULTS = {
     "pipeline_model_parallel_size": "1",
@@ -116,8 +132,8 @@ NOT_WITH_DTENSORS_METHODS = {
     "load_state_dict": "the state dict would hold DTensors, not NxD's per-rank shards: load with `torch.distributed.checkpoint`",
 }
 NOT_WITH_DTENSORS_CALLS = {
-    "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` all-reduces every gradient over all processes, tensor-parallel shards included",
-    "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` all-reduces gradients over process groups this migration does not map",
+    "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` without the data-parallel `groups=` all-reduces every gradient over all processes, tensor-parallel shards included",
+    "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` without the data-parallel `groups=` all-reduces gradients over all processes, tensor-parallel shards included",
     "torch.nn.parallel.DistributedDataParallel": "DDP over tensor-parallel DTensor parameters needs a data-parallel mesh dimension",
     "torch.distributed.fsdp.fully_shard": "FSDP2 with tensor parallelism needs the 2-D mesh wired by hand",
     "torch.nn.utils.clip_grad_value_": "`clip_grad_value_` cannot mix DTensor and plain parameters",
@@ -184,11 +200,15 @@ def _blocker(source: str, resolve: Any, always_called: set[str], path: str, foun
         qualified = resolve(dotted) if dotted else None
         if qualified is None:
             continue
+        parent = parents.get(id(node))
+        if qualified in DATA_PARALLEL_AVERAGES and _averages_over_data_parallel(parent, node, DATA_PARALLEL_AVERAGES[qualified], resolve):
+            continue
         if qualified in NOT_WITH_DTENSORS_CALLS:
             return NOT_WITH_DTENSORS_CALLS[qualified]
+        if qualified in XLA_COLLECTIVES and isinstance(parent, ast.Call) and _reads_parameters(parent):
+            return f"`{dotted}` reduces gradients or parameters, which are DTensors natively"
         if qualified not in REWRITTEN and qualified != NXD and not qualified.startswith(NXD + "."):
             continue
-        parent = parents.get(id(node))
         if isinstance(parent, ast.Attribute) and resolve(ast_dotted_name(parent) or "") is not None:
             continue  # the inner part of a longer name
         if not (isinstance(parent, ast.Call) and parent.func is node):
@@ -214,6 +234,25 @@ def _blocker(source: str, resolve: Any, always_called: set[str], path: str, foun
     return _sibling_blocker(tree, path)
 
 
+def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: int, resolve: Any) -> bool:
+    """`xm.reduce_gradients(opt, groups=parallel_state.get_data_parallel_replica_groups())`."""
+    if not (isinstance(call, ast.Call) and call.func is func):
+        return False
+    groups = _argument(call, position, "groups")
+    if not (isinstance(groups, ast.Call) and not groups.args and not groups.keywords):
+        return False
+    return resolve(ast_dotted_name(groups.func) or "") == f"{STATE}.get_data_parallel_replica_groups"
+
+
+def _reads_parameters(call: ast.Call) -> bool:
+    """The collective's arguments name gradients or parameters (`p.grad`, `model.parameters()`)."""
+    return any(
+        isinstance(node, ast.Attribute) and node.attr in ("grad", "parameters", "named_parameters", "main_grad")
+        for arg in (*call.args, *(k.value for k in call.keywords))
+        for node in ast.walk(arg)
+    )
+
+
 def _marks_sequence_parallel(node: ast.AST) -> bool:
     """`setattr(p, "sequence_parallel_enabled", ...)` or `p.sequence_parallel_enabled = ...`."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
@@ -234,7 +273,7 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
             if keyword.arg != "tensor_model_parallel_size" and INITIALIZE_DEFAULTS.get(keyword.arg or "") != ast.unparse(keyword.value):
                 return f"`initialize_model_parallel({keyword.arg}=...)`: only tensor parallelism is migrated"
         return None
-    if qualified in MESH_QUERIES or qualified == IS_INITIALIZED:
+    if qualified in MESH_QUERIES or qualified in REPLICA_GROUPS or qualified == IS_INITIALIZED:
         return None if not call.args and not call.keywords else f"`{short}` is called with arguments"
     if qualified == DESTROY:
         return None if isinstance(statement, ast.Expr) and not call.args else f"`{short}` is called for its value"
@@ -463,8 +502,12 @@ class NxdTensorParallel(Codemod):
         self._plan = plan(ctx.source, ctx.imports.resolve_dotted, ctx.facts.always_called, ctx.path)
         if self._blocked is not None:
             ctx.note(self.code, f"tensor parallelism left to a person: {self._blocked}")
-        else:
-            self._mesh = ctx.unused_name("mesh")
+            return
+        self._mesh = ctx.unused_name("mesh")
+        known = ctx.shared(MeshGroups)
+        known.sharded_parameters = True
+        for dim, groups in REPLICA_GROUPS.values():
+            known.groups[groups.format(mesh=self._mesh)] = f'{self._mesh}["{dim}"].get_group()'
 
     # -- process state ---------------------------------------------------------------------------
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
@@ -536,6 +579,10 @@ class NxdTensorParallel(Codemod):
             dim, method = MESH_QUERIES[name]
             self.changed(f"`{name.rpartition('.')[2]}()` -> `mesh[\"{dim}\"].{method}`")
             return expr(f'{self._mesh}["{dim}"].{method}')
+        if name in REPLICA_GROUPS:
+            dim, groups = REPLICA_GROUPS[name]
+            self.changed(f"`{name.rpartition('.')[2]}()` -> the ranks of each `mesh[\"{dim}\"]` group")
+            return expr(groups.format(mesh=self._mesh))
         if name == IS_INITIALIZED:
             self.ctx.need_helper(self._mesh, f"{self._mesh} = None  # the device mesh, once built\n")
             self.changed("`model_parallel_is_initialized()` -> `mesh is not None`")
