@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from neuron_migrate.cli import main
+from neuron_migrate.rewrite.codemods.nxd_program import MESH_MODULE_TEXT
 from neuron_migrate.rewrite.engine import rewrite_source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,6 +257,82 @@ if __name__ == "__main__":
     main()
 """
 
+# A program of two files, as NxD examples are laid out: the model code builds parallel layers and
+# asks for the tensor-parallel size; the script sets the groups up and trains.
+MODEL_FILE = """\
+# A small decoder written for NxD's local shards.
+
+import torch.nn.functional as F
+from neuronx_distributed.parallel_layers import layers, parallel_state
+from neuronx_distributed.parallel_layers.loss_functions import parallel_cross_entropy
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads = heads // parallel_state.get_tensor_model_parallel_size()  # this rank's heads
+        self.head_dim = hidden // heads
+        self.qkv = layers.ColumnParallelLinear(hidden, 3 * hidden, gather_output=False)
+        self.out = layers.RowParallelLinear(hidden, hidden, input_is_parallel=True)
+
+    def forward(self, x):
+        batch, seq, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, seq, self.heads, 3 * self.head_dim).transpose(1, 2).chunk(3, dim=-1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab=64, hidden=32, heads=4):
+        super().__init__()
+        self.embed = layers.ParallelEmbedding(vocab, hidden)
+        self.attn = Attention(hidden, heads)
+        self.norm = nn.LayerNorm(hidden)
+        self.head = layers.ColumnParallelLinear(hidden, vocab, bias=False, gather_output=False)
+
+    def forward(self, ids, labels):
+        x = self.embed(ids)
+        x = x + self.attn(self.norm(x))
+        return parallel_cross_entropy(self.head(x), labels).mean()
+"""
+SCRIPT_FILE = """\
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+from neuronx_distributed.parallel_layers import parallel_state
+from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
+
+from modeling import Decoder
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tensor_parallel_size", type=int, default=2)
+    args = parser.parse_args()
+    dist.init_process_group("xla")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=args.tensor_parallel_size)
+    device = xm.xla_device()
+    model_parallel_xla_manual_seed(0)
+    model = Decoder().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = torch.randint(0, 64, (4, 2, 9), generator=torch.Generator().manual_seed(1))
+    for step in range(4):
+        optimizer.zero_grad()
+        loss = model(data[step, :, :-1].to(device), data[step, :, 1:].to(device))
+        loss.backward()
+        optimizer.step()
+        xm.mark_step()
+        if parallel_state.get_tensor_model_parallel_rank() == 0:
+            print(f"step {step} loss {loss.item():.6f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 
 def migrate(source: str, name: str = "train.py") -> str:
     result = rewrite_source(source, name)
@@ -355,3 +433,64 @@ def test_sequence_parallel_example_trains_the_same_at_every_size(tmp_path: Path)
     one = example_losses(tmp_path, "nxd_sequence_parallel_gpt.py", 1, 1)
     assert len(one) == 5
     assert_close(example_losses(tmp_path, "nxd_sequence_parallel_gpt.py", 2, 2), one)
+
+
+def _program(folder: Path, model: str = MODEL_FILE) -> Path:
+    folder.mkdir()
+    (folder / "modeling.py").write_text(model)
+    (folder / "train.py").write_text(SCRIPT_FILE)
+    return folder
+
+
+def test_a_script_and_its_model_file_migrate_together_and_train_as_one_process(tmp_path: Path) -> None:
+    folder = _program(tmp_path / "program")
+    assert main(["rewrite", str(folder), "-q"]) == 0
+    assert (folder / "parallel_mesh.py").read_text() == MESH_MODULE_TEXT
+    model, script = (folder / "modeling.py").read_text(), (folder / "train.py").read_text()
+    assert "neuronx_distributed" not in model + script
+    assert 'parallel_mesh.mesh["tp"]' in model and "parallel_mesh.mesh = init_device_mesh(" in script
+
+    def losses(processes: int) -> list[float]:
+        out = torchrun(folder, "train.py", processes, "--tensor_parallel_size", str(processes))
+        return [float(value) for value in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
+
+    one = losses(1)
+    assert len(one) == 4
+    assert_close(losses(2), one)
+    # A second run finds nothing left to do.
+    assert main(["rewrite", str(folder), "--check", "-q"]) == 0
+
+
+def test_one_file_left_to_a_person_leaves_the_whole_program(tmp_path: Path) -> None:
+    folder = _program(tmp_path / "program", MODEL_FILE.replace("gather_output=False)", "gather_output=False, skip_bias_add=True)"))
+    assert main(["rewrite", str(folder), "-q"]) == 1
+    assert not (folder / "parallel_mesh.py").exists()
+    script = (folder / "train.py").read_text()
+    assert "parallel_state.initialize_model_parallel(" in script
+    assert "because `modeling.py`, which shares its mesh, is left to a person (`ColumnParallelLinear(skip_bias_add=True)`" in script
+    assert "layers.ColumnParallelLinear(" in (folder / "modeling.py").read_text()
+
+
+def test_the_script_alone_is_left_while_its_model_file_uses_nxd(tmp_path: Path) -> None:
+    folder = _program(tmp_path / "program")
+    assert main(["rewrite", str(folder / "train.py"), "-q"]) == 1
+    assert "`modeling` next to this file uses neuronx-distributed as well: migrate the two together" in (folder / "train.py").read_text()
+    assert not (folder / "parallel_mesh.py").exists()
+
+
+def test_a_mesh_module_of_the_user_s_own_is_never_touched(tmp_path: Path) -> None:
+    folder = _program(tmp_path / "program")
+    (folder / "parallel_mesh.py").write_text("MESH = 'mine'\n")
+    assert main(["rewrite", str(folder), "-q"]) == 1
+    assert (folder / "parallel_mesh.py").read_text() == "MESH = 'mine'\n"
+    assert "`parallel_mesh.py` is in the folder already and was not written by this tool" in (folder / "train.py").read_text()
+
+
+def test_the_mesh_module_is_shown_and_written_where_the_copies_go(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _program(tmp_path / "program")
+    assert main(["rewrite", str(folder), "--diff"]) == 1
+    assert "+mesh = None" in capsys.readouterr().out
+    assert not (folder / "parallel_mesh.py").exists()
+    assert main(["rewrite", str(folder), "--output-dir", str(tmp_path / "out"), "-q"]) == 0
+    assert (tmp_path / "out" / "parallel_mesh.py").read_text() == MESH_MODULE_TEXT
+    assert not (folder / "parallel_mesh.py").exists()

@@ -34,6 +34,7 @@ from neuron_migrate.rewrite.codemods.base import (
     MigrationContext,
     Target,
 )
+from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram
 from neuron_migrate.rewrite.dispatch import Dispatcher
 from neuron_migrate.rewrite.imports import (
     add_from_imports,
@@ -64,6 +65,7 @@ class Options:
     select: tuple[str, ...] = ()  # codes, prefixes or ALL; empty means all
     ignore: tuple[str, ...] = ()
     helpers_module: str | None = None  # import def/class helpers from this module (see shared_helpers)
+    mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
 
     def enabled(self, code: str) -> bool:
         return selection.enabled(code, self.select, self.ignore)
@@ -156,6 +158,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         source=text,
         old_stack_file=bool(old_names),
         scopes=scopes,
+        mesh_program=options.mesh_program,
     )
     codemods = [c(ctx) for c in selected]
 
@@ -236,7 +239,8 @@ def _module_level(
     loaded = {m for m, a in [*existing, *imports] if a is not None}
     imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
     if imports or helpers or ctx.module_prologue:
-        migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
+        local = frozenset({ctx.mesh_program.module} if ctx.mesh_program is not None else ())
+        migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers], local)
     if migrated is traversed:
         return printed, shared  # parsed above
     code = printer.code(migrated)

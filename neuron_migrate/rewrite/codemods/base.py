@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import libcst as cst
 
@@ -27,6 +27,9 @@ from neuron_migrate.core.oldstack import OPTIMUM_NEURON
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.results import Change, Note
 from neuron_migrate.rewrite.spelling import State, renamed, state, visible_import
+
+if TYPE_CHECKING:
+    from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram
 
 _EMPTY = cst.Module(body=[])
 N = TypeVar("N", bound=cst.CSTNode)
@@ -295,6 +298,7 @@ class MigrationContext:
     spelled: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     more_imports: dict[tuple[str, str | None], None] = field(default_factory=dict)  # beyond `new_imports`
     file_names: frozenset[str] | None = None  # every name the source binds or reads (see unused_name)
+    mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
     _at_module_end: bool = False
 
     def __post_init__(self) -> None:

@@ -34,6 +34,7 @@ from neuron_migrate.rewrite.codemods.nxd_layouts import (
     Mapping,
     redistribution,
 )
+from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram, sibling_modules
 from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
 
 STATE = f"{LAYERS_MODULE}.parallel_state"
@@ -78,8 +79,8 @@ CROSS_ENTROPY = (f"{LAYERS_MODULE}.loss_functions.parallel_cross_entropy", f"{LA
 CROSS_ENTROPY_HELPER = '''\
 def $name(logits, target):
     """NxD's `parallel_cross_entropy`: each token's loss from logits split across the vocabulary
-    over `$mesh["tp"]`, gathered whole here. A target outside the vocabulary (such as -100) costs
-    the log-sum-exp of the logits less their maximum, as in NxD."""
+    over the tensor-parallel ranks, gathered whole here. A target outside the vocabulary (such as
+    -100) costs the log-sum-exp of the logits less their maximum, as in NxD."""
     logits = $DTensor.from_local(logits, $mesh["tp"], [$Shard(-1)]).full_tensor()
     logits = logits - logits.amax(dim=-1, keepdim=True).detach()
     inside = (target >= 0) & (target < logits.size(-1))
@@ -162,18 +163,21 @@ class Plan:
         return next(iter(self.sequence_dims)) if len(self.sequence_dims) == 1 else "0"
 
 
-def plan(source: str, resolve: Any, always_called: set[str], path: str) -> Plan:
+def plan(source: str, resolve: Any, always_called: set[str], path: str, program: MeshProgram | None = None) -> Plan:
     """Whether the file's NxD tensor parallelism can be migrated as a whole, and what it needs.
 
     All or nothing: replacing NxD's process groups breaks every NxD call left in the file, so each
-    use must be one this codemod rewrites, in a file that sets the groups up on every run.
+    use must be one this codemod rewrites, in a file that sets the groups up on every run (or, in
+    a `program` of several files, in the one file of them that does).
     """
     found = Plan()
-    found.blocked = _blocker(source, resolve, always_called, path, found)
+    found.blocked = program.blocked if program is not None and program.blocked else _blocker(source, resolve, always_called, path, found, program)
     return found
 
 
-def _blocker(source: str, resolve: Any, always_called: set[str], path: str, found: Plan) -> str | None:
+def _blocker(
+    source: str, resolve: Any, always_called: set[str], path: str, found: Plan, program: MeshProgram | None
+) -> str | None:
     if LEFT_TODO in source:
         return ALREADY_LEFT  # an earlier run said why; what it saw (`xm.optimizer_step`) may be rewritten since
     try:
@@ -218,7 +222,9 @@ def _blocker(source: str, resolve: Any, always_called: set[str], path: str, foun
         if reason is not None:
             return reason
         initializes += qualified == INITIALIZE
-    if initializes != 1 or INITIALIZE not in always_called:
+    if program is not None and not program.builds_mesh:
+        pass  # the program's own script builds the mesh
+    elif initializes != 1 or INITIALIZE not in always_called:
         return (
             "the file does not call `initialize_model_parallel` once on every run: the mesh that replaces NxD's "
             "process groups would be built elsewhere"
@@ -231,7 +237,7 @@ def _blocker(source: str, resolve: Any, always_called: set[str], path: str, foun
             "sequence-parallel norms or biases are never all-reduced (`allreduce_sequence_parallel_gradients`), "
             "so their copies drift apart on each rank; natively DTensor reduces them in backward"
         )
-    return _sibling_blocker(tree, path)
+    return _sibling_blocker(tree, path) if program is None else None
 
 
 def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: int, resolve: Any) -> bool:
@@ -382,23 +388,13 @@ def _sibling_blocker(tree: ast.Module, path: str) -> str | None:
     would expect the NxD state this file no longer sets up."""
     if not path:
         return None
-    folder = Path(path).parent
-    for node in all_nodes(tree):
-        modules: list[str] = []
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            modules = [base] if node.module else [alias.name for alias in node.names]
-        for module in modules:
-            relative = Path(*module.split("."))
-            for candidate in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
-                try:
-                    text = candidate.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    continue
-                if NXD in text:
-                    return f"`{module}` next to this file uses neuronx-distributed as well: migrate the two together"
+    for module, candidate in sibling_modules(tree, Path(path).parent):
+        try:
+            text = candidate.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if NXD in text:
+            return f"`{module}` next to this file uses neuronx-distributed as well: migrate the two together"
     return None
 
 
@@ -473,8 +469,12 @@ class NxdTensorParallel(Codemod):
     or marks parameters for it by hand, is left. `parallel_cross_entropy` with label smoothing is
     left too (NxD's backward does not match its forward then). Files that read or load state
     dicts, clip gradients by value or with another norm, step with `xm.optimizer_step`, wrap in
-    DDP/FSDP or change the default dtype are left as they were, as are files whose own modules
-    next to them use NxD. What is left gets NM024's TODOs, and the report says why. A migrated
+    DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
+    folder that it imports and that use NxD too (its model code) are one program: migrated
+    together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets
+    and the model code reads; if any of them is left, all are, and a file migrated without the
+    others it shares NxD's state with is left too. What is left gets NM024's TODOs, and the
+    report says why. A migrated
     program gives the losses and gradients of its one-process run under `torchrun`, clipped
     gradients, sequence parallelism, every region mapping and the loss of ignored targets
     included (tested with two and four processes). The helper loss no longer shifts the caller's
@@ -499,11 +499,14 @@ class NxdTensorParallel(Codemod):
 
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
-        self._plan = plan(ctx.source, ctx.imports.resolve_dotted, ctx.facts.always_called, ctx.path)
+        program = ctx.mesh_program
+        self._plan = plan(ctx.source, ctx.imports.resolve_dotted, ctx.facts.always_called, ctx.path, program)
         if self._blocked is not None:
             ctx.note(self.code, f"tensor parallelism left to a person: {self._blocked}")
             return
-        self._mesh = ctx.unused_name("mesh")
+        # One file: a module-level variable. A program of several: the attribute of the folder's
+        # mesh module, which the script sets and the model code reads.
+        self._mesh = f"{ctx.need_import(program.module)}.mesh" if program is not None else ctx.unused_name("mesh")
         known = ctx.shared(MeshGroups)
         known.sharded_parameters = True
         for dim, groups in REPLICA_GROUPS.values():
@@ -517,7 +520,8 @@ class NxdTensorParallel(Codemod):
         name = self.qualify(call.func)
         if self._blocked is not None:
             if name == INITIALIZE and self._blocked is not ALREADY_LEFT:
-                self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; a file's NxD code moves as a whole")
+                whole = "a file's NxD code moves" if self.ctx.mesh_program is None else "the files of one NxD program move"
+                self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; {whole} as a whole")
             return updated_node
         if name == DESTROY:
             self.changed("removed `destroy_model_parallel()`: the mesh's groups end with the process group")
@@ -540,7 +544,7 @@ class NxdTensorParallel(Codemod):
             shape = f"({world} // {tp}, {tp})"
         else:
             shape = f"({world} // ({tp}), {tp})"
-        if self.ctx.scope is not self.ctx.scope.module:
+        if self.ctx.scope is not self.ctx.scope.module and "." not in self._mesh:
             self.ctx.insert_before(stmt(f"global {self._mesh}\n"))
         self.changed(
             "`initialize_model_parallel(tensor_model_parallel_size=...)` -> `init_device_mesh(..., "
@@ -584,7 +588,8 @@ class NxdTensorParallel(Codemod):
             self.changed(f"`{name.rpartition('.')[2]}()` -> the ranks of each `mesh[\"{dim}\"]` group")
             return expr(groups.format(mesh=self._mesh))
         if name == IS_INITIALIZED:
-            self.ctx.need_helper(self._mesh, f"{self._mesh} = None  # the device mesh, once built\n")
+            if "." not in self._mesh:
+                self.ctx.need_helper(self._mesh, f"{self._mesh} = None  # the device mesh, once built\n")
             self.changed("`model_parallel_is_initialized()` -> `mesh is not None`")
             return self.ctx.group(expr(f"{self._mesh} is not None"))
         if name in LAYER_NAMES:
