@@ -223,7 +223,7 @@ def _module_level(
     if options.enabled("NM012"):
         migrated = remove_dead_imports(migrated, ctx, tree, after, old_names, printed)
     used = used_names(after)
-    wanted = {name: source for name, source in ctx.helpers.items() if name in used}
+    wanted = _helpers_used(ctx.helpers, used)
     shared = shareable(wanted, ctx.spelled) if options.helpers_module and not ctx.notebook else {}
     if shared:
         assert options.helpers_module is not None
@@ -246,6 +246,18 @@ def _module_level(
     code = printer.code(migrated)
     ast.parse(code)
     return code, shared
+
+
+def _helpers_used(helpers: dict[str, str], used: set[str]) -> dict[str, str]:
+    """The helpers the migrated code uses, and those they use in turn, in the order they were asked for."""
+    wanted: set[str] = set()
+    pending = [name for name in helpers if name in used]
+    while pending:
+        name = pending.pop()
+        if name not in wanted:
+            wanted.add(name)
+            pending.extend(n for n in used_names(ast.parse(helpers[name])) if n in helpers)
+    return {name: source for name, source in helpers.items() if name in wanted}
 
 
 def _constants_first(helpers: list[str]) -> list[str]:

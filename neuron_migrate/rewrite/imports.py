@@ -456,7 +456,7 @@ def add_from_lines(module: cst.Module, needed: dict[str, dict[str, None]]) -> cs
             break
         if merged:
             continue
-        line = cst.parse_statement(f"from {module_name} import {', '.join(sorted(names))}\n")
+        line = cst.parse_statement(_from_line(module_name, sorted(names)))
         # After the last import of the same package (`import torch` or `from torch...`), else
         # after the last import.
         position = same = -1
@@ -476,6 +476,14 @@ def add_from_lines(module: cst.Module, needed: dict[str, dict[str, None]]) -> cs
     return module.with_changes(body=body)
 
 
+def _from_line(module: str, entries: Sequence[str]) -> str:
+    """`from module import a, b`, one name a line in parentheses when longer than 100 characters."""
+    one_line = f"from {module} import {', '.join(entries)}"
+    if len(one_line) <= 100:
+        return one_line + "\n"
+    return f"from {module} import (\n" + "".join(f"    {e},\n" for e in entries) + ")\n"
+
+
 def _merged_import(
     statement: cst.SimpleStatementLine, small: cst.ImportFrom, module: str, new: list[str]
 ) -> cst.SimpleStatementLine:
@@ -485,12 +493,7 @@ def _merged_import(
         entries = sorted([*entries, *new])
     else:
         entries += new
-    one_line = f"from {module} import {', '.join(entries)}"
-    if len(one_line) <= 100:
-        source = one_line + "\n"
-    else:
-        source = f"from {module} import (\n" + "".join(f"    {e},\n" for e in entries) + ")\n"
-    parsed = cst.parse_statement(source)
+    parsed = cst.parse_statement(_from_line(module, entries))
     assert isinstance(parsed, cst.SimpleStatementLine)
     return parsed.with_changes(
         leading_lines=statement.leading_lines, trailing_whitespace=statement.trailing_whitespace

@@ -20,7 +20,14 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    arg_value,
+    code_of,
+    expr,
+    fix_trailing_comma,
+    stmt,
+)
 from neuron_migrate.rewrite.codemods.neuronx_distributed import MOVE_TO_DEVICE
 from neuron_migrate.rewrite.codemods.nxd_layouts import (
     LAYER_NAMES,
@@ -35,6 +42,23 @@ from neuron_migrate.rewrite.codemods.nxd_layouts import (
     redistribution,
 )
 from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram, sibling_modules
+from neuron_migrate.rewrite.codemods.nxd_trainer import (
+    CHECKPOINT_IGNORED,
+    CONFIG,
+    HAS,
+    HAS_HELPER,
+    LOAD,
+    LOAD_HELPER,
+    MODEL,
+    OPTIMIZER,
+    SAVE,
+    SAVE_HELPER,
+    STEP_HOOK,
+    TRAINER_CALLS,
+    TrainerPlan,
+    trainer_blocker,
+    uses_blocker,
+)
 from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
 
 STATE = f"{LAYERS_MODULE}.parallel_state"
@@ -156,6 +180,7 @@ class Plan:
     sequence_dims: set[str] = field(default_factory=set)  # of the sequence-parallel layers and mappings
     sequence_norms: bool = False  # sequence-parallel parameters whose gradients NxD all-reduced
     reduces_sequence_gradients: bool = False
+    trainer: TrainerPlan = field(default_factory=TrainerPlan)
 
     @property
     def sequence_dim(self) -> str:
@@ -222,16 +247,22 @@ def _blocker(
         if reason is not None:
             return reason
         initializes += qualified == INITIALIZE
+    trainer = found.trainer
+    builds = initializes + bool(trainer.config)
+    surely = INITIALIZE in always_called or bool(always_called & set(CONFIG))
     if program is not None and not program.builds_mesh:
         pass  # the program's own script builds the mesh
-    elif initializes != 1 or INITIALIZE not in always_called:
+    elif builds != 1 or not surely:
         return (
-            "the file does not call `initialize_model_parallel` once on every run: the mesh that replaces NxD's "
-            "process groups would be built elsewhere"
+            "the file does not call `initialize_model_parallel` or `neuronx_distributed_config` once on every run: "
+            "the mesh that replaces NxD's process groups would be built elsewhere"
         )
+    reason = uses_blocker(tree, source, trainer)
+    if reason is not None:
+        return reason
     if IS_INITIALIZED in names and DESTROY in names:
         return "`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks"
-    found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS))
+    found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
     if found.sequence_norms and not found.reduces_sequence_gradients:
         return (
             "sequence-parallel norms or biases are never all-reduced (`allreduce_sequence_parallel_gradients`), "
@@ -305,6 +336,8 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         return None
     if qualified in MAPPING_NAMES:
         return _mapping_blocker(short, MAPPINGS[MAPPING_NAMES[qualified]], call, found)
+    if qualified in TRAINER_CALLS:
+        return trainer_blocker(qualified, call, statement, found.trainer)
     if qualified in LAYER_NAMES:
         return _layer_blocker(short, LAYERS[LAYER_NAMES[qualified]], call, found)
     return f"`{short}` has no native rewrite yet"
@@ -424,6 +457,12 @@ class NxdTensorParallel(Codemod):
     | `scatter_to_tensor_model_parallel_region(x)` / `gather_from_...(x)` | `... [Replicate()]).redistribute(placements=[Shard(-1)]).to_local()` / `... [Shard(-1)]).full_tensor()` |
     | `scatter_to_` / `gather_from_` / `reduce_scatter_to_sequence_parallel_region(x, d)` | the same redistributions along `Shard(d)` (`gather_from` with `to_model_parallel=True` reduce-scatters the gradient: `grad_placements=[Partial()]`) |
     | `parallel_cross_entropy(logits, target)` | `vocab_parallel_cross_entropy(logits, target)`, a helper computing NxD's per-token loss from the gathered logits |
+    | `xm.reduce_gradients(opt, groups=get_data_parallel_replica_groups())` | `average_gradients_in_group(opt, mesh["dp"].get_group())`, each rank its own shards |
+    | `get_data_parallel_replica_groups()` / `get_tensor_model_parallel_replica_groups()` | the columns / rows of `mesh.mesh` (a collective given them takes that dimension's own group) |
+    | `cfg = nxd.neuronx_distributed_config(tensor_parallel_size=tp, optimizer_config={...})` | the mesh, as above |
+    | `model = nxd.initialize_parallel_model(cfg, build, include_buffers, *args)` | `model = build(*args).to(device)`, `model.train()`; with ZeRO-1 `fully_shard(model, mesh=mesh["dp"])` (FSDP2) |
+    | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
+    | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
     | `model_parallel_xla_manual_seed(seed)` | `torch.manual_seed(seed)` |
     | `grads.clip_grad_norm(params, max_norm)`, `torch.nn.utils.clip_grad_norm_(params, max_norm)` | `clip_grad_norm_of_shards_(params, max_norm)`, a helper added to the file |
 
@@ -467,7 +506,14 @@ class NxdTensorParallel(Codemod):
     sequence parallelism, NxD only summed the gradients of the norms and biases a program passed
     to `allreduce_sequence_parallel_gradients`; DTensor always does, so a file that never calls it,
     or marks parameters for it by hand, is left. `parallel_cross_entropy` with label smoothing is
-    left too (NxD's backward does not match its forward then). Files that read or load state
+    left too (NxD's backward does not match its forward then). The trainer API is migrated when
+    its configuration sets only tensor parallelism, ZeRO-1 and clipping (pipelines, activation
+    checkpointing, LoRA, meta-device initialisation and mixed-precision settings are left), goes
+    only to `initialize_parallel_model`/`initialize_parallel_optimizer`, and the model and
+    optimizer are not used through NxD's wrappers (`.module`, `.optimizer`); ZeRO-1 is left where
+    the file also uses 16-bit floats (NxD kept fp32 master weights). ZeRO-1 becomes FSDP2, which
+    averages the gradients as NxD did and shards the parameters too (ZeRO-3). Checkpoints are
+    written with DCP: ones NxD wrote cannot be read back, which the report says. Files that read or load state
     dicts, clip gradients by value or with another norm, step with `xm.optimizer_step`, wrap in
     DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
     folder that it imports and that use NxD too (its model code) are one program: migrated
@@ -484,7 +530,7 @@ class NxdTensorParallel(Codemod):
     code = "NM025"
     name = "nxd-tensor-parallel"
     summary = "neuronx-distributed tensor parallelism -> `DeviceMesh` + `parallelize_module` (DTensor)"
-    triggers = (STATE, *LAYER_NAMES)
+    triggers = (STATE, *LAYER_NAMES, *TRAINER_CALLS)
     manual: ClassVar[dict[str, str]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -519,9 +565,8 @@ class NxdTensorParallel(Codemod):
             return updated_node
         name = self.qualify(call.func)
         if self._blocked is not None:
-            if name == INITIALIZE and self._blocked is not ALREADY_LEFT:
-                whole = "a file's NxD code moves" if self.ctx.mesh_program is None else "the files of one NxD program move"
-                self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; {whole} as a whole")
+            if name == INITIALIZE:
+                self._left_to_a_person()
             return updated_node
         if name == DESTROY:
             self.changed("removed `destroy_model_parallel()`: the mesh's groups end with the process group")
@@ -535,21 +580,24 @@ class NxdTensorParallel(Codemod):
         if name != INITIALIZE:
             return updated_node
         size = arg_value(call, 0, "tensor_model_parallel_size")
-        tp = "1" if size is None else code_of(size.value)
+        self.changed(
+            "`initialize_model_parallel(tensor_model_parallel_size=...)` -> `init_device_mesh(..., "
+            'mesh_dim_names=("dp", "tp"))` in a module-level variable'
+        )
+        return self._mesh_assignment("1" if size is None else code_of(size.value))
+
+    def _mesh_assignment(self, tp: str) -> cst.BaseSmallStatement:
+        """`mesh = init_device_mesh(device_type, (world // tp, tp), mesh_dim_names=("dp", "tp"))`."""
         init_device_mesh = self.ctx.need_from("torch.distributed.device_mesh", "init_device_mesh")
         world = f"{self.ctx.dist()}.get_world_size()"
-        if size is None or tp == "1":
+        if tp == "1":
             shape = f"({world}, 1)"
-        elif isinstance(size.value, cst.Name | cst.Attribute | cst.Integer | cst.Call | cst.Subscript):
+        elif isinstance(expr(tp), cst.Name | cst.Attribute | cst.Integer | cst.Call | cst.Subscript):
             shape = f"({world} // {tp}, {tp})"
         else:
             shape = f"({world} // ({tp}), {tp})"
         if self.ctx.scope is not self.ctx.scope.module and "." not in self._mesh:
             self.ctx.insert_before(stmt(f"global {self._mesh}\n"))
-        self.changed(
-            "`initialize_model_parallel(tensor_model_parallel_size=...)` -> `init_device_mesh(..., "
-            'mesh_dim_names=("dp", "tp"))` in a module-level variable'
-        )
         args = [self.ctx.device_type_expr(), shape, 'mesh_dim_names=("dp", "tp")']
         assign = f"{self._mesh} = {init_device_mesh}({', '.join(args)})"
         if len(assign) > 88:  # one argument per line, as a formatter would
@@ -557,6 +605,105 @@ class NxdTensorParallel(Codemod):
         line = stmt(assign + "\n")
         assert isinstance(line, cst.SimpleStatementLine)
         return line.body[0]
+
+    # -- the trainer API -------------------------------------------------------------------------
+    def _left_to_a_person(self) -> None:
+        """The TODO on the statement that sets NxD's groups up: why the file stays as it is."""
+        if self._blocked is not ALREADY_LEFT:
+            whole = "a file's NxD code moves" if self.ctx.mesh_program is None else "the files of one NxD program move"
+            self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; {whole} as a whole")
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
+        call = updated_node.value
+        if not isinstance(call, cst.Call) or len(updated_node.targets) != 1:
+            return updated_node
+        name = self.qualify(call.func)
+        if self._blocked is not None:
+            if name in CONFIG:
+                self._left_to_a_person()
+            return updated_node
+        target = code_of(updated_node.targets[0].target)
+        trainer = self._plan.trainer
+        if name in CONFIG:
+            self.changed("`neuronx_distributed_config(...)` -> the device mesh (`init_device_mesh`)")
+            return self._mesh_assignment(trainer.tensor_parallel_size)
+        if name in MODEL:
+            model_args = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args[3:]]
+            model_args += [
+                code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
+                for a in call.args if a.keyword is not None and a.keyword.value != "include_buffers"
+            ]
+            function = code_of(call.args[1].value)
+            self.ctx.insert_after(stmt(f"{target}.train()  # as NxD's model wrapper left it\n"))
+            if trainer.zero1 != "False":
+                self._zero1(target, trainer.zero1)
+            self.changed("`initialize_parallel_model(config, build, ...)` -> `build(...)` on the device, in training mode")
+            return updated_node.with_changes(value=expr(f"{function}({', '.join(model_args)}).to({self.ctx.device_expr()})"))
+        if name in OPTIMIZER:
+            options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args[2:]]
+            hook = self._step_hook()
+            average = {"False": "True", "True": "False"}.get(trainer.zero1, f"not {trainer.zero1}")
+            norm = trainer.max_grad_norm or "None"
+            self.ctx.insert_after(stmt(f"{target}.register_step_pre_hook({hook}(average={average}, max_norm={norm}))\n"))
+            self.changed(
+                "`initialize_parallel_optimizer(config, cls, params, ...)` -> `cls(params, ...)` with a step pre-hook "
+                "that averages and clips the gradients as NxD's optimizer did"
+            )
+            return updated_node.with_changes(value=expr(f"{code_of(call.args[1].value)}({', '.join(options)})"))
+        return updated_node
+
+    def _zero1(self, model: str, enabled: str) -> None:
+        """NxD's ZeRO-1 sharded the optimizer state over the data-parallel ranks: FSDP2 over
+        `mesh["dp"]` does (and the parameters too), averaging the gradients as it goes."""
+        fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
+        shard = f'{fully_shard}({model}, mesh={self._mesh}["dp"])'
+        comment = "  # ZeRO-1: the optimizer state (and here the parameters) split over the data-parallel ranks"
+        if enabled == "True":
+            self.ctx.insert_after(stmt(shard + comment + "\n"))
+        else:
+            self.ctx.insert_after(stmt(f"if {enabled}:{comment}\n    {shard}\n"))
+        self.changed('ZeRO-1 -> FSDP2 `fully_shard(model, mesh=mesh["dp"])`')
+
+    def _step_hook(self) -> str:
+        name = self.ctx.unused_name("nxd_optimizer_step_hook")
+        source = Template(STEP_HOOK).substitute(
+            name=name,
+            DTensor=self.ctx.need_from("torch.distributed.tensor", "DTensor"),
+            dist=self.ctx.dist(),
+            mesh=self._mesh,
+            clip=self._clip_helper(),
+        )
+        return self.ctx.need_helper(name, source)
+
+    def _checkpoint(self, call: cst.Call, name: str) -> cst.BaseExpression:
+        kind = "save" if name in SAVE else "load" if name in LOAD else "has"
+        helper = self._checkpoint_helper(kind)
+        kept = [a for a in call.args if a.keyword is None or a.keyword.value not in CHECKPOINT_IGNORED]
+        self.changed(f"`{name.rpartition('.')[2]}` -> `{helper}` (`torch.distributed.checkpoint`)")
+        if kind == "load":
+            self.ctx.note(
+                self.code,
+                "checkpoints are written with `torch.distributed.checkpoint` now: ones NxD wrote before cannot be "
+                "loaded by the migrated program; convert them (NxD's per-rank files to a DCP state dict) or start anew",
+            )
+        return call.with_changes(func=expr(helper), args=fix_trailing_comma(kept))
+
+    def _checkpoint_helper(self, kind: str) -> str:
+        save = self.ctx.unused_name("save_dcp_checkpoint")
+        spelled = {
+            "name": self.ctx.unused_name(f"{kind}_dcp_checkpoint"),
+            "save": save,
+            "os": self.ctx.os(),
+            "torch": self.ctx.torch(),
+            "dist": self.ctx.dist(),
+            "dcp": self.ctx.need_import("torch.distributed.checkpoint", "dcp"),
+            **{
+                n: self.ctx.need_from("torch.distributed.checkpoint.state_dict", n)
+                for n in ("get_model_state_dict", "get_optimizer_state_dict", "set_model_state_dict", "set_optimizer_state_dict", "StateDictOptions")
+            },
+        }
+        template = {"save": SAVE_HELPER, "load": LOAD_HELPER, "has": HAS_HELPER}[kind]
+        return self.ctx.need_helper(spelled["name"], Template(template).substitute(spelled))
 
     # -- queries and layers ----------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -598,6 +745,8 @@ class NxdTensorParallel(Codemod):
             return self._mapping(MAPPING_NAMES[name], updated_node, id(original_node) in self._statement_values)
         if name in CROSS_ENTROPY:
             return self._cross_entropy(updated_node)
+        if name is not None and name in (*SAVE, *LOAD, *HAS):
+            return self._checkpoint(updated_node, name)
         if name in SEED:
             self.changed("`model_parallel_xla_manual_seed(seed)` -> `torch.manual_seed(seed)`")
             return updated_node.with_changes(func=expr(f"{self.ctx.torch()}.manual_seed"))
@@ -663,16 +812,19 @@ class NxdTensorParallel(Codemod):
         max_norm = arg_value(call, 1, "max_norm")
         if parameters is None or max_norm is None:
             return call
+        helper = self._clip_helper()
+        self.changed(
+            f"`{name.rpartition('.')[2]}` -> a helper clipping the norm of DTensor and plain parameters together"
+        )
+        return expr(f"{helper}({code_of(parameters.value)}, {code_of(max_norm.value)})")
+
+    def _clip_helper(self) -> str:
         torch = self.ctx.torch()  # spelled first, so the helper's `torch` stays torch itself
         helper = self.ctx.unused_name("clip_grad_norm_of_shards_")
         source = Template(CLIP_HELPER).substitute(
             name=helper, torch=torch, DTensor=self.ctx.need_from("torch.distributed.tensor", "DTensor")
         )
-        self.ctx.need_helper(helper, source)
-        self.changed(
-            f"`{name.rpartition('.')[2]}` -> a helper clipping the norm of DTensor and plain parameters together"
-        )
-        return expr(f"{helper}({code_of(parameters.value)}, {code_of(max_norm.value)})")
+        return self.ctx.need_helper(helper, source)
 
     def _layer(self, kind: str, call: cst.Call, whole_value: bool) -> cst.BaseExpression:
         layer = LAYERS[kind]
