@@ -263,6 +263,7 @@ class Frame:
     # binds, repeated (at the top of a function, or above a module-level statement) if the
     # rewritten statement reads the name.
     late_imports: dict[str, str] = field(default_factory=dict)
+    explained: set[str] = field(default_factory=set)  # names a codemod's own TODO here speaks of
 
 
 @dataclass
@@ -358,13 +359,15 @@ class MigrationContext:
         if not any(n.code == code and n.message == message for n in self.notes):
             self.notes.append(Note(code, message))
 
-    def todo(self, code: str, message: str) -> None:
-        """Attach `# TODO(neuron-migrate CODE): message` to the statement being rewritten."""
+    def todo(self, code: str, message: str, explains: Sequence[str] = ()) -> None:
+        """Attach `# TODO(neuron-migrate CODE): message` to the statement being rewritten; the
+        names it `explains` (as written) get no generic TODO of their own there."""
         frame = self.frames[-1] if self.frames else None
         if frame is None:
             raise RuntimeError("todo() outside a statement")
         if (code, message) not in frame.todos:
             frame.todos.append((code, message))
+        frame.explained.update(explains)
 
     def comment(self, text: str) -> None:
         """Put a plain comment line above the statement being rewritten (never twice)."""
@@ -708,5 +711,5 @@ class Codemod(Transformer):
     def changed(self, message: str) -> None:
         self.ctx.changed(self.code, message)
 
-    def todo(self, message: str) -> None:
-        self.ctx.todo(self.code, message)
+    def todo(self, message: str, explains: Sequence[str] = ()) -> None:
+        self.ctx.todo(self.code, message, explains)
