@@ -295,8 +295,16 @@ def _marks_sequence_parallel(node: ast.AST) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
         return len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == SEQUENCE_MARK
     if isinstance(node, ast.Assign):
-        return any(isinstance(t, ast.Attribute) and t.attr == SEQUENCE_MARK for t in node.targets)
+        # A model configuration's flag of the same name (`config.sequence_parallel_enabled = True`)
+        # is no parameter.
+        return any(
+            isinstance(t, ast.Attribute) and t.attr == SEQUENCE_MARK and not _CONFIGURATION.search(ast.unparse(t.value))
+            for t in node.targets
+        )
     return False
+
+
+_CONFIGURATION = re.compile(r"(?:config|conf|cfg|args|flags|options)$", re.IGNORECASE)
 
 
 def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, found: Plan) -> str | None:
