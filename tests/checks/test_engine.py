@@ -49,17 +49,17 @@ def found(text: str, code: str = "NM101") -> list[Diagnostic]:
         ),
         (
             "def training_step(self, batch):\n    return batch.nonzero()\n",
-            "warning",
-            "in `training_step`, which runs every step",
+            "info",  # eager: a data-dependent size costs no graph there
+            "in `training_step`: eager code run every step",
         ),
         (
             "def train(model, loader, optimizer):\n    for b in loader:\n        model(b).backward()\n        b.nonzero()\n",
-            "warning",
+            "info",
             "in the training loop at line 2, which calls `.backward()`",
         ),
         (
             "def train(model, loader, optimizer):\n    for b in loader:\n        optimizer.step()\n        b.nonzero()\n",
-            "warning",
+            "info",
             "in the training loop at line 2, which calls `optimizer.step()`",
         ),
         (
@@ -77,7 +77,8 @@ def found(text: str, code: str = "NM101") -> list[Diagnostic]:
             "info",
             "in `build` of data class `Pairs`, which runs on the host",
         ),
-        ("x = y.nonzero()\n", "info", "outside forward, compiled functions and training loops"),
+        ("x = y.nonzero()\n", "info", "outside forward, compiled functions and training steps"),
+
         (
             "class Net:\n    def forward(self, x):\n        def inner(v):\n            return v.nonzero()\n        return inner(x)\n",
             "warning",
@@ -87,6 +88,27 @@ def found(text: str, code: str = "NM101") -> list[Diagnostic]:
 )
 def test_where_decides_severity(source: str, severity: str, where: str) -> None:
     (finding,) = found(source)
+    assert finding.severity.label == severity
+    assert finding.where.startswith(where)
+
+
+@pytest.mark.parametrize(
+    ("source", "severity", "where"),
+    [
+        (
+            "def training_step(self, batch):\n    return batch.mean().item()\n",
+            "warning",
+            "in `training_step`: eager code run every step",
+        ),
+        (
+            "class Net:\n    def forward(self, x):\n        return x.sum().item()\n",
+            "error",
+            "in `forward` of `Net`, traced when the model is compiled",
+        ),
+    ],
+)
+def test_host_syncs_weigh_less_in_eager_steps(source: str, severity: str, where: str) -> None:
+    (finding,) = found(source, "NM110")
     assert finding.severity.label == severity
     assert finding.where.startswith(where)
 

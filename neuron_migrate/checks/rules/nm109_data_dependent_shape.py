@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.checks import values
 from neuron_migrate.checks.rules.base import Confirm, Invalid, Rule, is_tensor_call
 
 BAD = """
@@ -78,6 +79,11 @@ def value_source(ctx, node: ast.AST, tensor_ok: bool) -> ast.AST | None:
                 stack.extend(current.args)
                 continue
             stack.extend(current.args)
+            continue
+        if isinstance(current, ast.Name):
+            kind = ctx.kind(current)
+            if kind == values.READ or (tensor_ok and kind in values.DEVICE_TENSORS):
+                return current  # a local name that holds a value read from a tensor
             continue
         if isinstance(current, ast.Attribute) and current.attr in ("shape", "ndim"):
             continue

@@ -28,11 +28,22 @@ DEVICE_KEYWORDS = frozenset({"device", "device_type", "map_location", "device_ma
 
 
 _PORTED = re.compile(r"\btorch\.cuda\.(?:{})\b".format("|".join(ACCELERATOR)))
+# Code that works on CUDA only even without the word: `DataParallel`, NCCL, cuDNN, CUDA graphs.
+_CUDA_ONLY = re.compile(r"(?i)cuda|DataParallel|nccl|cudnn|apex|bitsandbytes|flash_attn|triton")
+# `torch.cuda` queries whose answer changes on Neuron (False/0 there, True/N with the
+# accelerator): safe to port only as the test of a branch that is itself portable.
+ANSWERS_CHANGE = frozenset({"is_available", "device_count"})
+# Tests that already pick code per device: `x.device.type == "cuda"`, `"cuda" in str(device)`,
+# `t.is_cuda`, `is_torch_cuda_available()`. What they guard is device-aware, not CUDA-only code.
+_DEVICE_TEST = re.compile(
+    r"""\.type\s*[!=]=\s*['"]cuda['"]|['"]cuda['"]\s*[!=]=\s*[\w.]+\.type|['"]cuda['"]\s+(?:not\s+)?in\b|"""
+    r"""\.is_cuda\b|\bis_(?:torch_)?cuda_available\(|\bdevice_type\s*[!=]=\s*['"]cuda['"]"""
+)
 
 
 def _cuda_only(code: str) -> bool:
     """Does `code` still ask for CUDA once its `torch.cuda` calls with an accelerator twin are fixed?"""
-    return "cuda" in _PORTED.sub("", code)
+    return _CUDA_ONLY.search(_PORTED.sub("", code)) is not None
 
 
 def cuda_string(node: ast.AST) -> str | None:
@@ -122,8 +133,25 @@ class CudaApis(Rule):
         ),
     )
 
+    def _device_guarded(self) -> bool:
+        """Inside the CUDA side of a test that already picks code per device."""
+        stack = self.ctx.stack
+        for index in range(len(stack) - 2, -1, -1):
+            node = stack[index]
+            child = stack[index + 1]
+            if (isinstance(node, ast.If) and any(s is child for s in node.body)) or (isinstance(node, ast.IfExp) and child is node.body):
+                if _DEVICE_TEST.search(self.ctx.source(node.test)):
+                    return True
+            elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+                before = node.values[: next(i for i, v in enumerate(node.values) if v is child)]
+                if any(_DEVICE_TEST.search(self.ctx.source(v)) for v in before):
+                    return True
+        return False
+
     def visit_attribute(self, node: ast.Attribute) -> None:
         ctx = self.ctx
+        if node.attr == "cuda" and self._device_guarded():
+            return
         qualified = ctx.qualify(node)
         if qualified == "torch.backends.cudnn":
             self.report(node, "`torch.backends.cudnn` settings are CUDA-only; remove them")
@@ -156,7 +184,16 @@ class CudaApis(Rule):
     def _same_everywhere(self, member: str, call: ast.Call) -> bool:
         """Whether the `torch.accelerator` spelling behaves as the CUDA call did on every device."""
         guard = self._enclosing_condition(call)
-        if member == "is_available":
+        # Under `if torch.cuda.is_available():` it counts what that test found (and the test's
+        # own fix decides whether Trainium takes the branch).
+        if (
+            member == "device_count"
+            and guard is not None
+            and not guard[0]
+            and "is_available" in self.ctx.source(guard[1].test)
+        ):
+            return True
+        if member in ANSWERS_CHANGE:
             # Only as the test of a branch that is not CUDA-only: Trainium would now take it.
             if guard is None or not guard[0]:
                 return False
@@ -187,6 +224,10 @@ class CudaApis(Rule):
             ):
                 return  # an override of `Module.cuda` passing the call on
             if not isinstance(func, ast.Attribute) or ctx.qualify(func.value) is not None:
+                return
+            if any(getattr(f, "name", "") == "cuda" for f in ctx.functions):
+                return  # the implementation of a `cuda()` method, passing the call on
+            if ctx.kind(func.value) in ("numpy", "python", "read") or self._device_guarded():
                 return
             fix = None
             if ctx.neuron_target and not node.args and not node.keywords:
@@ -225,6 +266,8 @@ class CudaApis(Rule):
 
     def _string(self, node: ast.AST, value: str) -> None:
         ctx = self.ctx
+        if self._device_guarded():
+            return
         fix = None
         if ctx.neuron_target:
             source = ctx.source(node)
