@@ -204,7 +204,7 @@ class Values:
             name = func.id
             if name in BUILTIN_READS and len(node.args) == 1:
                 inner = self.kind(node.args[0], function, depth + 1)
-                if inner in DEVICE_TENSORS or inner == READ:
+                if inner in DEVICE_TENSORS or inner == READ or (inner is None and _reduction(node.args[0])):
                     return READ
                 return PYTHON if inner is not None else None
             if name in BUILTIN_PYTHON:
@@ -329,6 +329,20 @@ _SHAPE_ONLY = frozenset(
 )
 
 
+REDUCTIONS = frozenset(
+    {"sum", "max", "min", "mean", "amax", "amin", "argmax", "argmin", "count_nonzero", "prod", "norm"}
+)
+
+
+def _reduction(node: ast.AST) -> bool:
+    """`lengths.max()`: what `int()` of it reads is a tensor value, whatever `lengths` is."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in REDUCTIONS
+    )
+
+
 def _combine(left: str | None, right: str | None, bitwise: bool) -> str | None:
     kinds = {left, right}
     if kinds & DEVICE_TENSORS:
@@ -374,7 +388,7 @@ def _moved(node: ast.Call, receiver: str) -> str:
     if _names_bool(node):
         return CPU if receiver == CPU and not device else MASK
     if device:
-        return TENSOR
+        return MASK if receiver == MASK else TENSOR
     if receiver == CPU:
         return CPU
     return TENSOR if receiver == MASK else receiver

@@ -20,7 +20,7 @@ def forward(x):
 """
 GRAPH_BREAK = {"item": "GB0124", "tolist": "GB0109"}
 TENSOR_NAMES = re.compile(r"(?i)\w*(loss|logits|preds?|grad_norm|total_norm|accuracy|acc)")
-ON_HOST = HOST_KINDS | {values.READ}
+ON_HOST: frozenset[str | None] = HOST_KINDS | {values.READ}
 # A statement that logs, reports or decodes to text: off the hot path of an eager step.
 REPORTING = re.compile(
     r"(?<![\w.])(?:self\.)?(?:log\w*|_?logger|logging|wandb|writer|tb_writer|summary_writer|tqdm|pbar|"

@@ -91,6 +91,11 @@ class DynamicCacheInForward(Rule):
             if qualified is not None and "transformers" not in qualified and "cache" not in qualified:
                 return
             shown = name
+        statement = self.ctx.statement()
+        if statement is not None:
+            if id(statement) in self.ctx.claimed:
+                return  # `EncoderDecoderCache(DynamicCache(), DynamicCache())`: once
+            self.ctx.claimed.add(id(statement))
         self.report(
             node,
             f"`{shown}(...)` in compiled code grows by one position per decode step: the compiled forward "

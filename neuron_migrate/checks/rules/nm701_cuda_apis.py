@@ -78,15 +78,21 @@ class CudaApis(Rule):
     ```
 
     ## Fix safety
-    Safe: `torch.cuda.{is_available, device_count, synchronize, current_device, set_device}`
-    become their `torch.accelerator` equivalents (for CUDA users nothing changes; without an
-    accelerator they return or raise as the CUDA calls did). Two cases are unsafe: a
-    `torch.cuda.is_available()` test that guards CUDA-only code (`"cuda" if ... else "cpu"`,
-    `.cuda()`), since on Trainium the accelerator is available and the guarded code would then
-    ask for CUDA; and `torch.cuda.empty_cache()` outside an availability guard, a no-op without
-    CUDA where `torch.accelerator.empty_cache()` raises. With `--target neuron`, `.cuda()` becomes
-    `.to("neuron")` and `"cuda"` strings become `"neuron"` (safe). Nothing else is fixed
-    automatically.
+    A safe fix behaves as before on a CPU-only machine, on CUDA, and on Trainium. Safe:
+    `torch.cuda.{synchronize, current_device, set_device}` become their `torch.accelerator`
+    equivalents (the same on CUDA; without CUDA both spellings raise, so nothing that ran
+    changes), unless a `try:` around them catches only `AssertionError` or `AttributeError`,
+    which the CUDA spellings raise and the accelerator ones do not. `torch.cuda.is_available()`
+    and `device_count()` answer differently on Trainium once ported (False/0 becomes True/N), so
+    they are safe only as the test of a branch that is itself portable, or (`device_count`) under
+    such a test; guarding CUDA-only code (`"cuda" if ... else "cpu"`, `.cuda()`,
+    `DataParallel`, NCCL) they are unsafe. `torch.cuda.empty_cache()` is a no-op without CUDA
+    where `torch.accelerator.empty_cache()` raises ("Cannot access accelerator device when none
+    is available"), so it is safe only under an availability test. With `--target neuron`
+    (code for Trainium only), `.cuda()` becomes `.to("neuron")` and `"cuda"` strings become
+    `"neuron"`. Code on the CUDA side of a test that already picks code per device
+    (`x.device.type == "cuda"`, `t.is_cuda`, `is_torch_cuda_available()`) and the body of a
+    `cuda()` method of its own are not flagged.
     """
 
     code = "NM701"
@@ -98,6 +104,10 @@ class CudaApis(Rule):
     VALID = (
         "import torch\n\nif torch.accelerator.is_available():\n    model = model.to('neuron')\n",
         "import torch\n\nx = torch.zeros(2, device='cpu')\n",
+        "import torch\n\ndef step(x):\n    if x.device.type == 'cuda':\n        torch.cuda.synchronize()\n    return x\n",
+        "def f(t, cast):\n    return t.half().cuda() if t.is_cuda else cast(t)\n",
+        "class Rotation:\n    def cuda(self):\n        return Rotation(self.mats.cuda())\n",
+        "import numpy as np\n\ndef host(x):\n    a = np.asarray(x)\n    return a.cuda()\n",
     )
     INVALID = (
         Invalid(
@@ -125,6 +135,16 @@ class CudaApis(Rule):
         Invalid(
             "import torch\n\nif torch.cuda.is_available():\n    torch.cuda.empty_cache()\n",
             fixed="import torch\n\nif torch.accelerator.is_available():\n    torch.accelerator.empty_cache()\n",
+        ),
+        Invalid(
+            "import torch\n\ntry:\n    torch.cuda.synchronize()\nexcept AssertionError:\n    pass\n",
+            fixed=None,
+            unsafe_fixed="import torch\n\ntry:\n    torch.accelerator.synchronize()\nexcept AssertionError:\n    pass\n",
+        ),
+        Invalid(
+            "import torch\n\nif torch.cuda.device_count() > 1:\n    model = torch.nn.DataParallel(model)\n",
+            fixed=None,
+            unsafe_fixed="import torch\n\nif torch.accelerator.device_count() > 1:\n    model = torch.nn.DataParallel(model)\n",
         ),
         Invalid(
             "import torch\n\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n",
@@ -183,6 +203,8 @@ class CudaApis(Rule):
 
     def _same_everywhere(self, member: str, call: ast.Call) -> bool:
         """Whether the `torch.accelerator` spelling behaves as the CUDA call did on every device."""
+        if self._caught_by_type():
+            return False
         guard = self._enclosing_condition(call)
         # Under `if torch.cuda.is_available():` it counts what that test found (and the test's
         # own fix decides whether Trainium takes the branch).
@@ -203,6 +225,19 @@ class CudaApis(Rule):
         if member in RAISES_WITHOUT_ACCELERATOR:
             return guard is not None and not guard[0] and "is_available" in self.ctx.source(guard[1].test)
         return True
+
+    def _caught_by_type(self) -> bool:
+        """Inside `try:` whose handlers pick exception types: without a device the CUDA calls
+        raise AssertionError or AttributeError, the accelerator ones RuntimeError."""
+        stack = self.ctx.stack
+        for index in range(len(stack) - 2, -1, -1):
+            node = stack[index]
+            if isinstance(node, ast.Try) and any(s is stack[index + 1] for s in node.body):
+                for handler in node.handlers:
+                    caught = {n.id for n in ast.walk(handler.type) if isinstance(n, ast.Name)} if handler.type else set()
+                    if caught and not caught & {"Exception", "BaseException", "RuntimeError"}:
+                        return True
+        return False
 
     def _enclosing_condition(self, call: ast.Call) -> tuple[bool, ast.If | ast.IfExp] | None:
         """The nearest `if` or conditional expression around `call`, and whether `call` is in its test."""
