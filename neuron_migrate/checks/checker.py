@@ -335,11 +335,12 @@ def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return unique
 
 
-def apply_fixes(text: str, diagnostics: list[Diagnostic], unsafe: bool) -> tuple[str, int]:
-    """Apply the non-overlapping fixes (first come first served); the rest wait for the next pass."""
+def apply_fixes(text: str, diagnostics: list[Diagnostic], unsafe: bool) -> tuple[str, list[str]]:
+    """Apply the non-overlapping fixes (first come first served); the rest wait for the next pass.
+    Returns the text and the codes of the fixes applied."""
     chosen: list[Edit] = []
     taken: list[tuple[int, int]] = []
-    count = 0
+    codes: list[str] = []
     for diagnostic in diagnostics:
         fix = diagnostic.fix
         if fix is None or not (fix.safe or unsafe):
@@ -349,10 +350,10 @@ def apply_fixes(text: str, diagnostics: list[Diagnostic], unsafe: bool) -> tuple
             continue
         taken += spans
         chosen += fix.edits
-        count += 1
+        codes.append(diagnostic.code)
     for edit in sorted(chosen, key=lambda e: (e.start, e.end), reverse=True):
         text = text[: edit.start] + edit.content + text[edit.end :]
-    return text, count
+    return text, codes
 
 
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -377,8 +378,8 @@ def check_source(
         for _ in range(MAX_FIX_PASSES):
             if not any(d.fix and (d.fix.safe or options.unsafe_fixes) for d in diagnostics):
                 break
-            candidate, count = apply_fixes(current, diagnostics, options.unsafe_fixes)
-            if count == 0 or candidate == current:
+            candidate, codes = apply_fixes(current, diagnostics, options.unsafe_fixes)
+            if not codes or candidate == current:
                 break
             after, error, _ = check_once(candidate, path, options)
             if error:
@@ -388,7 +389,9 @@ def check_source(
                 )
                 report.diagnostics = diagnostics
                 return report
-            current, diagnostics, applied = candidate, after, applied + count
+            current, diagnostics, applied = candidate, after, applied + len(codes)
+            for code in codes:
+                report.fixed_codes[code] = report.fixed_codes.get(code, 0) + 1
         if applied:
             report.fixed = current
             report.fixes_applied = applied

@@ -479,7 +479,13 @@ class FileContext:
         index = next(i for i, a in enumerate(args) if a is keyword)
         start, end = self.span(keyword)
         if index + 1 < len(args):
-            return Edit(start, self.span(args[index + 1])[0], "")
+            following = self.span(args[index + 1])[0]
+            between = self.text[end:following]
+            if "#" in between:
+                # A comment after the argument stays on its line: only `name=value,` goes.
+                comma = between.find(",")
+                return Edit(start, end + comma + 1 if comma != -1 else end, "")
+            return Edit(start, following, "")
         if index > 0:
             previous_end = self.span(args[index - 1])[1]
             return Edit(previous_end, end, "")
@@ -512,6 +518,9 @@ class FileContext:
         alone = not before.strip() and (not after.strip() or after.strip().startswith("#"))
         if len(siblings) == 1 or not alone:
             return Edit(start, end, "pass")
+        if after.strip().startswith("#"):
+            # Its trailing comment stays, on a line of its own at the statement's indent.
+            return Edit(start, end + len(after) - len(after.lstrip(" \t")), "")
         return Edit(line_start, line_end, "")
 
     def iter_keywords(self, call: ast.Call) -> Iterator[tuple[str, ast.expr]]:

@@ -56,7 +56,7 @@ def test_fix_writes_safe_fixes_and_reports_the_rest(
     assert (tree / "bad.py").read_text() == FIXED
     out, err = capsys.readouterr()
     assert "NM101" in out and "NM103" not in out
-    assert "Found 2 findings in 1 file (1 fixed, 1 remaining)." in err
+    assert "Found 2 findings in 1 file (1 checked; 1 fixed, 1 remaining)." in err
     assert main(["check", "bad.py", "--fix", "--select", "NM103"]) == 0
 
 

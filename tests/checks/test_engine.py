@@ -153,8 +153,8 @@ def test_overlapping_fixes_wait_for_the_next_pass() -> None:
     first = Diagnostic("NM1", "a", 1, 1, 1, 2, fix=Fix((Edit(0, 3, "AAA"),), "safe", "a"))
     second = Diagnostic("NM2", "b", 1, 2, 1, 3, fix=Fix((Edit(1, 2, "B"),), "safe", "b"))
     third = Diagnostic("NM3", "c", 1, 5, 1, 6, fix=Fix((Edit(4, 5, "C"),), "unsafe", "c"))
-    assert apply_fixes("xyz-w\n", [first, second, third], unsafe=False) == ("AAA-w\n", 1)
-    assert apply_fixes("xyz-w\n", [first, second, third], unsafe=True) == ("AAA-C\n", 2)
+    assert apply_fixes("xyz-w\n", [first, second, third], unsafe=False) == ("AAA-w\n", ["NM1"])
+    assert apply_fixes("xyz-w\n", [first, second, third], unsafe=True) == ("AAA-C\n", ["NM1", "NM3"])
 
 
 def test_fixes_run_in_passes_until_stable() -> None:
@@ -163,6 +163,7 @@ def test_fixes_run_in_passes_until_stable() -> None:
     report = check_source(text, "t.py", CheckOptions(fix=True))
     assert report.fixed == "import torch\n\nm = torch.compile(m, dynamic=False)\n"
     assert report.fixes_applied == 2 and report.diagnostics == []
+    assert report.fixed_codes == {"NM401": 1, "NM116": 1}
 
 
 def test_a_fix_that_breaks_the_code_is_reverted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,7 +171,7 @@ def test_a_fix_that_breaks_the_code_is_reverted(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(
         checker,
         "apply_fixes",
-        lambda text, diagnostics, unsafe: (real(text, diagnostics, unsafe)[0] + "def (:\n", 1),
+        lambda text, diagnostics, unsafe: (real(text, diagnostics, unsafe)[0] + "def (:\n", ["NM103"]),
     )
     text = "def forward(x):\n    x[x < 0] = 0\n    return x\n"
     report = check_source(text, "t.py", CheckOptions(fix=True))

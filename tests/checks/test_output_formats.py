@@ -34,14 +34,14 @@ def test_text(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "bad.py"]) == 1
     out, err = capsys.readouterr()
     assert out.splitlines() == [
-        "bad.py:4:5: NM103 [*] assigning through a boolean mask is a boolean `index_put`, which Neuron's compiler "
+        "bad.py:4:5: NM103 [*] error: assigning through a boolean mask is a boolean `index_put`, which Neuron's compiler "
         "refuses; use `x.masked_fill_(mask, value)` or `torch.where(mask, value, x)` (in `forward`, passed to torch.compile)",
-        "bad.py:5:12: NM101 `torch.nonzero` has a data-dependent output size: a graph break (GB0036), or a dynamic "
+        "bad.py:5:12: NM101 warning: `torch.nonzero` has a data-dependent output size: a graph break (GB0036), or a dynamic "
         "shape Neuron rejects under fullgraph=True; keep the mask (`torch.where`) or use `torch.nonzero_static` (in `forward`, passed to torch.compile)",
-        "bad.py:8:9: NM116 [*] without `dynamic=False`, automatic dynamic shapes make a dimension symbolic on the "
+        "bad.py:8:9: NM116 [*] warning: without `dynamic=False`, automatic dynamic shapes make a dimension symbolic on the "
         "second input shape, which Neuron rejects; pass `dynamic=False`",
     ]
-    assert "Found 3 findings in 1 file." in err
+    assert "Found 3 findings in 1 file (1 checked)." in err
     assert "[*] 2 fixable with `--fix`." in err
 
 
@@ -120,7 +120,7 @@ def test_github_annotations(bad: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_statistics(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "bad.py", "--statistics"]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        "1  NM101      nonzero",
-        "1  NM103  [*] boolean-mask-write",
-        "1  NM116  [*] dynamic-shapes",
+        "1\tNM103\terror  \t[*] boolean-mask-write",
+        "1\tNM101\twarning\t[ ] nonzero",
+        "1\tNM116\twarning\t[*] dynamic-shapes",
     ]

@@ -10,6 +10,7 @@ rejection really happens.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from typing import ClassVar
@@ -18,7 +19,9 @@ from neuron_migrate.checks import values
 from neuron_migrate.checks.context import FileContext, dotted
 from neuron_migrate.checks.model import Fix, Severity
 
-DOCS_URL = "docs/rules.md#{code}"  # relative to the neuron-migrate repository
+# The published rules page (docs/rules.md, whose `## NM101` headings are its anchors) is named
+# once, as `[project.urls] Rules` in pyproject.toml; a build that names none prints no links.
+RULES_URL_LABEL = "rules"
 GRAPH_BREAK_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{gb}.html"
 
 
@@ -109,8 +112,30 @@ class Rule:
         self.ctx.report(self, node, message, fix=fix, severity=severity, start=start)
 
     @classmethod
-    def url(cls) -> str:
-        return DOCS_URL.format(code=cls.code.lower())
+    def url(cls) -> str | None:
+        return rule_url(cls.code)
+
+
+@functools.cache
+def rules_page() -> str | None:
+    """The published rules page of the installed distribution, if its metadata names one."""
+    from importlib import metadata  # only when links are printed
+
+    try:
+        urls = metadata.metadata("neuron-migrate").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == RULES_URL_LABEL and url.strip().startswith(("https://", "http://")):
+            return url.strip().split("#")[0]
+    return None
+
+
+def rule_url(code: str) -> str | None:
+    """`https://.../rules.md#nm101`, or None when the build publishes no rules page."""
+    page = rules_page()
+    return f"{page}#{code.lower()}" if page else None
 
 
 # ---- expression tests shared by rules --------------------------------------------------------
