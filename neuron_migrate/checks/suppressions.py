@@ -235,9 +235,7 @@ def _comment_lines(text: str) -> set[int]:
     lines: set[int] = set()
     try:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT):
-                lines.add(token.start[0])
-            elif token.type == tokenize.ENDMARKER and token.start[1] > 0:
+            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT) or (token.type == tokenize.ENDMARKER and token.start[1] > 0):
                 lines.add(token.start[0])
     except (tokenize.TokenError, SyntaxError):
         pass

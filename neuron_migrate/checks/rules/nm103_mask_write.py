@@ -6,11 +6,11 @@ import ast
 
 from neuron_migrate.checks.model import SAFE, UNSAFE, Severity
 from neuron_migrate.checks.rules.base import (
-    numpy_value,
     Confirm,
     Invalid,
     Rule,
     mask_kind,
+    numpy_value,
     plain_reference,
     scalar_literal,
 )
