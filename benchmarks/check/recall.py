@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from neuron_migrate.checks.checker import CheckOptions, check_source  # noqa: E402
-from neuron_migrate.checks.model import Diagnostic  # noqa: E402
+from neuron_migrate.checks.checker import CheckOptions, check_source
+from neuron_migrate.checks.model import Diagnostic
 
 
 def load_truth(path: Path) -> list[dict[str, object]]:

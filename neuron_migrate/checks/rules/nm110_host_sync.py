@@ -20,6 +20,8 @@ def forward(x):
 """
 GRAPH_BREAK = {"item": "GB0124", "tolist": "GB0109"}
 TENSOR_NAMES = re.compile(r"(?i)\w*(loss|logits|preds?|grad_norm|total_norm|accuracy|acc)")
+# `self._total_tokens += n`: a running count kept for the logs.
+TALLY = re.compile(r"self\.\w*(?:total|count|num|seen|stats?)\w*\s*(?:\+=|=)")
 ON_HOST: frozenset[str | None] = HOST_KINDS | {values.READ}
 # A statement that logs, reports or decodes to text: off the hot path of an eager step.
 REPORTING = re.compile(
@@ -184,21 +186,36 @@ class HostSync(Rule):
         )
 
     def _reporting(self, node: ast.Call) -> bool:
-        """The value goes to a log, a progress bar or `decode`: reporting, not the step itself."""
+        """The value goes to a log, a metrics tally, a progress bar or `decode`: reporting, not
+        the step itself (also a nested helper that only such statements call)."""
         ctx = self.ctx
         statement = ctx.statement()
         if statement is None:
             return False
         if REPORTING.search(ctx.source(statement)):
             return True
+        if isinstance(statement, ast.Return) and len(ctx.functions) >= 2:
+            helper = getattr(ctx.functions[-1], "name", "")
+            start, end = ctx.places.span(ctx.functions[-2])
+            uses = [
+                line
+                for line in ctx.text[start:end].splitlines()
+                if re.search(rf"(?<![\w.]){re.escape(helper)}\(", line) and "def " not in line
+            ]
+            return bool(uses) and all(REPORTING.search(line) for line in uses)
         if isinstance(statement, ast.Assign) and ctx.functions:
             names = [t.id for t in statement.targets if isinstance(t, ast.Name)]
-            _start, end = ctx.places.span(ctx.functions[-1])
-            after = ctx.text[ctx.span(statement)[1] : end]
-            return any(
-                re.search(rf"(?:decode|log\w*|append|extend)\([^)]*\b{re.escape(n)}\b", after)
-                for n in names
-            )
+            _, end = ctx.places.span(ctx.functions[-1])
+            after = ctx.text[ctx.span(statement)[1] : end].splitlines()
+            for name in names:
+                uses = [
+                    line
+                    for line in after
+                    if re.search(rf"\b{re.escape(name)}\b", line)
+                    and not re.match(rf"\s*{re.escape(name)}\s*=(?!=)", line)  # assigned again
+                ]
+                if uses and all(REPORTING.search(line) or TALLY.search(line) for line in uses):
+                    return True
         return False
 
     def _throttled(self) -> bool:

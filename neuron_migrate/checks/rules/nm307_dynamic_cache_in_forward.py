@@ -70,6 +70,14 @@ class DynamicCacheInForward(Rule):
             message="recompiles",
         ),
         Invalid(
+            "from transformers import DynamicCache, EncoderDecoderCache\n\ndef forward(self, ids, past=None):\n"
+            "    if past is None:\n        past = DynamicCache(config=self.config)\n"
+            "    if self.cross and not isinstance(past, EncoderDecoderCache):\n"
+            "        past = EncoderDecoderCache(past, DynamicCache(config=self.config))\n"
+            "    return self.decoder(ids, past)\n",
+            line=5,
+        ),
+        Invalid(
             "from transformers.cache_utils import DynamicCache\n\ndef forward(self, ids, past=None):\n"
             "    cache = DynamicCache.from_legacy_cache(past)\n    return self.decoder(ids, cache)\n",
             line=4,
@@ -91,6 +99,13 @@ class DynamicCacheInForward(Rule):
             if qualified is not None and "transformers" not in qualified and "cache" not in qualified:
                 return
             shown = name
+            outer = self.ctx.parent()
+            if (
+                isinstance(outer, ast.Call)
+                and (dotted(outer.func) or "").endswith("EncoderDecoderCache")
+                and (node in outer.args[1:] or any(k.value is node for k in outer.keywords if k.arg != "self_attention_cache"))
+            ):
+                return  # the cross-attention cache: filled once from the encoder, it never grows
         statement = self.ctx.statement()
         if statement is not None:
             if id(statement) in self.ctx.claimed:
