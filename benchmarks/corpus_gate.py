@@ -5,8 +5,11 @@
 For each file: the rewrite must not crash, its output must parse, a file that uses none of the
 old stack (no old-stack import, no XLA runtime variable, no `"xla"` device string) must come back
 byte-identical, and rewriting the output again must change nothing. `check --fix
---unsafe-fixes` must not crash either, and whatever it fixes must still parse. Exit status 1 if
-any of that fails, with the offending files listed.
+--unsafe-fixes` must not crash either, and whatever it fixes must still parse. Every file that
+`check --fix` (the safe fixes alone) changes is then imported twice in a fresh interpreter, as
+installed and as fixed (a finder serves the fixed text under the module's own name): a file that
+imports as installed must import once fixed. Exit status 1 if any of that fails, with the
+offending files listed.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ class Outcome:
     path: str
     status: str  # skipped | unchanged | changed | error (input) | crash | invalid | changed-unrelated | unstable
     detail: str = ""
-    check: str = "ok"  # ok | crash | invalid-fix
+    check: str = "ok"  # ok | crash | invalid-fix | import-broken
     findings: int = 0
+    safe_fixed: str | None = None  # the text after the safe fixes, when they change it
 
 
 # Old-stack use without an import: XLA runtime variables and `"xla"` device strings.
@@ -68,6 +72,9 @@ def judge(path: Path) -> Outcome:
         outcome.detail += report.error
         return outcome
     outcome.findings = len(report.diagnostics)
+    safe = check_source(source.text, str(path), CheckOptions(fix=True))
+    if safe.changed and safe.fixed is not None:
+        outcome.safe_fixed = safe.fixed
     if report.fixed is not None:
         try:
             ast.parse(report.fixed)
@@ -108,12 +115,106 @@ class Summary:
     counts: dict[str, int] = field(default_factory=dict)
     findings: int = 0
     failures: list[Outcome] = field(default_factory=list)
+    safe_fixed: int = 0  # files the safe fixes change
+    imports: dict[str, int] = field(default_factory=dict)  # both | neither | fixed-only | broken
+
+
+# Imports one module twice, as installed and with the fixed text in its place; prints a verdict.
+_IMPORT_BOTH = r"""
+import importlib, importlib.abc, importlib.util, json, sys
+name, fixed_path = sys.argv[1], sys.argv[2]
+def load():
+    for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+        del sys.modules[key]
+    try:
+        importlib.import_module(name)
+        return None
+    except BaseException as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+before = load()
+fixed = open(fixed_path, encoding="utf-8").read()
+class Fixed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != name:
+            return None
+        for finder in sys.meta_path[1:]:
+            find = getattr(finder, "find_spec", None)
+            original = find(fullname, path) if find else None
+            if original is not None:
+                break
+        else:
+            return None
+        return importlib.util.spec_from_file_location(fullname, original.origin, loader=self, submodule_search_locations=original.submodule_search_locations)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(compile(fixed, module.__spec__.origin, "exec"), module.__dict__)
+sys.meta_path.insert(0, Fixed())
+after = load()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def _module_name(path: Path, root: Path) -> str | None:
+    try:
+        parts = path.relative_to(root).with_suffix("").parts
+    except ValueError:
+        return None
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def import_fixed(outcomes: list[Outcome], root: Path, summary: Summary) -> None:
+    """Import each safely fixed module as installed and as fixed, in a fresh interpreter."""
+    import os
+    import subprocess
+    import tempfile
+
+    for outcome in outcomes:
+        if outcome.safe_fixed is None:
+            continue
+        summary.safe_fixed += 1
+        name = _module_name(Path(outcome.path), Path(sysconfig.get_paths()["purelib"])) or _module_name(
+            Path(outcome.path), root
+        )
+        if name is None:
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as handle:
+            handle.write(outcome.safe_fixed)
+        try:
+            result = subprocess.run(
+                [sys.executable, "-c", _IMPORT_BOTH, name, handle.name],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**os.environ, "HF_HUB_OFFLINE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+            )
+            verdict = json.loads(result.stdout.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            verdict = {"before": "did not finish", "after": "did not finish"}
+        finally:
+            os.unlink(handle.name)
+        before, after = verdict["before"], verdict["after"]
+        kind = (
+            "both" if before is None and after is None
+            else "broken" if before is None
+            else "fixed-only" if after is None
+            else "neither"
+        )
+        summary.imports[kind] = summary.imports.get(kind, 0) + 1
+        if kind == "broken":
+            outcome.check = "import-broken"
+            outcome.detail += f"imports as installed, not once fixed: {after}"
+            summary.failures.append(outcome)
 
 
 FAILING = ("crash", "invalid", "changed-unrelated", "unstable")
 
 
-def run(root: Path, jobs: int = 2) -> Summary:
+def run(root: Path, jobs: int = 2, imports: bool = True) -> Summary:
     files = sorted(p for p in root.rglob("*.py") if p.is_file())
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -126,6 +227,10 @@ def run(root: Path, jobs: int = 2) -> Summary:
         summary.findings += outcome.findings
         if outcome.status in FAILING or outcome.check != "ok":
             summary.failures.append(outcome)
+    if imports:
+        import_fixed(outcomes, root, summary)
+    for outcome in outcomes:
+        outcome.safe_fixed = None  # not for the JSON report
     return summary
 
 
@@ -134,12 +239,16 @@ def main() -> int:
     parser.add_argument("root", nargs="?", type=Path, default=Path(sysconfig.get_paths()["purelib"]))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--no-imports", action="store_true", help="skip importing the files the safe fixes change"
+    )
     args = parser.parse_args()
-    summary = run(args.root, args.jobs)
+    summary = run(args.root, args.jobs, imports=not args.no_imports)
     print(f"{summary.files} files under {args.root} in {summary.seconds:.1f} s")
     for status, count in sorted(summary.counts.items()):
         print(f"  {status:18} {count}")
     print(f"  check findings     {summary.findings}")
+    print(f"  safe fixes change  {summary.safe_fixed} files; imports: {summary.imports}")
     for failure in summary.failures[:50]:
         print(f"FAIL {failure.status}/check {failure.check}: {failure.path}: {failure.detail}")
     if args.json:

@@ -21,6 +21,7 @@ from neuron_migrate.checks.context import FileContext
 from neuron_migrate.checks.model import Diagnostic, Edit, FileReport, Severity
 from neuron_migrate.checks.rules import REDIRECTS, all_rules, known_codes
 from neuron_migrate.checks.rules.base import Rule
+from neuron_migrate.checks.values import BINDERS
 from neuron_migrate.core.source import syntax_error_message
 
 MAX_FIX_PASSES = 10
@@ -163,6 +164,9 @@ class Walker:
     ) -> Callable[[ast.AST], None]:
         ctx = self.ctx
         stack = ctx.stack
+        functions = ctx.functions
+        bind = ctx.values.bind
+        binders = BINDERS
         add_import = ctx.aliases.add
         bindings = ctx.aliases.bindings
         leaves = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue} - set(nodes))
@@ -204,6 +208,8 @@ class Walker:
                         rule.visit_attribute(node)  # type: ignore[arg-type]
             elif cls is import_t or cls is import_from_t:
                 add_import(node)  # type: ignore[arg-type]
+            if cls in binders and functions:
+                bind(node, functions[-1], stack[-2])
             if cls in nodes:
                 for rule in nodes[cls]:
                     rule.visit(node)

@@ -306,17 +306,18 @@ class Values:
 
     def _index(self, function: ast.AST) -> dict[str, list[_Binding]]:
         key = id(function)
-        found = self._bindings.get(key)
-        if found is not None:
-            return found
-        found = {}
-        self._bindings[key] = found
-        self._parameters[key] = _parameter_kinds(function, self.aliases)
-        for name, binding in _bindings_of(function):
+        if key not in self._parameters:
+            self._parameters[key] = _parameter_kinds(function, self.aliases)
+        return self._bindings.get(key, {})
+
+    # -- filled by the checker's walk, which meets every binding before the code after it -----
+    def bind(self, node: ast.AST, function: ast.AST, parent: ast.AST | None) -> None:
+        """Record what `node` (an assignment, a `for`, a walrus, a comprehension) binds."""
+        found = self._bindings.get(id(function))
+        if found is None:
+            found = self._bindings[id(function)] = {}
+        for name, binding in _bindings_of(node, parent):
             found.setdefault(name, []).append(binding)
-        for bindings in found.values():
-            bindings.sort(key=lambda b: b.at)
-        return found
 
 
 # Methods that keep what a tensor is (a boolean tensor stays boolean after `.view`).
@@ -459,34 +460,30 @@ def _parameter_kinds(function: ast.AST, aliases: ImportTable) -> dict[str, str |
     return {a.arg: _annotation_kind(a.annotation, aliases) for a in every}
 
 
-def _bindings_of(function: ast.AST) -> Iterator[tuple[str, _Binding]]:
-    """Every name the function body binds, with what and from where (nested scopes left out)."""
-    stack: list[ast.AST] = list(reversed(getattr(function, "body", [])))
-    while stack:
-        node = stack.pop()
-        cls = node.__class__
-        if cls in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
-            continue
-        if cls is ast.Assign:
-            at = _end(node)
-            for target in node.targets:  # type: ignore[attr-defined]
-                yield from _targets(target, node.value, at)  # type: ignore[attr-defined]
-        elif cls is ast.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
+def _bindings_of(node: ast.AST, parent: ast.AST | None) -> Iterator[tuple[str, _Binding]]:
+    """The names one node binds, with what and from where."""
+    cls = node.__class__
+    if cls is ast.Assign:
+        at = _end(node)
+        for target in node.targets:  # type: ignore[attr-defined]
+            yield from _targets(target, node.value, at)  # type: ignore[attr-defined]
+    elif cls is ast.AnnAssign:
+        if node.value is not None:  # type: ignore[attr-defined]
             yield from _targets(node.target, node.value, _end(node))  # type: ignore[attr-defined]
-        elif cls is ast.NamedExpr:
-            yield node.target.id, _Binding(_end(node), node.value, False, None)  # type: ignore[attr-defined]
-        elif cls in (ast.For, ast.AsyncFor):
-            target = node.target  # type: ignore[attr-defined]
-            if isinstance(target, ast.Name):
-                yield target.id, _Binding(_end(node.iter), node.iter, True, None)  # type: ignore[attr-defined]
-        elif cls in (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp):
-            span = (_start(node), _end(node))
-            for generator in node.generators:  # type: ignore[attr-defined]
-                if isinstance(generator.target, ast.Name):
-                    yield generator.target.id, _Binding(_end(generator.iter), generator.iter, True, span)
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.stmt | ast.expr | ast.comprehension | ast.excepthandler | ast.match_case):
-                stack.append(child)
+    elif cls is ast.NamedExpr:
+        yield node.target.id, _Binding(_end(node), node.value, False, None)  # type: ignore[attr-defined]
+    elif cls in (ast.For, ast.AsyncFor):
+        target = node.target  # type: ignore[attr-defined]
+        if isinstance(target, ast.Name):
+            yield target.id, _Binding(_end(node.iter), node.iter, True, None)  # type: ignore[attr-defined]
+    elif cls is ast.comprehension and parent is not None:
+        target = node.target  # type: ignore[attr-defined]
+        if isinstance(target, ast.Name):
+            span = (_start(parent), _end(parent))
+            yield target.id, _Binding(_end(node.iter), node.iter, True, span)  # type: ignore[attr-defined]
+
+
+BINDERS = frozenset({ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension})
 
 
 def _targets(target: ast.AST, value: ast.AST, at: _Position) -> Iterator[tuple[str, _Binding]]:
