@@ -296,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"neuron-migrate: {problem}", file=sys.stderr)
     if args.show_fixes and fixing:
         print(output.fixes_applied(reports), end="", file=sys.stderr)
-    noqa_added = sum(r.noqa_added for r in reports)
+    noqa_added = sum(r.noqa_added for r in reports) if args.add_noqa else None
     if not args.quiet and args.paths != ["-"]:
         print(
             output.summary(reports, fixing=fixing, diff=args.diff, noqa_added=noqa_added),

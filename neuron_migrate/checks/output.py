@@ -332,7 +332,9 @@ def as_github(reports: Sequence[FileReport]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def summary(reports: Sequence[FileReport], *, fixing: bool, diff: bool, noqa_added: int = 0) -> str:
+def summary(
+    reports: Sequence[FileReport], *, fixing: bool, diff: bool, noqa_added: int | None = None
+) -> str:
     """The closing line(s) for stderr: counts of findings and of the files that have them."""
     remaining = sum(len(r.diagnostics) for r in reports)
     fixed = sum(r.fixes_applied for r in reports)
@@ -341,7 +343,7 @@ def summary(reports: Sequence[FileReport], *, fixing: bool, diff: bool, noqa_add
     errors = sum(1 for r in reports if r.error)
     files = len(reports)
     with_findings = sum(1 for r in reports if r.diagnostics or r.fixes_applied)
-    if noqa_added:
+    if noqa_added is not None:  # --add-noqa
         head = f"Added {plural(noqa_added, 'noqa directive')} ({plural(files, 'file')} checked)."
     elif diff:
         changed = sum(1 for r in reports if r.changed)
@@ -353,9 +355,9 @@ def summary(reports: Sequence[FileReport], *, fixing: bool, diff: bool, noqa_add
         head += f" ({files} checked"
         head += f"; {fixed} fixed, {remaining} remaining)." if fixing else ")."
     lines = [head]
-    if not diff and not fixing and safe and not noqa_added:
+    if not diff and not fixing and safe and noqa_added is None:
         lines.append(f"[*] {safe} fixable with `--fix`.")
-    if not diff and unsafe and not fixing and not noqa_added:
+    if not diff and unsafe and not fixing and noqa_added is None:
         lines.append(f"{unsafe} more fixable with `--fix --unsafe-fixes`.")
     if errors:
         lines.append(f"{errors} file{'s' if errors != 1 else ''} could not be checked.")
