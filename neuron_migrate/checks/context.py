@@ -111,11 +111,22 @@ MODULE = Place(Region.OTHER, "outside forward, compiled functions and training s
 COMPILED_NAMES = re.compile(r"forward|_?forward_\w+")
 STEP_NAMES = re.compile(r"\w*_step|compute_loss|_compute_loss\w*|compute_\w*_loss")
 # Eager orchestration a training step calls that is not on its gradient path: generation
-# rounds, reward scoring, logging, decoding to text, checkpoints.
-ORCHESTRATION_NAMES = re.compile(
-    r"(?i)_*(\w*generat\w*|\w*reward\w*|\w*scor(e|ing)\w*|\w*log\w*|\w*metric\w*|\w*decod\w*|"
-    r"\w*print\w*|\w*save\w*|\w*callback\w*|\w*evaluat\w*|\w*rollout\w*|\w*tool\w*|\w*sampl\w*)"
+# rounds, reward scoring, logging, decoding to text, checkpoints. Matched word by word
+# (`_get_per_token_logps` is no logging, `decoder_forward` no decoding).
+ORCHESTRATION_WORDS = frozenset(
+    {
+        *("generate", "generation", "rollout", "rollouts", "sample", "sampling", "decode"),
+        *("reward", "rewards", "score", "scores", "scoring", "judge", "tool", "tools"),
+        *("log", "logs", "logging", "metric", "metrics", "print", "report", "save", "checkpoint"),
+        *("callback", "callbacks", "evaluate", "evaluation", "eval", "profile", "profiling"),
+    }
 )
+
+
+def orchestration(name: str) -> bool:
+    return any(word in ORCHESTRATION_WORDS for word in name.lower().split("_"))
+
+
 DATA_NAMES = re.compile(
     r"_?(collate|preprocess|prepare_(data|dataset|batch|features|train|validation|inputs_for_training)|"
     r"tokeniz|encode|load|build_dataset|get_dataset|make_dataset|create_dataset|group_texts|"
@@ -201,9 +212,9 @@ class Places:
             function, owner = hot.pop()
             start, end = self.span(function)
             region = self.by_node[id(function)].region
-            caller = self._roots.get(id(function)) or self.by_node[id(function)].label.removeprefix(
-                "in "
-            ).split(", ")[0]
+            caller = self._roots.get(id(function)) or (
+                self.by_node[id(function)].label.removeprefix("in ").split(", ")[0].split(": ")[0]
+            )
             callees: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str, ast.ClassDef | None]] = []
             if owner is not None:
                 for match in _SELF_CALL.finditer(text, start, end):
@@ -250,7 +261,7 @@ class Places:
             place = Place(Region.COMPILED, f"in `{name}`, called from {caller}, traced when compiled")
         elif current is not None and current.region is Region.OTHER:
             return False  # orchestration already
-        elif ORCHESTRATION_NAMES.fullmatch(name):
+        elif orchestration(name):
             place = Place(
                 Region.OTHER,
                 f"in `{name}`, eager orchestration called from {caller}, not on the compiled or gradient path",
