@@ -1,7 +1,9 @@
 """Checks one source text: prefilter, parse with `ast`, one walk for all rules, suppressions, fixes.
 
 The cheap steps come first: a file that mentions none of the gate strings (torch, cuda, xla,
-transformers, ...) cannot match any rule and is not even parsed. All rules share a single walk of
+transformers, ...) cannot match any rule and is not even parsed; the rules that run on a file
+are those whose trigger strings it holds and that can report at the chosen severity there (a
+rule that weighs by place needs code that can be hot). All rules share a single walk of
 the tree, dispatched by callee name, keyword, attribute name or node type. Fixes are text edits at `ast`
 positions; they are applied in passes until nothing more applies, and the result of every pass
 must parse, or the file is left as it was.
@@ -106,6 +108,32 @@ def _children(cls: type) -> tuple[str, ...]:
 
 def passes_gate(text: str) -> bool:
     return any(marker in text for marker in GATE)
+
+
+# Code becomes hot (compiled, or run every step) only through these words: `forward`, a
+# `torch.compile` (or `_dynamo.optimize`), a `*_step`/`compute_loss` function, a training loop.
+HOT_MARKERS = ("forward", "compile", "optimize", "_step", "_loss", ".backward(", ".step(")
+
+
+def applicable_rules(text: str, options: CheckOptions) -> list[type[Rule]]:
+    """The enabled rules that can find something at the chosen severity in this text: their
+    trigger strings occur, and (for rules that weigh by place) some code can be hot."""
+    enabled = options.enabled()
+    hot = any(marker in text for marker in HOT_MARKERS)
+    chosen = []
+    for rule in all_rules():
+        if rule.code not in enabled:
+            continue
+        if rule.contextual and rule.quiet_when_cold and not hot:
+            most = Severity.INFO
+        else:
+            most = max(rule.severity, rule.eager_severity) if rule.contextual else rule.severity
+        if most < options.min_severity:
+            continue
+        triggers = rule.triggers()
+        if triggers is None or any(t in text for t in triggers):
+            chosen.append(rule)
+    return chosen
 
 
 class Walker:
@@ -295,6 +323,7 @@ def _check(
     text: str, path: str, options: CheckOptions
 ) -> tuple[list[Diagnostic], str | None, bool]:
     enabled = options.enabled()
+    chosen = applicable_rules(text, options)
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -302,11 +331,7 @@ def _check(
     except (ValueError, RecursionError, MemoryError) as exc:
         return [], f"{path}:1:1: cannot parse: {exc}", True
     ctx = FileContext(path, text, tree, options.target, enabled)
-    rules = [
-        rule(ctx)
-        for rule in all_rules()
-        if rule.code in enabled and (not rule.requires or any(r in text for r in rule.requires))
-    ]
+    rules = [rule(ctx) for rule in chosen]
     walker = Walker(ctx, rules)
     limit = sys.getrecursionlimit()
     try:

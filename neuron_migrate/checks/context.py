@@ -1,9 +1,11 @@
-"""What a rule sees of the file being checked: positions, import aliases, and where a node sits.
+"""What a rule sees of the file being checked: positions, import aliases, what values are, and
+where a node sits.
 
 Everything here is built from the stdlib `ast` and plain text scans (no LibCST metadata), so a
 check costs little more than the parse. "Where" is the point of the module: `.item()` inside
-`forward`, a compiled function or a training-loop body is a graph break or a host sync on every
-step; the same call in data preparation is harmless, and the severity says so.
+`forward` or a function given to `torch.compile` (and what they call) is a graph break; in the
+eager code of a training step it is a host sync every step; in data preparation, generation
+rounds, reward scoring or logging it is harmless, and the severity says so.
 """
 
 from __future__ import annotations

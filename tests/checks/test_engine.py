@@ -149,6 +149,19 @@ def test_files_outside_the_gate_are_not_parsed() -> None:
     )
 
 
+def test_rules_skipped_for_lack_of_triggers_would_find_nothing() -> None:
+    """Each rule's own examples: running every rule gives what running the applicable ones does."""
+    from neuron_migrate.checks.checker import applicable_rules
+    from neuron_migrate.checks.rules import all_rules
+
+    for rule in all_rules():
+        for case in (*rule.VALID, *(c.code for c in rule.INVALID)):
+            for options in (CheckOptions(), ALL):
+                found = {d.code for d in check_source(case, "t.py", options).diagnostics}
+                chosen = {r.code for r in applicable_rules(case, options)}
+                assert found - {"NM900"} <= chosen, (rule.code, case)
+
+
 def test_overlapping_fixes_wait_for_the_next_pass() -> None:
     first = Diagnostic("NM1", "a", 1, 1, 1, 2, fix=Fix((Edit(0, 3, "AAA"),), "safe", "a"))
     second = Diagnostic("NM2", "b", 1, 2, 1, 3, fix=Fix((Edit(1, 2, "B"),), "safe", "b"))

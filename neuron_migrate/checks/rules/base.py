@@ -70,6 +70,8 @@ class Rule:
     # With `contextual`: the severity in eager code that runs every step (a training step or
     # loop body). Graph breaks and dynamic shapes cost nothing there; host syncs and dtypes do.
     eager_severity: ClassVar[Severity] = Severity.INFO
+    # With `contextual`: False when the rule may report above info outside hot code too.
+    quiet_when_cold: ClassVar[bool] = True
     graph_breaks: ClassVar[tuple[str, ...]] = ()  # the PyTorch graph-break ids it predicts
     # For rules that look at common nodes (every call, every function): the rule runs on a file
     # only if one of these strings occurs in it. Empty: always (dispatch is cheap).
@@ -110,6 +112,16 @@ class Rule:
         start: int | None = None,
     ) -> None:
         self.ctx.report(self, node, message, fix=fix, severity=severity, start=start)
+
+    @classmethod
+    def triggers(cls) -> tuple[str, ...] | None:
+        """Strings one of which a file must hold for the rule to find anything in it: `requires`,
+        else the names it is dispatched on; None when it visits every node of some kind."""
+        if cls.requires:
+            return cls.requires
+        if cls.nodes:
+            return None
+        return tuple(sorted({*cls.calls, *cls.keywords, *cls.attributes}))
 
     @classmethod
     def url(cls) -> str | None:

@@ -44,6 +44,7 @@ class Float64(Rule):
     summary = "float64 is downcast to float32 on Neuron"
     contextual = True
     eager_severity = Severity.WARNING  # eager ops downcast float64 too
+    quiet_when_cold = False  # `torch.set_default_dtype(torch.float64)` counts anywhere
     attributes = frozenset({"float64", "double"})
     calls = frozenset({"double"})
     VALID = (

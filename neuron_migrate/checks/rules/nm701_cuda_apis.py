@@ -100,6 +100,7 @@ class CudaApis(Rule):
     summary = "CUDA-only device APIs"
     calls = frozenset({"cuda", "device", "to", "autocast"})
     keywords = DEVICE_KEYWORDS
+    requires = ("cuda", "cudnn")  # every finding names one
     attributes = frozenset({"cuda", "cudnn"})
     VALID = (
         "import torch\n\nif torch.accelerator.is_available():\n    model = model.to('neuron')\n",
