@@ -157,6 +157,12 @@ class Values:
                 return base
             if base == READ:
                 return READ
+            inner = node.value  # type: ignore[attr-defined]
+            if base == PYTHON and (
+                (isinstance(inner, ast.Attribute) and inner.attr == "shape")
+                or (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "size")
+            ):
+                return PYTHON  # `x.shape[0]`: a dimension
             return None
         if cls is ast.BinOp:
             left = self.kind(node.left, function, depth + 1)  # type: ignore[attr-defined]
