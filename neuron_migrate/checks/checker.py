@@ -143,8 +143,22 @@ class Walker:
     locals and never descends into nodes no rule can use (names, constants, operators).
     """
 
-    def __init__(self, ctx: FileContext, rules: list[Rule]) -> None:
+    def __init__(self, ctx: FileContext, rules: list[Rule], skip_cold: bool = False) -> None:
         self.ctx = ctx
+        # With `skip_cold`, the body of a function that is not hot is not walked when nothing in
+        # its text could be reported there: no trigger of a rule that reports outside hot code
+        # too, no word that makes code hot (a nested `forward`, a training loop), no import.
+        anywhere: list[str] = []
+        for rule in rules:
+            if rule.contextual and rule.quiet_when_cold:
+                continue
+            triggers = rule.triggers()
+            if triggers is None:
+                skip_cold = False
+                break
+            anywhere += triggers
+        self.skip_cold = skip_cold
+        self.anywhere = tuple(sorted(set(anywhere)))
         calls: dict[str, list[Rule]] = defaultdict(list)
         keywords: dict[str, list[Rule]] = defaultdict(list)
         attributes: dict[str, list[Rule]] = defaultdict(list)
@@ -290,12 +304,27 @@ class Walker:
                 if node.body.__class__ not in leaves:  # type: ignore[attr-defined]
                     walk(node.body)  # type: ignore[attr-defined]
                 return
-            ctx.enter_function(node)
+            place = ctx.enter_function(node)
             ctx.functions.append(node)
-            for child in node.body:  # type: ignore[attr-defined]
-                walk(child)
+            if not (skip_cold and not place.hot and inert(node)):
+                for child in node.body:  # type: ignore[attr-defined]
+                    walk(child)
             ctx.functions.pop()
             ctx.place = previous
+
+        text = ctx.text
+        anywhere = self.anywhere
+        skip_cold = self.skip_cold
+        span = ctx.places.span
+
+        def inert(function: ast.AST) -> bool:
+            start, end = span(function)
+            body = text[start:end]
+            return not (
+                "import" in body
+                or any(marker in body for marker in HOT_MARKERS)
+                or any(trigger in body for trigger in anywhere)
+            )
 
         return walk
 
@@ -332,7 +361,11 @@ def _check(
         return [], f"{path}:1:1: cannot parse: {exc}", True
     ctx = FileContext(path, text, tree, options.target, enabled)
     rules = [rule(ctx) for rule in chosen]
-    walker = Walker(ctx, rules)
+    audits_suppressions = suppressions.UNUSED_CODE in enabled and "NM" in text and bool(
+        suppressions.may_have_suppressions(text)
+    )
+    skip_cold = options.min_severity > Severity.INFO and not audits_suppressions
+    walker = Walker(ctx, rules, skip_cold)
     limit = sys.getrecursionlimit()
     try:
         sys.setrecursionlimit(max(limit, 20_000))
