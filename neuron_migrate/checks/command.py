@@ -152,8 +152,9 @@ def options_for(args: argparse.Namespace, config: configuration.Config, path: Pa
     codes = resolve_selection(config.select_for(known_codes()), config.ignores_for(path))
     if args.select is not None or args.ignore:
         codes = resolve_selection(args.select, tuple(args.ignore), base=codes)
-    if args.extend_select:
-        codes = codes | resolve_selection(tuple(args.extend_select), tuple(args.ignore))
+    extend = getattr(args, "extend_select", ())  # callers that build their own namespace
+    if extend:
+        codes = codes | resolve_selection(tuple(extend), tuple(args.ignore))
     severity = args.min_severity or config.min_severity or "warning"
     return CheckOptions(
         codes=codes,
