@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import re
 import sys
@@ -55,12 +56,12 @@ def _uses_old_stack(text: str) -> bool:
     return bool(table.names_under(OLD_STACK_PACKAGES)) or bool(OLD_STACK_TEXT.search(text))
 
 
-def judge(path: Path) -> Outcome:
+def judge(path: Path, rewrite: bool = True) -> Outcome:
     try:
         source = read_source(path)
     except SourceError as exc:
         return Outcome(str(path), "error", str(exc))
-    outcome = _judge_rewrite(path, source.text)
+    outcome = _judge_rewrite(path, source.text) if rewrite else Outcome(str(path), "not-rewritten")
     try:
         report = check_source(source.text, str(path), CheckOptions(fix=True, unsafe_fixes=True))
     except Exception:
@@ -119,11 +120,12 @@ class Summary:
     imports: dict[str, int] = field(default_factory=dict)  # both | neither | fixed-only | broken
 
 
-# Imports one module twice, as installed and with the fixed text in its place; prints a verdict.
+# Imports modules twice each, as installed and with the fixed text in their place; one verdict
+# (a JSON line) per module. Torch and friends are imported once for a whole batch.
 _IMPORT_BOTH = r"""
 import importlib, importlib.abc, importlib.util, json, sys
-name, fixed_path = sys.argv[1], sys.argv[2]
-def load():
+pairs = json.load(open(sys.argv[1], encoding="utf-8"))
+def load(name):
     for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
         del sys.modules[key]
     try:
@@ -131,11 +133,10 @@ def load():
         return None
     except BaseException as exc:
         return f"{type(exc).__name__}: {exc}"[:300]
-before = load()
-fixed = open(fixed_path, encoding="utf-8").read()
 class Fixed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    name, text = "", ""
     def find_spec(self, fullname, path, target=None):
-        if fullname != name:
+        if fullname != self.name:
             return None
         for finder in sys.meta_path[1:]:
             find = getattr(finder, "find_spec", None)
@@ -144,14 +145,23 @@ class Fixed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 break
         else:
             return None
-        return importlib.util.spec_from_file_location(fullname, original.origin, loader=self, submodule_search_locations=original.submodule_search_locations)
+        return importlib.util.spec_from_file_location(
+            fullname, original.origin, loader=self,
+            submodule_search_locations=original.submodule_search_locations,
+        )
     def create_module(self, spec):
         return None
     def exec_module(self, module):
-        exec(compile(fixed, module.__spec__.origin, "exec"), module.__dict__)
-sys.meta_path.insert(0, Fixed())
-after = load()
-print(json.dumps({"before": before, "after": after}))
+        exec(compile(self.text, module.__spec__.origin, "exec"), module.__dict__)
+fixed = Fixed()
+for name, path in pairs:
+    fixed.name = ""
+    before = load(name)
+    fixed.name, fixed.text = name, open(path, encoding="utf-8").read()
+    sys.meta_path.insert(0, fixed)
+    after = load(name)
+    sys.meta_path.remove(fixed)
+    print(json.dumps({"name": name, "before": before, "after": after}), flush=True)
 """
 
 
@@ -167,58 +177,75 @@ def _module_name(path: Path, root: Path) -> str | None:
     return ".".join(parts)
 
 
-def import_fixed(outcomes: list[Outcome], root: Path, summary: Summary) -> None:
-    """Import each safely fixed module as installed and as fixed, in a fresh interpreter."""
+def import_fixed(outcomes: list[Outcome], root: Path, summary: Summary, batch: int = 40) -> None:
+    """Import each safely fixed module as installed and as fixed, a batch per fresh interpreter."""
     import os
     import subprocess
     import tempfile
 
+    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
+    todo: list[tuple[str, Outcome]] = []
     for outcome in outcomes:
         if outcome.safe_fixed is None:
             continue
         summary.safe_fixed += 1
-        name = _module_name(Path(outcome.path), Path(sysconfig.get_paths()["purelib"])) or _module_name(
-            Path(outcome.path), root
-        )
-        if name is None:
-            continue
-        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as handle:
-            handle.write(outcome.safe_fixed)
-        try:
-            result = subprocess.run(
-                [sys.executable, "-c", _IMPORT_BOTH, name, handle.name],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                env={**os.environ, "HF_HUB_OFFLINE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
-            )
-            verdict = json.loads(result.stdout.strip().splitlines()[-1])
-        except (subprocess.TimeoutExpired, ValueError, IndexError):
-            verdict = {"before": "did not finish", "after": "did not finish"}
-        finally:
-            os.unlink(handle.name)
-        before, after = verdict["before"], verdict["after"]
-        kind = (
-            "both" if before is None and after is None
-            else "broken" if before is None
-            else "fixed-only" if after is None
-            else "neither"
-        )
-        summary.imports[kind] = summary.imports.get(kind, 0) + 1
-        if kind == "broken":
-            outcome.check = "import-broken"
-            outcome.detail += f"imports as installed, not once fixed: {after}"
-            summary.failures.append(outcome)
+        path = Path(outcome.path).resolve()
+        name = _module_name(path, purelib) or _module_name(path, root.resolve())
+        if name is not None:
+            todo.append((name, outcome))
+    with tempfile.TemporaryDirectory() as scratch:
+        for first in range(0, len(todo), batch):
+            chunk = todo[first : first + batch]
+            pairs = []
+            for index, (name, outcome) in enumerate(chunk):
+                fixed = Path(scratch) / f"{first + index}.py"
+                fixed.write_text(outcome.safe_fixed or "", encoding="utf-8")
+                pairs.append((name, str(fixed)))
+            listing = Path(scratch) / "pairs.json"
+            listing.write_text(json.dumps(pairs), encoding="utf-8")
+            try:
+                result = subprocess.run(
+                    [sys.executable, "-c", _IMPORT_BOTH, str(listing)],
+                    capture_output=True,
+                    text=True,
+                    timeout=1200,
+                    env={**os.environ, "HF_HUB_OFFLINE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+                )
+                lines = result.stdout.splitlines()
+            except subprocess.TimeoutExpired:
+                lines = []
+            verdicts = {}
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a module's own print
+                if isinstance(record, dict) and "name" in record:
+                    verdicts[record["name"]] = record
+            for name, outcome in chunk:
+                verdict = verdicts.get(name, {"before": "did not finish", "after": "did not finish"})
+                before, after = verdict["before"], verdict["after"]
+                kind = (
+                    "both" if before is None and after is None
+                    else "broken" if before is None
+                    else "fixed-only" if after is None
+                    else "neither"
+                )
+                summary.imports[kind] = summary.imports.get(kind, 0) + 1
+                if kind == "broken":
+                    outcome.check = "import-broken"
+                    outcome.detail += f"imports as installed, not once fixed: {after}"
+                    summary.failures.append(outcome)
 
 
 FAILING = ("crash", "invalid", "changed-unrelated", "unstable")
 
 
-def run(root: Path, jobs: int = 2, imports: bool = True) -> Summary:
+def run(root: Path, jobs: int = 2, imports: bool = True, rewrite: bool = True) -> Summary:
     files = sorted(p for p in root.rglob("*.py") if p.is_file())
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        outcomes = list(pool.map(judge, files, chunksize=64))
+        outcomes = list(pool.map(functools.partial(judge, rewrite=rewrite), files, chunksize=64))
     summary = Summary(files=len(files), seconds=time.perf_counter() - start)
     for outcome in outcomes:
         summary.counts[outcome.status] = summary.counts.get(outcome.status, 0) + 1
@@ -242,8 +269,9 @@ def main() -> int:
     parser.add_argument(
         "--no-imports", action="store_true", help="skip importing the files the safe fixes change"
     )
+    parser.add_argument("--check-only", action="store_true", help="skip the rewrite half")
     args = parser.parse_args()
-    summary = run(args.root, args.jobs, imports=not args.no_imports)
+    summary = run(args.root, args.jobs, imports=not args.no_imports, rewrite=not args.check_only)
     print(f"{summary.files} files under {args.root} in {summary.seconds:.1f} s")
     for status, count in sorted(summary.counts.items()):
         print(f"  {status:18} {count}")
