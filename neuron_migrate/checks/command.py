@@ -43,7 +43,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "check",
         help="lint for static-shape hazards and unsupported ops (and fix the safe ones)",
         description="Point at the lines that will recompile, break graphs, sync the host or fail on "
-        "Trainium's static-shape compiler. Findings print as `path:line:col: CODE message`; "
+        "Trainium's static-shape compiler. Findings print as `path:line:col: CODE severity: message`; "
         "`[*]` marks those `--fix` can fix. Settings come from [tool.neuron-migrate] in the "
         "nearest pyproject.toml above each file.",
         epilog="Exit status: 0 no findings (or all fixed); 1 findings remain, or --diff has fixes "
