@@ -311,23 +311,21 @@ class CpuParallelismConfig(accelerate.ParallelismConfig):
 '''
 
 RUN_AND_REPORT = '''\
-"""Run a migrated training script; rank 0 prints each step's loss and the model's tp_size."""
+"""Run a migrated training script; rank 0 prints each step's loss and the model's tp_size and
+dp_size (the data-parallel ranks its `DistributedConfig` forms)."""
 import os
 import runpy
 import sys
 
+import accelerate
 import transformers
 
 from cpu_tensor_parallel import CpuParallelismConfig
 
-post_init = transformers.TrainingArguments.__post_init__
-
-
-def __post_init__(self):
-    post_init(self)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and self.parallelism_config is None:
-        self.parallelism_config = CpuParallelismConfig()
-
+# The Trainer builds `ParallelismConfig(tp_size=..., dp_shard_size=...)` from the sharded model
+# itself; the sizes must be given to the constructor, which is where the device mesh that splits
+# the batches between data-parallel ranks takes them from.
+accelerate.ParallelismConfig = CpuParallelismConfig
 
 train = transformers.Trainer.train
 
@@ -339,10 +337,11 @@ def train_and_report(self, *args, **kwargs):
             if "loss" in entry:
                 print(f"step {entry['step']} loss {entry['loss']:.7f}", flush=True)
         print(f"tp_size {getattr(self.model, 'tp_size', None) or 1}", flush=True)
+        distributed = getattr(self.model.config, "distributed_config", None)
+        print(f"dp_size {getattr(distributed, 'dp_size', None) or 1}", flush=True)
     return result
 
 
-transformers.TrainingArguments.__post_init__ = __post_init__
 transformers.Trainer.train = train_and_report
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -49,7 +49,8 @@ def test_distributed_config_fields() -> None:
 
     fields = {f.name for f in dataclasses.fields(DistributedConfig)}
     assert {"tp_size", "pp_size", "enable_sequence_parallel", "fsdp_size", "ep_size"} <= fields
-    DistributedConfig(tp_size=1, pp_size=1, enable_sequence_parallel=True)  # the helper's call
+    # The helper's call, with the data-parallel remainder of 4 processes at TP=2.
+    DistributedConfig(tp_size=2, pp_size=1, fsdp_size=4 // 2, enable_sequence_parallel=True)
 
 
 def test_from_pretrained_keywords() -> None:

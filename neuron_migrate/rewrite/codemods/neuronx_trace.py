@@ -51,6 +51,10 @@ TRACE_OPTIONS = (
 )
 DATA_PARALLEL = ("torch_neuronx.DataParallel", "torch_neuronx.xla_impl.data_parallel.DataParallel")
 DYNAMIC_BATCH = ("torch_neuronx.dynamic_batch",)
+# A comment above a rewritten `torch.jit.save`/`torch.jit.load` that speaks of TorchScript gets
+# this tail: what the file holds is the weights now.
+TORCHSCRIPT_WORD = re.compile(r"torch ?script", re.IGNORECASE)
+WEIGHTS_NOW = " (its weights now: a compiled model is no TorchScript file)"
 LOAD_TODO = "a compiled model cannot be loaded from a file: rebuild the model from its class, `load_state_dict(torch.load(path))` with weights saved by `torch.save(model.state_dict(), path)`, then `torch.compile(model, dynamic=False)`"
 TENSOR_FACTORIES = (
     "torch.rand",
@@ -233,6 +237,7 @@ class NeuronxTrace(Codemod):
         self._traced_names: set[str] = set()  # names some `torch_neuronx.trace` result is bound to
         self._scripted: set[str] = set()  # names bound to TorchScript modules (`torch.jit.script`)
         self._discarded: cst.BaseExpression | None = None  # the value of the expression statement
+        self._saved_as_weights = False  # the statement being left saves or loads weights now
 
     def visit_Module(self, node: cst.Module) -> None:
         try:
@@ -256,6 +261,23 @@ class NeuronxTrace(Codemod):
 
     def visit_Expr(self, node: cst.Expr) -> None:
         self._discarded = node.value
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        """`# Save the TorchScript ...` above a save that now writes the weights: say so."""
+        if not self._saved_as_weights:
+            return updated_node
+        self._saved_as_weights = False
+        lines = [
+            line.with_changes(comment=cst.Comment(f"{line.comment.value}{WEIGHTS_NOW}"))
+            if line.comment is not None
+            and TORCHSCRIPT_WORD.search(line.comment.value)
+            and WEIGHTS_NOW not in line.comment.value
+            else line
+            for line in updated_node.leading_lines
+        ]
+        return updated_node.with_changes(leading_lines=lines)
 
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
@@ -347,6 +369,7 @@ class NeuronxTrace(Codemod):
                 self.ctx.insert_before(
                     stmt(f"{source}.load_state_dict({torch}.load({code_of(path.value)}))\n")
                 )
+                self._saved_as_weights = True
                 return updated_node.with_changes(value=cst.parse_expression(self._compile(source)))
             if self.ctx.facts.uses("torch_neuronx"):
                 self.todo(LOAD_TODO)
@@ -437,6 +460,7 @@ class NeuronxTrace(Codemod):
             )
             return call
         self._saved[code_of(path)] = (source, self._place(source))
+        self._saved_as_weights = True
         self.changed(
             "saving the traced model -> `torch.save(model.state_dict(), path)` (a compiled model is not a file)"
         )

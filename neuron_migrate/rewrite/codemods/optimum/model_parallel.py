@@ -34,12 +34,55 @@ class ModelParallelArguments:
     disable_sequence_parallel: bool = False
 
     def to_distributed_config(self):
+        model_parallel_size = self.tensor_parallel_size * self.pipeline_parallel_size
+        if model_parallel_size == 1:
+            return None  # nothing to shard: the Trainer runs the data parallelism itself
         return {DistributedConfig}(
             tp_size=self.tensor_parallel_size,
             pp_size=self.pipeline_parallel_size,
+            {remainder_comment}
+            fsdp_size={world_size} // model_parallel_size,
             enable_sequence_parallel=not self.disable_sequence_parallel,
         )
 '''
+# Above the `fsdp_size=` of a sharded model's `DistributedConfig`.
+REMAINDER_COMMENT = "# The processes beyond tp_size * pp_size train as data parallelism, as on optimum-neuron."
+
+
+def data_parallel_size(world_size: str, sizes: list[str]) -> str | None:
+    """The `fsdp_size=` source of a model sharded `tp_size * pp_size` ways, or None (unsharded).
+
+    optimum-neuron ran the model on each group of `tp * pp` processes and used the groups as data
+    parallelism; a `DistributedConfig` mesh must cover the world (`initialize_distributed_mesh`
+    raises otherwise), and transformers 5.23 forms its data-parallel dimension as FSDP2 over
+    `fsdp_size`, which averages the gradients over it as data parallelism did.
+    """
+    factors: list[str] = []
+    product = 1
+    for size in sizes:
+        try:
+            value = ast.literal_eval(size)
+        except (ValueError, SyntaxError):
+            value = None
+        if isinstance(value, int):
+            product *= value
+        else:
+            factors.append(size if _atomic(size) else f"({size})")
+    if product != 1 or not factors:
+        factors.insert(0, str(product))
+    if factors == ["1"]:
+        return None
+    divisor = factors[0] if len(factors) == 1 else f"({' * '.join(factors)})"
+    return f"{world_size} // {divisor}"
+
+
+def _atomic(source: str) -> bool:
+    """Can `source` take an operator's operand without parentheses?"""
+    try:
+        node = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return False
+    return isinstance(node, ast.Name | ast.Attribute | ast.Call | ast.Subscript | ast.Constant)
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,11 @@ from neuron_migrate.rewrite.codemods.optimum.fields import (
 from neuron_migrate.rewrite.codemods.optimum.model_parallel import (
     PARALLEL_ARGUMENTS,
     PLACEMENT_KEYWORDS,
+    REMAINDER_COMMENT,
     Qualifier,
     Scope,
     ShardedLoad,
+    data_parallel_size,
     enclosing_functions,
     forwarded_to,
     is_default_size,
@@ -152,6 +154,8 @@ class _TrainingFacts:
     argument_dicts: dict[str, str] = field(default_factory=dict)
     # names handed to optimum-neuron API that no codemod rewrites -> that API, as written
     to_unmigrated: dict[str, str] = field(default_factory=dict)
+    # a `TrainingNeuronConfig` here may shard a model with tensor parallelism
+    sharded_by_config: bool = False
 
 
 def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
@@ -177,6 +181,10 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
             for value in [*n.args, *(k.value for k in n.keywords)]:
                 if isinstance(value, ast.Name):
                     facts.to_unmigrated.setdefault(value.id, ast.unparse(n.func))
+    facts.sharded_by_config = any(
+        isinstance(n, ast.Call) and qualified(n.func) in TRN_CONFIG_CLASS and _may_shard(n)
+        for n in all_nodes(tree)
+    )
     parsers = _parser_indexes(tree, qualified)
     facts.parsed = _parsed_arguments(tree, qualified, parsers)
     for n in all_nodes(tree):
@@ -342,8 +350,11 @@ class OptimumTraining(RenamingCodemod):
     `optimum.neuron.models.training`) becomes `AutoModelForCausalLM`, and its `trn_config`
     argument becomes `distributed_config=DistributedConfig(tp_size=..., pp_size=...,
     enable_sequence_parallel=...)` built from `tensor_parallel_size`, `pipeline_parallel_size`
-    and `disable_sequence_parallel`. A plain transformers model that a Neuron trainer trains gets
-    the same `distributed_config` in its `from_pretrained`, the only place where transformers
+    and `disable_sequence_parallel`, with `fsdp_size=WORLD_SIZE // (tp_size * pp_size)`:
+    optimum-neuron trained the processes beyond the model-parallel ones as data parallelism, and a
+    `DistributedConfig` mesh must cover every process (beside pipeline parallelism, which
+    transformers cannot combine with data parallelism, a TODO says so). A plain transformers
+    model that a Neuron trainer trains gets the same `distributed_config` in its `from_pretrained`, the only place where transformers
     shards a model. When those flags come from the command line, a small
     `ModelParallelArguments` dataclass joins the parser so the same flags keep working, and is
     passed on to the function that loads the model when that function is called once.
@@ -373,13 +384,19 @@ class OptimumTraining(RenamingCodemod):
 
     ## Use instead
     ```python
+    import os
+
     from transformers import AutoModelForCausalLM
     from transformers.distributed import DistributedConfig
     from trl import SFTConfig, SFTTrainer
 
+    WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
+
     # TODO(neuron-migrate NM020): `zero_1=True`: ZeRO-1 optimizer-state sharding has no ...
     args = SFTConfig(output_dir="out")
-    model = AutoModelForCausalLM.from_pretrained(model_id, distributed_config=DistributedConfig(tp_size=2), dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_id, distributed_config=DistributedConfig(tp_size=2, fsdp_size=WORLD_SIZE // 2), dtype=torch.bfloat16
+    )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset)
     ```
     `--target neuron` also turns on `torch_compile=True` (the old stack compiled every step)
@@ -671,6 +688,9 @@ class OptimumTraining(RenamingCodemod):
             parts.append(f"tp_size={code_of(kwargs['tensor_parallel_size'])}")
         if "pipeline_parallel_size" in kwargs:
             parts.append(f"pp_size={code_of(kwargs['pipeline_parallel_size'])}")
+        remainder = self._data_parallel(kwargs)
+        if remainder is not None:
+            parts.append(f"fsdp_size={remainder}")
         if "disable_sequence_parallel" in kwargs:
             value = kwargs["disable_sequence_parallel"]
             flag = literal(value)
@@ -679,6 +699,21 @@ class OptimumTraining(RenamingCodemod):
             elif flag is ...:
                 parts.append(f"enable_sequence_parallel=not {code_of(value)}")
         return cst.parse_expression(f"{cls}({', '.join(parts)})")
+
+    def _data_parallel(self, kwargs: dict[str, cst.BaseExpression]) -> str | None:
+        """The `fsdp_size` of the processes the model-parallel sizes leave over (None: unsharded)."""
+        pipeline = literal(kwargs.get("pipeline_parallel_size"))
+        if isinstance(pipeline, int) and pipeline > 1:
+            self.todo(
+                f"`pp_size={pipeline}`: optimum-neuron trained the processes beyond tp_size * pp_size as data parallelism, which transformers 5.23 cannot combine with pipeline parallelism (`DistributedConfig` raises): launch exactly tp_size * pp_size processes, or drop `pp_size` for `fsdp_size=` data parallelism"
+            )
+            return None
+        sizes = [
+            code_of(kwargs[k])
+            for k in ("tensor_parallel_size", "pipeline_parallel_size")
+            if k in kwargs and literal(kwargs[k]) is not None
+        ]
+        return data_parallel_size(self.ctx.env_world_size_expr(), sizes)
 
     # -- calls ----------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -822,7 +857,9 @@ class OptimumTraining(RenamingCodemod):
             )
         elif not splats:
             sizes = {k: literal(v) for k, v in parallel.items()}
-            if not all(is_default_size(k, v) for k, v in sizes.items()):
+            if self.facts.sharded_by_config or not all(
+                is_default_size(k, v) for k, v in sizes.items()
+            ):
                 defaults = {k: v for k, v in defaults.items() if k not in NOT_WITH_TENSOR_PARALLEL}
                 self.ctx.note(self.code, TOKEN_AVERAGE_NOTE)
             pinned = [
@@ -1108,7 +1145,12 @@ class OptimumTraining(RenamingCodemod):
         distributed = self.ctx.need_from("transformers.distributed", "DistributedConfig")
         self.ctx.need_helper(
             "ModelParallelArguments",
-            PARALLEL_ARGUMENTS.format(dataclass=decorator, DistributedConfig=distributed),
+            PARALLEL_ARGUMENTS.format(
+                dataclass=decorator,
+                DistributedConfig=distributed,
+                world_size=self.ctx.env_world_size_expr(),
+                remainder_comment=REMAINDER_COMMENT,
+            ),
         )
         elements = list(container.elements)
         if not isinstance(elements[-1].comma, cst.Comma) or len(elements) == 1:
@@ -1145,7 +1187,8 @@ class OptimumTraining(RenamingCodemod):
             return
         sft = any(n in SFT_CONFIG for n in names)
         defaults = SFT_NEURON_DEFAULTS if sft else NEURON_DEFAULTS
-        if self.facts.needs_parallel:  # `--tensor_parallel_size` reaches the model
+        # `--tensor_parallel_size` reaches the model, or a `TrainingNeuronConfig` may shard it
+        if self.facts.needs_parallel or self.facts.sharded_by_config:
             defaults = {k: v for k, v in defaults.items() if k not in NOT_WITH_TENSOR_PARALLEL}
             self.ctx.note(self.code, TOKEN_AVERAGE_NOTE)
         new_class = "SFTConfig" if sft else "TrainingArguments"
@@ -1218,12 +1261,15 @@ class OptimumTraining(RenamingCodemod):
             "sequence_parallel_enabled": "enable_sequence_parallel",
         }
         args = []
+        sizes: dict[str, cst.BaseExpression] = {}
         for position, arg in enumerate(call.args):
             key = (
                 arg.keyword.value
                 if arg.keyword is not None
                 else ("tensor_parallel_size" if position == 0 and not arg.star else None)
             )
+            if key in ("tensor_parallel_size", "pipeline_parallel_size"):
+                sizes[key] = arg.value
             if key in mapping:
                 args.append(
                     make_arg(mapping[key], arg.value)
@@ -1240,6 +1286,9 @@ class OptimumTraining(RenamingCodemod):
                 self.todo(f"`{key}={code_of(arg.value)}` was removed: {reason}")
             else:
                 args.append(arg)
+        remainder = None if any(a.star for a in call.args) else self._data_parallel(sizes)
+        if remainder is not None:
+            args.append(make_arg("fsdp_size", remainder))
         self.changed("`TrainingNeuronConfig` -> `DistributedConfig`")
         return with_args(call, args)
 
@@ -1301,6 +1350,14 @@ class OptimumTraining(RenamingCodemod):
 def _possessive(name: str) -> str:
     """`TrainingArguments'`, `SFTConfig's`."""
     return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def _may_shard(config: ast.Call) -> bool:
+    """Does this `TrainingNeuronConfig(...)` give a tensor-parallel size other than 1?"""
+    given = [k.value for k in config.keywords if k.arg in ("tensor_parallel_size", None)]
+    if config.args:
+        given.append(config.args[0])
+    return any(not (isinstance(v, ast.Constant) and v.value == 1) for v in given)
 
 
 def _unmigrated(qualified: str | None) -> bool:
