@@ -298,7 +298,3 @@ def test_sft_tensor_parallel_leaves_the_other_processes_to_data_parallelism(
         before, expected, logits = (m(tokens).logits for m in (original, reference, reloaded))
     assert not torch.allclose(before, expected, atol=1e-4), "training did not change the model"
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-4)
-    print(
-        f"losses dp2 {replicated} tp2xdp2 {sharded}; "
-        f"max logit difference {(logits - expected).abs().max().item():.2e}"
-    )
