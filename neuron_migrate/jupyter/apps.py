@@ -82,11 +82,19 @@ class MigrationApp(StaticView, widgets.VBox):
         self.diff = widgets.HTML(layout=widgets.Layout(max_height="560px", overflow="auto"))
         self.findings = widgets.HTML()
         self.checks = widgets.HTML()
+
+        def fit() -> widgets.Layout:  # room for "Apply cell 4 to tutorial.ipynb"
+            return widgets.Layout(width="auto", flex="0 0 auto")
+
         self.apply_button = widgets.Button(
-            description="Apply", button_style="primary", icon="check"
+            description="Apply", button_style="primary", icon="check", layout=fit()
         )
-        self.undo_button = widgets.Button(description="Undo", icon="undo", disabled=True)
-        self.next_button = widgets.Button(description="Next", icon="arrow-right", disabled=True)
+        self.undo_button = widgets.Button(
+            description="Undo", icon="undo", disabled=True, layout=fit()
+        )
+        self.next_button = widgets.Button(
+            description="Next", icon="arrow-right", disabled=True, layout=fit()
+        )
         self.status = widgets.HTML()
         self.review = widgets.HTML()  # what the last Apply wrote
         super().__init__(

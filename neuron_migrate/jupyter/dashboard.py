@@ -475,7 +475,7 @@ class ValidationDashboard(StaticView, widgets.VBox):
             layout=half,
         )
         self.migrated_python = widgets.Text(
-            description="New Python", placeholder=f"{sys.executable} (this kernel's)", layout=half
+            description="New Python", placeholder="this kernel's Python", layout=half
         )
         self.precision = widgets.Dropdown(
             options=[("auto (from the dtypes)", "auto"), ("fp32", "fp32"), ("bf16", "bf16")],

@@ -212,7 +212,8 @@ class NeuronMigrateMagics(Magics):
         sources = {cell.source for cell in saved}
         unsaved = [cell.label for cell in ran if cell.source not in sources]
         if unsaved:
-            report = check_cells(ran, str(located.path), **flags)
+            report = check_cells(ran, str(located.path), **flags)  # its pyproject.toml applies
+            report.source = ""  # the cells, not the file
             report.notice = (
                 f"{located.path} has unsaved changes ({_few(unsaved)} ran code the saved file "
                 "does not hold), so the cells as this kernel ran them are checked; save the "

@@ -37,23 +37,23 @@ MONO = (
     "font-size: 12px; line-height: 1.45;"
 )
 MUTED = "opacity: 0.6;"
-_CODE = "white-space: pre-wrap; overflow-wrap: break-word; word-break: normal; tab-size: 4;"
-_CELL = "padding: 0 6px; vertical-align: top; text-align: left; border: none;"
-_NUMBER = f"padding: 0 4px 0 0; text-align: right; vertical-align: top; user-select: none; border: none; {MUTED}"
+# JupyterLab right-aligns table cells in outputs: code must say left.
+_CODE = "text-align: left; vertical-align: top; white-space: pre-wrap; overflow-wrap: break-word;"
+_NUMBER = f"text-align: right; vertical-align: top; {MUTED}"
 
 # What a reader needs to read an output, written on the elements themselves.
 STYLES = {
     "nm-out": "container-type: inline-size; margin: 2px 0;",
     "nm-diff": f"border-collapse: collapse; width: 100%; table-layout: fixed; margin: 4px 0; {MONO}",
     "nm-no": _NUMBER,
-    "nm-code": f"{_CELL} {_CODE}",
-    "nm-head": f"{_CELL} font-weight: 600;",
-    "nm-skip": f"{_CELL} text-align: center; {MUTED}",
+    "nm-code": _CODE,
+    "nm-head": "text-align: left; font-weight: 600;",
+    "nm-skip": f"text-align: center; {MUTED}",
     "nm-old-line": f"background: {REMOVED};",
     "nm-new-line": f"background: {ADDED};",
     "nm-w-del": f"background: {REMOVED_WORD}; border-radius: 2px;",
     "nm-w-add": f"background: {ADDED_WORD}; border-radius: 2px;",
-    "nm-pre": f"margin: 4px 0; padding: 6px; {MONO} {_CODE}",
+    "nm-pre": f"margin: 4px 0; padding: 6px; {MONO} white-space: pre-wrap; overflow-wrap: break-word;",
     "nm-actions": "display: none;",  # shown by the JupyterLab piece, which makes the buttons work
 }
 # The rest, one `<style>` block per output, scoped to it: syntax colours (JupyterLab's editor
@@ -67,7 +67,10 @@ STYLESHEET = f"""
 .nm-out .nm-t-f {{ color: var(--jp-mirror-editor-def-color, #0000ff); }}
 .nm-out .nm-t-d {{ color: var(--jp-mirror-editor-meta-color, #aa22ff); }}
 .nm-out .nm-t-o {{ color: var(--jp-mirror-editor-operator-color, #aa22ff); }}
-.nm-out td.nm-new {{ border-left: 1px solid rgba(128, 128, 128, 0.35); }}
+.nm-out .nm-diff td, .nm-out .nm-diff th {{ padding: 0 6px; border: none; tab-size: 4; }}
+.nm-out .nm-diff td.nm-no {{ padding: 0 4px 0 0; user-select: none; }}
+.nm-out .nm-diff tbody tr, .nm-out .nm-diff tbody tr:hover {{ background: transparent; }}
+.nm-out td.nm-new, .nm-out th.nm-new {{ border-left: 1px solid rgba(128, 128, 128, 0.35); }}
 .nm-out details.nm-fold > summary {{ cursor: pointer; {MUTED} }}
 .nm-out .nm-actions button {{ margin: 4px 6px 4px 0; }}
 @container (max-width: {NARROW}px) {{

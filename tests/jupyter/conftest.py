@@ -61,3 +61,11 @@ def fresh(ip: Any) -> Any:
     ip.history_manager.reset(new_session=True)
     ip.execution_count = 1
     return ip
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the test item, for fixtures that act on failures."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report

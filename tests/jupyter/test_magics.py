@@ -133,7 +133,7 @@ def test_manual_items_are_listed(ip: Any) -> None:
 def test_a_cell_without_old_stack_code_is_left_alone(ip: Any) -> None:
     _, [shown], _ = run_magic(ip, "neuron_migrate", "x = 1\n")
     assert shown["text/plain"].endswith("nothing to migrate")
-    assert "nm-diff" not in shown["text/html"]
+    assert 'class="nm-diff' not in shown["text/html"]
 
 
 def test_run_fails_the_cell_when_the_migrated_code_raises(ip: Any) -> None:

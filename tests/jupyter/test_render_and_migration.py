@@ -75,7 +75,10 @@ def test_the_changed_words_are_marked_inline_and_the_code_is_coloured_by_class()
     html = render.side_by_side("x = f(1)  # one\n", "x = g(1)  # one\n")
     # Inline: what a reader needs survives a sanitiser that drops <style>.
     assert re.search(r'class="nm-w-add" style="background: rgba\(46, 160, 67, 0.40\)', html)
-    assert "white-space: pre-wrap; overflow-wrap: break-word; word-break: normal;" in html
+    assert (
+        "text-align: left; vertical-align: top; white-space: pre-wrap; overflow-wrap: break-word;"
+        in html
+    )
     assert "break-all" not in html
     # Syntax classes, coloured by the one stylesheet of the output.
     assert '<span class="nm-t-c"># one</span>' in html and '<span class="nm-t-m">1</span>' in html
@@ -234,7 +237,7 @@ def test_unreadable_and_broken_inputs(tmp_path: Path) -> None:
     broken.write_text("{")
     assert "not a valid notebook" in (migrate_path(broken).error or "")
     html = migrate_path(broken)._repr_html_()
-    assert "error" in html and "nm-diff" not in html
+    assert "error" in html and 'class="nm-diff' not in html
 
 
 def test_example_scripts_render(tmp_path: Path) -> None:
