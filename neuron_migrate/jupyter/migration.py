@@ -12,7 +12,6 @@ import, a helper such as `DeviceLoader`) comes with the cell, unless the kernel 
 from __future__ import annotations
 
 import ast
-import builtins
 import json
 import warnings
 from collections import Counter
@@ -24,9 +23,9 @@ from typing import Any
 from neuron_migrate.core.files import SourceError, read_source, write_back
 from neuron_migrate.core.notebook_cells import PYTHON_CELL_MAGICS, cell_magic, mask
 from neuron_migrate.core.notebook_file import locate_cells, replace_sources
-from neuron_migrate.core.oldstack import CONVENTIONAL_ALIASES, OPTIMUM_NEURON, PACKAGES
+from neuron_migrate.core.oldstack import CONVENTIONAL_ALIASES
 from neuron_migrate.core.wording import plural
-from neuron_migrate.jupyter import render
+from neuron_migrate.jupyter import cell_names, render
 from neuron_migrate.jupyter.bridge import Edit
 from neuron_migrate.jupyter.session import Cell
 from neuron_migrate.rewrite.codemods.base import TARGETS
@@ -169,13 +168,17 @@ class Migration:
         if index not in new:
             return []
         added = {
-            i: {name for name in _definitions(new[i]) if name not in _definitions(old[i])}
+            i: {
+                name
+                for name in cell_names.definitions(new[i])
+                if name not in cell_names.definitions(old[i])
+            }
             for i in new
         }
         wanted, cells = {index}, [index]
         while cells:
             i = cells.pop()
-            names = _free(new[i])
+            names = cell_names.free_names(new[i])
             for j, defined_there in added.items():
                 if j not in wanted and names & defined_there:
                     wanted.add(j)
@@ -225,15 +228,6 @@ def _notebook(sources: Sequence[str]) -> str:
 # -- one cell, in its notebook --------------------------------------------------------------------
 
 
-def _parsed(text: str) -> ast.Module | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            return ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-
-
 def _cell_problem(source: str) -> str | None:
     """Why a cell cannot be migrated as Python (`line:col: SyntaxError: ...`), or None."""
     magic = cell_magic(source)
@@ -263,104 +257,6 @@ def _body(source: str) -> str:
     if magic is not None and magic[0] == MAGIC:
         return source.split("\n", 1)[1] if "\n" in source else ""
     return source
-
-
-def _bound(tree: ast.Module) -> set[str]:
-    """The names a module binds anywhere (approximately: what a name lookup could find)."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update(_imported(node))
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
-
-
-def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
-    return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
-
-
-def _free(text: str) -> set[str]:
-    """The names a cell reads without binding them itself (builtins aside)."""
-    tree = _parsed(mask(text).text)
-    if tree is None:
-        return set()
-    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return read - _bound(tree) - set(dir(builtins))
-
-
-def _definitions(source: str) -> dict[str, str]:
-    """The imports, functions and classes at the top of a cell, by the names they bind, as written."""
-    masked = mask(source).text
-    tree = _parsed(masked)
-    if tree is None:
-        return {}
-    lines = masked.splitlines(keepends=True)
-    found: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = _imported(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        else:
-            continue
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        text = "".join(lines[first - 1 : node.end_lineno]).rstrip("\n")
-        for name in names:
-            found.setdefault(name, text)
-    return found
-
-
-def _old_stack_import(node: ast.stmt) -> bool:
-    if isinstance(node, ast.Import):
-        modules = [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-        modules = [node.module]
-    else:
-        return False
-    return all(m.split(".")[0] in PACKAGES or m.startswith(OPTIMUM_NEURON) for m in modules)
-
-
-def _without_unused_old_imports(source: str) -> str:
-    """`source` without its top-level old-stack imports that it does not use itself. Migrated
-    after its notebook's earlier cells, a cell keeps such an import where those cells still use
-    the name; but those cells have run, and the cell must run without the old stack."""
-    tree = _parsed(mask(source).text)
-    if tree is None:
-        return source
-    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    unused = [
-        node
-        for node in tree.body
-        if _old_stack_import(node) and not set(_imported(node)) & read  # type: ignore[arg-type]
-    ]
-    if not unused:
-        return source
-    lines = source.splitlines(keepends=True)
-    for node in reversed(unused):
-        del lines[node.lineno - 1 : node.end_lineno]
-    return "".join(lines)
-
-
-def _with_definitions(source: str, definitions: list[str]) -> tuple[str, int]:
-    """`source` with the definitions put on top (after a `%%` line), and how many lines that adds."""
-    imports = [d for d in definitions if d.startswith(("import ", "from "))]
-    helpers = [d for d in definitions if d not in imports]
-    block = "\n".join(imports)
-    if helpers:
-        block += ("\n\n\n" if block else "") + "\n\n\n".join(helpers)
-    block += "\n\n\n" if helpers else "\n\n"
-    head = ""
-    if cell_magic(source) is not None:
-        head, _, source = source.partition("\n")
-        head += "\n"
-    return head + block + source, block.count("\n")
 
 
 def _minus(items: Sequence[Any], taken: Sequence[Any]) -> list[Any]:
@@ -411,14 +307,14 @@ def migrate_cell(
     index = len(earlier)
     migrated = dict((i, new) for i, _, new in outcome.cells).get(index, source)
     if earlier:
-        migrated = _without_unused_old_imports(migrated)
+        migrated = cell_names.without_unused_old_imports(migrated)
     carried, shift = _carried(source, migrated, outcome, earlier, defined), 0
     if carried:
-        migrated, shift = _with_definitions(migrated, list(carried.values()))
+        migrated, shift = cell_names.with_definitions(migrated, list(carried.values()))
     unresolved = {
         name: CONVENTIONAL_ALIASES[name]
-        for name in sorted(_free(source) & set(CONVENTIONAL_ALIASES))
-        if not defined(name) and not any(name in _definitions(cell) for cell in earlier)
+        for name in sorted(cell_names.free_names(source) & set(CONVENTIONAL_ALIASES))
+        if not defined(name) and not any(name in cell_names.definitions(cell) for cell in earlier)
     }
     base = before.result if before is not None else None
     return Migration(
@@ -452,14 +348,20 @@ def _carried(
     new_sources = dict((i, new) for i, _, new in outcome.cells)
     available: dict[str, str] = {}
     for position, old in enumerate(earlier):
-        for name, text in _definitions(new_sources.get(position, old)).items():
+        for name, text in cell_names.definitions(new_sources.get(position, old)).items():
             available.setdefault(name, text)
     wanted: set[str] = set()
-    missing = {name for name in _free(migrated) - _free(source) if not defined(name)}
+    missing = {
+        name
+        for name in cell_names.free_names(migrated) - cell_names.free_names(source)
+        if not defined(name)
+    }
     while missing:
         wanted |= missing
         found = [available[name] for name in missing if name in available]
-        missing = {n for text in found for n in _free(text) if not defined(n)} - wanted
+        missing = {
+            n for text in found for n in cell_names.free_names(text) if not defined(n)
+        } - wanted
     return {name: text for name, text in available.items() if name in wanted}
 
 

@@ -123,7 +123,7 @@ def test_a_script_written_by_writefile_is_checked_and_fixed_as_a_file_of_its_own
 
 def test_lines_named_in_messages_count_in_the_cells() -> None:
     loop = (
-        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    print(loss.item())\n"
+        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    losses.append(loss.item())\n"
     )
     raw = notebook(
         ("code", "import torch\nmodel = torch.nn.Linear(4, 2)\nloader = [torch.ones(1, 4)]\n"),

@@ -90,10 +90,10 @@ def test_the_magic_sees_the_imports_of_an_earlier_cell_and_says_what_it_cannot_d
     assert outputs(usage).startswith("usage: %%neuron_migrate [-h]") and not errors(usage)
 
 
-HAZARD = "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    print(loss.item())"
+HAZARD = "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    losses.append(loss.item())"
 SETUP = (
     "import torch\nfrom torch.utils.data import DataLoader\n"
-    "model = torch.nn.Linear(4, 2)\n"
+    "model, losses = torch.nn.Linear(4, 2), []\n"
     "loader = DataLoader(torch.randn(10, 4), batch_size=5, drop_last=True)\n"
     "print(torch.ones(2).sum().item())"
 )
@@ -111,7 +111,7 @@ def test_the_check_sees_cells_run_but_not_saved(
     )
     report = outputs(notebook.cells[-1])
     # The loop's `.item()` is found in the cell as it ran, at its line in that cell.
-    assert "In [3]:6:16: NM110" in report
+    assert "In [3]:6:24: NM110" in report
     assert "(in the training loop at line 3, which calls `.backward()`)" in report
     assert f"{saved} has unsaved changes (In [3] ran code the saved file does not hold)" in report
     assert "1 info finding not shown: --min-severity info shows them" in report
@@ -124,7 +124,7 @@ def test_a_notebook_the_kernel_cannot_find_is_said_so(
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "Untitled.ipynb"))
     notebook = run(tmp_path, "%load_ext neuron_migrate", SETUP, HAZARD, "%neuron_migrate_check")
     report = outputs(notebook.cells[-1])
-    assert "In [3]:4:16: NM110" in report
+    assert "In [3]:4:24: NM110" in report
     assert (
         "the frontend does not say which notebook this is, so the cells this kernel ran are checked"
         in report

@@ -270,7 +270,7 @@ def test_check_warns_of_unsaved_changes_and_checks_the_cells_as_they_ran(
     number = ip.execution_count
     ip.run_cell(HAZARDS, store_history=True)  # run, not saved
     report = ip.run_cell("%neuron_migrate_check", store_history=True).result
-    assert f"In [{number}]:10:16: NM110" in repr(report)
+    assert f"In [{number}]:10:24: NM110" in repr(report)
     assert report.notice.startswith(
         f"{path} has unsaved changes (In [{number}] ran code the saved file"
     )
