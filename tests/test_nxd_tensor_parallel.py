@@ -415,7 +415,7 @@ def test_data_parallel_replicas_average_their_shards_as_nxd_did(tmp_path: Path) 
 
 def example_losses(tmp: Path, example: str, processes: int, tp: int, *args: str) -> list[float]:
     """The `step N loss X` lines of the migrated example."""
-    return [loss for loss, _ in example_steps(tmp, example, processes, tp, *args)]
+    return [numbers[0] for numbers in example_steps(tmp, example, processes, tp, *args)]
 
 
 def example_steps(tmp: Path, example: str, processes: int, tp: int, *args: str) -> list[tuple[float, ...]]:
