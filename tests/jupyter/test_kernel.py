@@ -112,7 +112,7 @@ def test_the_check_sees_cells_run_but_not_saved(
     report = outputs(notebook.cells[-1])
     # The loop's `.item()` is found in the cell as it ran, at its line in that cell.
     assert "In [3]:6:24: NM110" in report
-    assert "(in the training loop at line 3, which calls `.backward()`)" in report
+    assert "(in the training loop at line 3, which calls `.backward()`" in report
     assert f"{saved} has unsaved changes (In [3] ran code the saved file does not hold)" in report
     assert "1 info finding not shown: --min-severity info shows them" in report
 

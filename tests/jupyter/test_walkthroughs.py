@@ -222,7 +222,7 @@ def test_04_static_shape_lint(tmp_path: Path) -> None:
     in_a_notebook = text(cell(notebook, "import nbformat"))
     assert "--- a/" in in_a_notebook and "tutorial.ipynb:cell 2" in in_a_notebook
     assert "tutorial.ipynb:cell 3" in in_a_notebook  # the script of the %%writefile cell
-    assert "(2 fixed, 0 remaining)" in in_a_notebook
+    assert "2 fixed, 0 remaining)" in in_a_notebook
     assert re.search(
         r"\d+ neuron \(stand-in\) graphs for 12 steps, [1-9]\d* recompiles, [1-9]\d* graph breaks",
         stats[1],
