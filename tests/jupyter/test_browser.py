@@ -5,8 +5,9 @@ Walkthrough 1 is run from the UI (Run ▸ Run All Cells), as a user would: its l
 imports sit in the cell above, shows the migration; every code cell ran and none failed, on the
 page and in the notebook JupyterLab saved. Then the buttons under a diff replace the cell in the
 open notebook (and undo it), the migration app applies one cell of a notebook open in another tab
-(which shows it, saved, with no conflict dialog on its next save), and a notebook saved with the
-validation dashboard, reopened without the dashboard's kernel, still shows its verdict and curves.
+(which shows it, saved, with no conflict dialog on its next save), a notebook saved with the
+validation dashboard, reopened without the dashboard's kernel, still shows its verdict and curves,
+and the buttons of outputs a notebook brought with it (not trusted) change nothing.
 
 Screenshots are kept under the artifacts folder (`build/test-artifacts/jupyter`, or
 $NEURON_MIGRATE_TEST_ARTIFACTS); with NEURON_MIGRATE_DOCS_SCREENSHOTS=1, those of the magic, the
@@ -114,6 +115,8 @@ def chromium() -> str:
 def _scratch_notebooks(root: Path) -> None:
     """The notebooks of the tests after the walkthrough."""
     shutil.copy(DATA / "validate_match.json", root / "validate_match.json")
+    # The walkthrough with the outputs it is committed with: a notebook this server did not sign.
+    shutil.copy(NOTEBOOKS / WALKTHROUGH, root / "as_committed.ipynb")
     nbformat.write(
         new_notebook(
             cells=[
@@ -439,7 +442,14 @@ def test_apply_one_cell_changes_only_that_cell_in_its_open_tab(page: Any, lab: L
     on_disk = lab.root / tutorial
     before = json.loads(on_disk.read_text())
     _open(page, tutorial)
-    _dialog(page)
+    # Its kernel up first: JupyterLab writes the kernel's language_info into the notebook it
+    # starts one for, which leaves the tab with unsaved changes of its own.
+    _until(lambda: _dialog(page) or _idle(page), "the tutorial's kernel did not start")
+    _until(lambda: _idle(page), "the tutorial's kernel did not start")
+    dirty = page.locator(".lm-TabBar-tab.lm-mod-current.jp-mod-dirty")
+    if dirty.count():
+        page.keyboard.press("Control+s")
+        _until(lambda: dirty.count() == 0, "the tutorial could not be saved", timeout=30)
     _tab(page, WALKTHROUGH)
     app = page.locator(".nm-migration-app").first
     app.scroll_into_view_if_needed()
@@ -463,7 +473,7 @@ def test_apply_one_cell_changes_only_that_cell_in_its_open_tab(page: Any, lab: L
     _tab(page, "tutorial_xla.ipynb")
     third = _cells(page).nth(2)
     assert "xm.mark_step" not in _source(third) and "%%time" in _source(third)
-    assert page.locator(".lm-TabBar-tab.lm-mod-current.jp-mod-dirty").count() == 0
+    _until(lambda: dirty.count() == 0, "the open tab kept the write unsaved", timeout=30)
     after = json.loads(on_disk.read_text())
     assert after["cells"][2]["source"] != before["cells"][2]["source"]
     assert [c["source"] for i, c in enumerate(after["cells"]) if i != 2] == [
@@ -532,3 +542,20 @@ def test_a_saved_notebook_reopened_without_its_kernel_shows_the_dashboard(
     assert curves.count() == 1 and curves.evaluate("img => img.naturalWidth") > 0
     assert output.locator("table.nm-comparison").count() == 1
     screenshot(output, "jupyter-dashboard-reopened.png")
+
+
+def test_the_buttons_of_an_untrusted_output_change_nothing(page: Any) -> None:
+    _open(page, "as_committed.ipynb")
+    _dialog(page)
+    start = "%%neuron_migrate --target neuron"
+    _until(lambda: _cells(page).filter(has_text=start).count(), "the notebook did not render")
+    index = _index(page, start)
+    cell = _cells(page).nth(index)
+    before, count = _source(cell), _cells(page).count()
+    replace = cell.locator("button.nm-replace-cell")
+    replace.scroll_into_view_if_needed()
+    replace.click()
+    status = cell.locator(".nm-action-status")
+    _until(lambda: "not trusted" in status.inner_text(), "an untrusted output's button acted")
+    cell.locator("button.nm-insert-below").click()
+    assert _source(cell) == before and _cells(page).count() == count

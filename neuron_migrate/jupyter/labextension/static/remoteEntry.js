@@ -256,6 +256,13 @@
     event.preventDefault();
     event.stopPropagation();
     var status = out.querySelector(".nm-action-status");
+    if (!trustedOutput(cell, button)) {
+      // Only what this kernel showed may go into the notebook, never what a notebook brought.
+      if (status) {
+        status.textContent = "not trusted: run the cell again to use these buttons";
+      }
+      return;
+    }
     var shared = cell.model.sharedModel;
     var text = code.textContent;
     var said = "";
@@ -282,6 +289,20 @@
     if (status) {
       status.textContent = said;
     }
+  }
+
+  function trustedOutput(cell, node) {
+    var area = cell.outputArea;
+    if (!area || !area.widgets || !cell.model.outputs) {
+      return false;
+    }
+    for (var i = 0; i < area.widgets.length; i++) {
+      if (area.widgets[i].node.contains(node)) {
+        var output = cell.model.outputs.get(i);
+        return !!(output && output.trusted);
+      }
+    }
+    return false;
   }
 
   function addStyle() {
