@@ -538,8 +538,10 @@ def test_a_saved_notebook_reopened_without_its_kernel_shows_the_dashboard(
         "no verdict after reopening",
     )
     assert "Error displaying widget" not in output.inner_text()
+    # The static view replaces the widget's once the page finds no model for it: wait for it.
     curves = output.locator("img.nm-curves")
-    assert curves.count() == 1 and curves.evaluate("img => img.naturalWidth") > 0
+    _until(lambda: curves.count() == 1, "no curves after reopening", timeout=30)
+    assert curves.evaluate("img => img.naturalWidth") > 0
     assert output.locator("table.nm-comparison").count() == 1
     screenshot(output, "jupyter-dashboard-reopened.png")
 
