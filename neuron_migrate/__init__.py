@@ -4,3 +4,9 @@ from neuron_migrate.jupyter import load_ipython_extension, unload_ipython_extens
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension"]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the JupyterLab piece is, for `jupyter labextension develop --overwrite .` (an
+    editable install; a regular one puts it in share/jupyter/labextensions)."""
+    return [{"src": "jupyter/labextension", "dest": "neuron-migrate"}]

@@ -17,7 +17,7 @@ from typing import Any
 from neuron_migrate.checks import output, suppressions
 from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.checks.model import FileReport, Severity
-from neuron_migrate.checks.notebooks import check_notebook
+from neuron_migrate.checks.notebooks import check_notebook, notebook_diff
 from neuron_migrate.checks.rules import known_codes, resolve_selection, unknown_prefixes
 from neuron_migrate.core import config as configuration
 from neuron_migrate.core.files import SourceError, decode_source, discover, read_source, write_back
@@ -171,13 +171,10 @@ def process(job: Job) -> FileReport:
         source = read_source(job.path)
     except SourceError as exc:
         return FileReport(path=str(job.path), error=str(exc))
-    if job.path.suffix == ".ipynb":
-        report = check_notebook(source.text, str(job.path), job.options)  # never fixed
-        if job.frames:
-            _notebook_frames(report, source.text)
-        return report
-    report = check_source(source.text, str(job.path), job.options)
-    if job.mode == "noqa" and report.error is None and report.diagnostics:
+    notebook = job.path.suffix == ".ipynb"
+    check = check_notebook if notebook else check_source
+    report = check(source.text, str(job.path), job.options)
+    if job.mode == "noqa" and not notebook and report.error is None and report.diagnostics:
         text, report.noqa_added = suppressions.add_noqa(source.text, report.diagnostics)
         if report.noqa_added:
             try:
@@ -192,11 +189,15 @@ def process(job: Job) -> FileReport:
         except SourceError as exc:
             report.error = str(exc)
     if job.mode == "diff" and report.changed:
-        report.diff = file_diff(str(job.path), source.text, report.fixed or "")
+        diff = notebook_diff if notebook else file_diff
+        report.diff = diff(str(job.path), source.text, report.fixed or "")
     if job.frames:
         final = report.fixed if report.fixed is not None else source.text
-        for d in report.diagnostics:
-            d.frame = output.code_frame(final, d)
+        if notebook:
+            _notebook_frames(report, final)
+        else:
+            for d in report.diagnostics:
+                d.frame = output.code_frame(final, d)
     report.original, report.fixed = "", None  # the text need not travel back from the worker
     return report
 

@@ -17,9 +17,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-# Cell magics whose body is Python, run by IPython or by a Python interpreter.
+# Cell magics whose body is Python, run by IPython or by a Python interpreter (`%%trainium` is
+# neuron-migrate's own: it runs its body in the kernel where a Neuron device is present).
 PYTHON_CELL_MAGICS = frozenset(
-    {"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"}
+    {"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit", "trainium"}
 )
 # Cell magics that write their body to a file (`%%file` is IPython's other name for it).
 WRITEFILE_MAGICS = frozenset({"file", "writefile"})
@@ -43,6 +44,21 @@ def writes_python_file(source: str) -> bool:
     """Whether the cell is `%%writefile x.py`: a script that the notebook writes, then runs."""
     magic = cell_magic(source)
     return magic is not None and magic[0] in WRITEFILE_MAGICS and magic[1].endswith(".py")
+
+
+def written_script(source: str) -> Masked | None:
+    """The script a `%%writefile x.py` cell writes, as Python: the `%%` line made a comment, so
+    that every position in the script is the same position in the cell, and `unmask` puts the
+    line back. None for any other cell."""
+    if not writes_python_file(source):
+        return None
+    lines = _Lines(source)
+    number = next(n for n, line in enumerate(lines.text) if line.lstrip().startswith("%%"))
+    column = len(lines.text[number]) - len(lines.text[number].lstrip())
+    start, end = lines.starts[number] + column, lines.end(number)
+    line = source[start:end]
+    command = Command(Span(number, number, column, "magic"), line, f"# {line}")
+    return Masked(f"{source[:start]}# {line}{source[end:]}", (command,))
 
 
 @dataclass(frozen=True)

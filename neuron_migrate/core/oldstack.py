@@ -16,6 +16,21 @@ PACKAGES: tuple[str, ...] = (
     "neuronperf",  # benchmarks the artifacts of torch_neuronx.trace
 )
 OPTIMUM_NEURON = "optimum.neuron"
+# The names scripts and tutorials bind old-stack modules to: code that uses one of them without
+# importing it (a notebook cell whose imports sit in a cell not run) most likely means that module.
+CONVENTIONAL_ALIASES = {
+    "xm": "torch_xla.core.xla_model",
+    "xr": "torch_xla.runtime",
+    "pl": "torch_xla.distributed.parallel_loader",
+    "xmp": "torch_xla.distributed.xla_multiprocessing",
+    "met": "torch_xla.debug.metrics",
+    "xu": "torch_xla.utils.utils",
+    "xser": "torch_xla.utils.serialization",
+    "xp": "torch_xla.debug.profiler",
+    "xs": "torch_xla.distributed.spmd",
+    "nxd": "neuronx_distributed",
+    **{package: package for package in PACKAGES},
+}
 
 # Variables that only steer the XLA runtime and mean nothing natively.
 _XLA_NAMES = r"XLA_\w+|PT_XLA_\w+|PJRT_\w+|TPU_NUM_DEVICES|CPU_NUM_DEVICES|XRT_\w+"

@@ -4,9 +4,11 @@ Importing this package costs nothing: IPython and ipywidgets are imported only w
 loads the extension or a notebook builds an app, so the command line never needs them.
 
     %load_ext neuron_migrate
-    %%neuron_migrate [--target portable|neuron] [--run] [--view side|unified]
+    %%neuron_migrate [--target portable|neuron] [--run] [--replace | --insert] [--view auto|side|unified]
     %neuron_migrate_check [NOTEBOOK] [--select CODES] [--ignore CODES] [--min-severity LEVEL]
     %%trainium [DEVICE_TYPE]
+
+(`--help` on each says more.)
 
     from neuron_migrate.jupyter import MigrationApp, ValidationDashboard, migrate_path
 """

@@ -1,10 +1,7 @@
-"""`neuron-migrate check` for notebook users: a notebook file as last saved, or the cells run in
-this kernel, checked as `neuron-migrate check nb.ipynb` checks a notebook (the cells as one module,
-magics masked), with a rendering for notebooks.
-
-Two kinds of cell hold Python that the command line skips as another language, and are checked
-here: a `%%writefile *.py` cell (the script a tutorial writes and then runs) and a `%%trainium`
-cell; their first line is set aside and the body checked with the other cells.
+"""`neuron-migrate check` for notebook users: a notebook file as saved, or the cells as this kernel
+ran them, checked as `neuron-migrate check nb.ipynb` checks a notebook (the kernel's cells as one
+module, magics masked, each `%%writefile x.py` script as a file of its own), with a rendering for
+notebooks that says what its severity filter leaves out.
 """
 
 from __future__ import annotations
@@ -12,27 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.checks.command import options_for
+from neuron_migrate.checks.model import Diagnostic, Severity
 from neuron_migrate.checks.notebooks import check_notebook as check_notebook_text
 from neuron_migrate.core import config as configuration
-from neuron_migrate.core.notebook_cells import cell_magic, writes_python_file
 from neuron_migrate.core.wording import plural
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.migration import notebook_code_cells
+from neuron_migrate.jupyter.session import Cell
 
 SEVERITY_TONES = {"error": "bad", "warning": "warn", "info": "ok"}
-_CELL_MAGIC_LINE = re.compile(r"^[ \t]*%%", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Cell:
-    label: str  # "cell 4" (notebook file) or "In [7]" (this session)
-    source: str
+__all__ = ["Cell", "CellFinding", "CheckReport", "check_cells", "check_notebook", "check_script"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class CellFinding:
     code: str
     message: str
     severity: str
-    fixable: bool = False  # `neuron-migrate check --fix` has a safe fix (scripts only: notebooks are never fixed)
+    fixable: bool = False  # `neuron-migrate check --fix` has a safe fix for it
 
     @property
     def place(self) -> str:
@@ -55,21 +48,20 @@ class CellFinding:
 
     def text(self, where: str) -> str:
         mark = "[*] " if self.fixable else ""
-        return (
-            f"{where}:{self.place}: {self.code} {mark}{self.message}"
-            if where
-            else f"{self.place}: {self.code} {mark}{self.message}"
-        )
+        head = f"{where}:{self.place}" if where else self.place
+        return f"{head}: {self.code} {mark}{self.message}"
 
 
 @dataclass
 class CheckReport:
-    """What the checks found in a set of cells; renders itself in a notebook."""
+    """What the checks found in a set of cells or a script; renders itself in a notebook."""
 
-    source: str  # the notebook's path, or "" for the cells of this session
+    source: str  # the notebook's or script's path, or "" for the cells of this session
     cells: int = 0  # code cells given
     findings: list[CellFinding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    hidden: dict[str, int] = field(default_factory=dict)  # severity -> findings below the threshold
+    notice: str = ""  # what was checked instead of what was asked, and why
 
     def headline(self) -> str:
         what = self.source or "the cells run in this session"
@@ -80,22 +72,33 @@ class CheckReport:
         extra = [plural(self.cells, "code cell")] if self.cells else []
         if fixable:
             extra.append(f"{fixable} with a safe fix ([*])")
-        return f"{what}: {found}" + (f" ({', '.join(extra)})" if extra else "")
+        if self.hidden:
+            extra.append(self.hidden_text())
+        return f"{what}: {found}" + (f" ({'; '.join(extra)})" if extra else "")
+
+    def hidden_text(self) -> str:
+        counts = [plural(n, f"{severity} finding") for severity, n in self.hidden.items()]
+        lowest = min(self.hidden, key=lambda s: Severity.parse(s))
+        return f"{' and '.join(counts)} not shown: --min-severity {lowest} shows them"
 
     def __repr__(self) -> str:
         lines = [f.text(self.source) for f in self.findings]
         lines.append(self.headline())
+        if self.notice:
+            lines.append(f"note: {self.notice}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))
 
     def _repr_html_(self) -> str:
-        tone = "bad" if self.errors else "warn" if self.findings else "ok"
+        tone = "bad" if self.errors else "warn" if self.findings or self.notice else "ok"
         word = "error" if self.errors else "findings" if self.findings else "clean"
-        parts = [
-            f'<div class="nm-check">{render.badge(word, tone)} <b>{render.escape(self.headline())}</b></div>'
-        ]
+        parts = [render.headline(word, tone, self.headline())]
+        if self.notice:
+            parts.append(
+                f'<div class="nm-notice" style="margin: 2px 0;">{render.badge("note", "warn")} {render.prose(self.notice)}</div>'
+            )
         if self.findings:
             cell = "padding: 1px 8px; text-align: left; vertical-align: top; border: none;"
             rows = "".join(
@@ -113,25 +116,13 @@ class CheckReport:
                 f'<table class="nm-findings" style="border-collapse: collapse; margin-top: 4px;">'
                 f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
             )
-        return "".join(parts)
-
-
-def _python_body(source: str) -> str:
-    """A `%%trainium` or `%%writefile *.py` cell with its `%%` line made a comment, so that the
-    body is checked as Python; any other cell as it is."""
-    magic = cell_magic(source)
-    if magic is None or not (magic[0] == "trainium" or writes_python_file(source)):
-        return source
-    start = _CELL_MAGIC_LINE.search(source).end() - 2  # type: ignore[union-attr]
-    return f"{source[:start]}# {source[start:]}"
+        return render.output("".join(parts))
 
 
 def _as_notebook(cells: list[Cell]) -> str:
-    """The cells as a notebook's JSON, with the first line of a Python-body magic set aside."""
-    sources = [_python_body(cell.source) for cell in cells]
     return json.dumps(
         {
-            "cells": [{"cell_type": "code", "metadata": {}, "source": s} for s in sources],
+            "cells": [{"cell_type": "code", "metadata": {}, "source": c.source} for c in cells],
             "metadata": {},
             "nbformat": 4,
             "nbformat_minor": 5,
@@ -153,6 +144,20 @@ def _options(where: Path, flags: dict[str, Any]) -> CheckOptions:
     return options_for(args, configuration.Configs().for_path(where), where)
 
 
+def _shown(
+    report: CheckReport, diagnostics: list[Diagnostic], threshold: Severity
+) -> list[Diagnostic]:
+    """The findings at or above `threshold`; those below are counted in `report.hidden`."""
+    below = Counter(d.severity for d in diagnostics if d.severity < threshold)
+    report.hidden = {s.label: below[s] for s in sorted(below, reverse=True)}
+    return [d for d in diagnostics if d.severity >= threshold]
+
+
+def _finding(label: str, d: Diagnostic) -> CellFinding:
+    fixable = d.fix is not None and d.fix.safe
+    return CellFinding(label, d.line, d.column, d.code, d.text, d.severity.label, fixable)
+
+
 def check_cells(cells: list[Cell], path: str = "", **flags: Any) -> CheckReport:
     """Check cells as `neuron-migrate check` checks a notebook at `path` (its pyproject.toml
     settings apply). `flags` are the command line's: select, ignore, min_severity, target."""
@@ -163,7 +168,8 @@ def check_cells(cells: list[Cell], path: str = "", **flags: Any) -> CheckReport:
     except configuration.ConfigError as exc:
         report.errors.append(str(exc))
         return report
-    checked = check_notebook_text(_as_notebook(cells), str(where), options)
+    everything = replace(options, min_severity=Severity.INFO)
+    checked = check_notebook_text(_as_notebook(cells), str(where), everything)
 
     def label(number: int | None) -> str:
         return cells[number - 1].label if number and 0 < number <= len(cells) else "?"
@@ -176,8 +182,8 @@ def check_cells(cells: list[Cell], path: str = "", **flags: Any) -> CheckReport:
         )
         return report
     report.findings = [
-        CellFinding(label(d.cell), d.line, d.column, d.code, d.text, d.severity.label)
-        for d in checked.diagnostics
+        _finding(label(d.cell), d)
+        for d in _shown(report, checked.diagnostics, options.min_severity)
     ]
     return report
 
@@ -186,7 +192,8 @@ def check_script(text: str, path: str, **flags: Any) -> CheckReport:
     """Check a script's text as `neuron-migrate check` checks the file at `path`."""
     report = CheckReport(source=path, cells=0)
     try:
-        checked = check_source(text, path, _options(Path(path), flags))
+        options = _options(Path(path), flags)
+        checked = check_source(text, path, replace(options, min_severity=Severity.INFO))
     except configuration.ConfigError as exc:
         report.errors.append(str(exc))
         return report
@@ -194,16 +201,7 @@ def check_script(text: str, path: str, **flags: Any) -> CheckReport:
         report.errors.append(checked.error)
         return report
     report.findings = [
-        CellFinding(
-            "",
-            d.line,
-            d.column,
-            d.code,
-            d.text,
-            d.severity.label,
-            d.fix is not None and d.fix.safe,
-        )
-        for d in checked.diagnostics
+        _finding("", d) for d in _shown(report, checked.diagnostics, options.min_severity)
     ]
     return report
 
@@ -215,5 +213,5 @@ def notebook_cells(text: str) -> list[Cell]:
 
 
 def check_notebook(path: str | Path, **flags: Any) -> CheckReport:
-    """Check a notebook file as last saved."""
+    """Check a notebook file as saved."""
     return check_cells(notebook_cells(Path(path).read_text(encoding="utf-8")), str(path), **flags)

@@ -2,19 +2,29 @@
 validate`) and show the verdict, the loss curves of both, and the comparison table.
 
 The dashboard reads the JSON document that `validate --json` writes, so it shows a run made in a
-terminal or on another machine (`ValidationDashboard.from_json`) as well as one it starts itself
-(`run`). The programs run in their own interpreters (the original in the reference environment
-when it imports torch_xla), never in the notebook's kernel.
+terminal or on another machine (`ValidationDashboard.from_json`) as well as one it starts itself.
+`neuron-migrate validate` runs in a child process, and the programs in interpreters of their own
+(the original in the reference environment when it imports torch_xla), never in the kernel:
+pressing Validate leaves the kernel free, streams both programs' output into the log, shows how
+far they got, and Cancel stops them; `run()` does the same and waits, for a notebook run top to
+bottom (papermill). What the dashboard shows is also in its output as static HTML (see `views`).
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+import os
+import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +33,7 @@ import ipywidgets as widgets
 import traitlets
 
 from neuron_migrate.jupyter import render
+from neuron_migrate.jupyter.views import StaticView
 
 VERDICTS = {
     "match": ("MATCH", "ok", "the migrated program computes what the original did"),
@@ -33,6 +44,7 @@ VERDICTS = {
     ),
     "skipped": ("NOTHING COMPARED", "warn", "the two programs recorded nothing in common"),
     "error": ("ERROR", "bad", "the comparison could not be made"),
+    "cancelled": ("CANCELLED", "warn", "the validation was stopped before it finished"),
 }
 STAT_COLUMNS = (
     ("max_abs", "max abs"),
@@ -245,7 +257,181 @@ def details_html(document: dict[str, Any]) -> str:
     return "".join(parts) or "<i>Nothing to add.</i>"
 
 
-class ValidationDashboard(widgets.VBox):
+# -- a validation running in the background -------------------------------------------------------
+
+LOG_LINES = 400  # of each program's output kept in the log view
+POLL = 0.5  # seconds between looks at the running programs
+_STEP = re.compile(r"\bstep\W{0,3}(\d+)", re.IGNORECASE)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes started, directly or not, by `pid` (psutil where it is installed, else
+    Linux's /proc)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:  # gone already
+            return []
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class Validation:
+    """One run of `neuron-migrate validate`, in a child process, watched from a thread.
+
+    `progress()` says how far each program got (its output so far, the last step it printed),
+    `cancel()` stops validate and the programs it started, `wait()` returns the JSON document
+    (a document with verdict `error` or `cancelled` when there is no comparison to show)."""
+
+    def __init__(
+        self,
+        original: str | Path,
+        migrated: str | Path,
+        arguments: Sequence[str] = (),
+        options: Sequence[str] = (),
+        timeout: float = 600,
+    ) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="neuron-migrate-dashboard-"))
+        self.command = [
+            sys.executable,
+            "-m",
+            "neuron_migrate.validate",
+            "validate",
+            str(original),
+            str(migrated),
+            "--json",
+            str(self.folder / "result.json"),
+            "--work-dir",
+            str(self.folder / "work"),
+            "--timeout",
+            str(timeout),
+            *options,
+            "--",
+            *arguments,
+        ]
+        self.limit = timeout * 2 + 60  # both programs ran past validate's own timeout
+        self.started = time.monotonic()
+        self._cancelled = threading.Event()
+        self._output = (self.folder / "validate.log").open("wb")
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=self._output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # so that Cancel can end it and what it started
+        )
+        self.document: dict[str, Any] | None = None
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def log(self, label: str) -> str:
+        """What a program (`original`, `migrated`) has printed so far, its last lines."""
+        try:
+            text = (self.folder / "work" / f"{label}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-LOG_LINES:])
+
+    def progress(self) -> dict[str, dict[str, Any]]:
+        """For each program: lines printed, the last step number seen, its last line."""
+        sides = {}
+        for label in ("original", "migrated"):
+            lines = self.log(label).splitlines()
+            steps = [int(m.group(1)) for line in lines for m in [_STEP.search(line)] if m]
+            sides[label] = {
+                "lines": len(lines),
+                "step": steps[-1] if steps else None,
+                "last": lines[-1] if lines else "",
+            }
+        return sides
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def running(self) -> bool:
+        return self.document is None
+
+    def wait(self, on_tick: Any = None) -> dict[str, Any]:
+        """Watch the run until it ends (calling `on_tick(self)` now and then); its document."""
+        while self.process.poll() is None:
+            if self._cancelled.is_set() or self.seconds > self.limit:
+                self._stop()
+                break
+            if on_tick is not None:
+                on_tick(self)
+            time.sleep(POLL)
+        self.document = self._result()
+        self._output.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return self.document
+
+    def _stop(self) -> None:
+        """End validate and every program it started (each runs in a session of its own)."""
+        children = _descendants(self.process.pid)
+        for pid in [self.process.pid, *children]:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                    break
+                except (ProcessLookupError, PermissionError):
+                    continue
+        self.process.wait()
+
+    def _result(self) -> dict[str, Any]:
+        if self._cancelled.is_set():
+            return {
+                "verdict": "cancelled",
+                "errors": [f"cancelled after {self.seconds:.1f} s"],
+            }
+        if self.seconds > self.limit:
+            return {
+                "verdict": "error",
+                "errors": [f"validate did not finish within {self.limit:g} s"],
+            }
+        output = self.folder / "result.json"
+        if output.exists():
+            document: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
+            return document
+        said = (self.folder / "validate.log").read_text(errors="replace").strip()
+        message = said or f"validate exited with status {self.process.returncode}"
+        return {"verdict": "error", "exit_code": self.process.returncode, "errors": [message]}
+
+
+# -- the dashboard --------------------------------------------------------------------------------
+
+PROCESSES = [
+    ("one process", 0),
+    ("torchrun, 2 processes", 2),
+    ("torchrun, 4 processes", 4),
+    ("torchrun, 8 processes", 8),
+]
+_SPLIT_OPTIONS = {
+    "--original-python": "original_python",
+    "--migrated-python": "migrated_python",
+    "--precision": "precision",
+    "--nproc": "processes",
+}
+
+
+class ValidationDashboard(StaticView, widgets.VBox):
     """Validate a migration and show the result: verdict, loss curves, comparison table.
 
         dashboard = ValidationDashboard()
@@ -255,6 +441,8 @@ class ValidationDashboard(widgets.VBox):
     or show an earlier `neuron-migrate validate ... --json result.json`:
 
         ValidationDashboard.from_json("result.json")
+
+    The Validate button starts the run in the background (the kernel stays free); `run()` waits.
     """
 
     result: Any = traitlets.Dict(allow_none=True, default_value=None)
@@ -268,29 +456,44 @@ class ValidationDashboard(widgets.VBox):
         arguments: str = "",
         options: Sequence[str] = (),
     ) -> None:
-        self.options = list(options)
+        wide, half = widgets.Layout(width="70%"), widgets.Layout(width="48%")
         self.original = widgets.Text(
-            value=str(original),
-            description="Original",
-            placeholder="train_xla.py",
-            layout=widgets.Layout(width="48%"),
+            str(original), description="Original", placeholder="train_xla.py", layout=half
         )
         self.migrated = widgets.Text(
-            value=str(migrated),
-            description="Migrated",
-            placeholder="train.py",
-            layout=widgets.Layout(width="48%"),
+            str(migrated), description="Migrated", placeholder="train.py", layout=half
         )
         self.arguments = widgets.Text(
-            value=arguments,
+            arguments,
             description="Arguments",
             placeholder="--steps 8 (passed to both)",
-            layout=widgets.Layout(width="70%"),
+            layout=wide,
         )
+        self.original_python = widgets.Text(
+            description="Old Python",
+            placeholder="the reference environment, where the original imports torch_xla",
+            layout=half,
+        )
+        self.migrated_python = widgets.Text(
+            description="New Python", placeholder="this kernel's Python", layout=half
+        )
+        self.precision = widgets.Dropdown(
+            options=[("auto (from the dtypes)", "auto"), ("fp32", "fp32"), ("bf16", "bf16")],
+            value="auto",
+            description="Tolerances",
+        )
+        self.processes = widgets.Dropdown(options=PROCESSES, value=0, description="Processes")
         self.run_button = widgets.Button(
             description="Validate", icon="play", button_style="primary"
         )
+        self.cancel_button = widgets.Button(description="Cancel", icon="stop", disabled=True)
         self.status = widgets.HTML()
+        self.progress_bar = widgets.IntProgress(
+            min=0, max=1, layout=widgets.Layout(width="30%", display="none")
+        )
+        self.log_view = widgets.HTML()
+        self.log_box = widgets.Accordion([self.log_view], layout=widgets.Layout(display="none"))
+        self.log_box.set_title(0, "Log")
         self.headline = widgets.HTML()
         self.runs = widgets.HTML()
         self.curves = widgets.Image(format="png", layout=widgets.Layout(max_width="820px"))
@@ -302,17 +505,25 @@ class ValidationDashboard(widgets.VBox):
         )
         for index, title in enumerate(("Loss curves", "Comparison", "Details")):
             self.tabs.set_title(index, title)
+        self.options: list[str] = []
+        self.validation: Validation | None = None
+        self._thread: threading.Thread | None = None
         super().__init__(
             [
                 widgets.HBox([self.original, self.migrated]),
-                widgets.HBox([self.arguments, self.run_button, self.status]),
+                widgets.HBox([self.original_python, self.migrated_python]),
+                widgets.HBox([self.arguments, self.precision, self.processes]),
+                widgets.HBox([self.run_button, self.cancel_button, self.progress_bar, self.status]),
+                self.log_box,
                 self.headline,
                 self.runs,
                 self.tabs,
             ]
         )
+        self.set_options(options)
         self.add_class("nm-validation-dashboard")
-        self.run_button.on_click(lambda _: self.run())
+        self.run_button.on_click(lambda _: self.start())
+        self.cancel_button.on_click(lambda _: self.cancel())
         self.observe(self._render, names="result")
         self.result = result
         self._render()
@@ -327,11 +538,88 @@ class ValidationDashboard(widgets.VBox):
 
     @property
     def verdict(self) -> str:
-        """`match`, `diverge`, `skipped` or `error` ('' before anything ran)."""
+        """`match`, `diverge`, `skipped`, `error` or `cancelled` ('' before anything ran)."""
         return (self.result or {}).get("verdict", "")
 
     def summary(self) -> str:
         return summary(self.result) if self.result else "Nothing validated yet."
+
+    # -- options ----------------------------------------------------------------------------------
+
+    def set_options(self, options: Sequence[str]) -> None:
+        """validate's own flags: those the dashboard has a field for fill it, the rest are kept."""
+        rest, given = [], list(options)
+        while given:
+            flag = given.pop(0)
+            name, _, value = flag.partition("=")
+            if name in _SPLIT_OPTIONS and (value or given):
+                value = value or given.pop(0)
+                field = getattr(self, _SPLIT_OPTIONS[name])
+                field.value = int(value) if name == "--nproc" else value
+            else:
+                rest.append(flag)
+        self.options = rest
+
+    def validate_options(self) -> list[str]:
+        """The flags validate gets: the fields, then the other options."""
+        flags = []
+        if self.original_python.value.strip():
+            flags += ["--original-python", self.original_python.value.strip()]
+        if self.migrated_python.value.strip():
+            flags += ["--migrated-python", self.migrated_python.value.strip()]
+        if self.precision.value != "auto":
+            flags += ["--precision", self.precision.value]
+        if self.processes.value:
+            flags += ["--nproc", str(self.processes.value)]
+        return flags + self.options
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def start(
+        self,
+        original: str | Path | None = None,
+        migrated: str | Path | None = None,
+        *arguments: str,
+        options: Sequence[str] | None = None,
+        timeout: float = 600,
+    ) -> bool:
+        """Start `neuron-migrate validate ORIGINAL MIGRATED [options] -- ARGUMENTS` in the
+        background and return at once; False (saying why) when it cannot start."""
+        if self.validation is not None and self.validation.running:
+            self.status.value = render.badge("already running", "warn")
+            return False
+        if original is not None:
+            self.original.value = str(original)
+        if migrated is not None:
+            self.migrated.value = str(migrated)
+        if arguments:
+            self.arguments.value = shlex.join(arguments)
+        if options is not None:
+            self.set_options(options)
+        if not self.original.value or not self.migrated.value:
+            self.status.value = render.badge("name both programs", "warn")
+            return False
+        try:
+            script_arguments = shlex.split(self.arguments.value)
+        except ValueError as exc:
+            self.status.value = f"{render.badge('arguments', 'bad')} {render.escape(str(exc))}"
+            return False
+        self.validation = Validation(
+            self.original.value,
+            self.migrated.value,
+            script_arguments,
+            self.validate_options(),
+            timeout,
+        )
+        steps = _steps(script_arguments)
+        self.progress_bar.max, self.progress_bar.value = max(steps or 1, 1), 0
+        self.progress_bar.layout.display = None if steps else "none"
+        self.log_box.layout.display = None
+        self.run_button.disabled, self.cancel_button.disabled = True, False
+        self._tick(self.validation)
+        self._thread = threading.Thread(target=self._watch, args=(self.validation,), daemon=True)
+        self._thread.start()
+        return True
 
     def run(
         self,
@@ -341,35 +629,46 @@ class ValidationDashboard(widgets.VBox):
         options: Sequence[str] | None = None,
         timeout: float = 600,
     ) -> dict[str, Any]:
-        """Run `neuron-migrate validate ORIGINAL MIGRATED [options] -- ARGUMENTS`, show and return its result.
-
-        `options` are validate's own flags (`--no-dropout`, `--precision bf16`, `--nproc 2`, ...).
-        """
-        if original is not None:
-            self.original.value = str(original)
-        if migrated is not None:
-            self.migrated.value = str(migrated)
-        if arguments:
-            self.arguments.value = shlex.join(arguments)
-        if options is not None:
-            self.options = list(options)
-        if not self.original.value or not self.migrated.value:
-            self.status.value = render.badge("name both programs", "warn")
-            return {}
-        self.status.value = "<i>running both programs...</i>"
-        self.run_button.disabled = True
-        try:
-            self.result = validate(
-                self.original.value,
-                self.migrated.value,
-                shlex.split(self.arguments.value),
-                self.options,
-                timeout,
-            )
-        finally:
-            self.run_button.disabled = False
-            self.status.value = ""
+        """Run `neuron-migrate validate ORIGINAL MIGRATED [options] -- ARGUMENTS` and wait for
+        it; show and return its result. `options` are validate's own flags (`--no-dropout`,
+        `--precision bf16`, `--nproc 2`, `--original-python PY`, ...)."""
+        if self.start(original, migrated, *arguments, options=options, timeout=timeout):
+            self.wait()
         return self.result or {}
+
+    def wait(self) -> dict[str, Any]:
+        """Wait for the run Validate (or `start`) began; its result."""
+        if self._thread is not None:
+            self._thread.join()
+        return self.result or {}
+
+    def cancel(self) -> None:
+        """Stop the running validation, and the programs it started."""
+        if self.validation is not None and self.validation.running:
+            self.status.value = "<i>cancelling...</i>"
+            self.validation.cancel()
+
+    def _watch(self, validation: Validation) -> None:
+        document = validation.wait(self._tick)
+        self.run_button.disabled, self.cancel_button.disabled = False, True
+        self.progress_bar.layout.display = "none"
+        self.status.value = ""
+        self.result = document
+
+    def _tick(self, validation: Validation) -> None:
+        """Show how far the programs got."""
+        sides = validation.progress()
+        parts = []
+        for label, side in sides.items():
+            step = f", step {side['step']}" if side["step"] is not None else ""
+            parts.append(f"<b>{label}</b>: {side['lines']} lines{step}")
+        self.status.value = f"<i>running for {validation.seconds:.0f} s</i> — " + "; ".join(parts)
+        done = [s["step"] + 1 for s in sides.values() if s["step"] is not None]
+        if done:
+            self.progress_bar.value = min(min(done), self.progress_bar.max)
+        self.log_view.value = _log_html({label: validation.log(label) for label in sides})
+
+    # -- views ------------------------------------------------------------------------------------
 
     def _render(self, _change: object = None) -> None:
         document = self.result
@@ -379,6 +678,7 @@ class ValidationDashboard(widgets.VBox):
             )
             self.runs.value = self.table.value = self.details.value = self.curves_note.value = ""
             self.curves.value = b""
+            self.publish()
             return
         # The programs compared, so that Validate runs them again.
         scripts = {run["label"]: run["script"] for run in document.get("runs", [])}
@@ -409,46 +709,45 @@ class ValidationDashboard(widgets.VBox):
         self.curves.layout.display = None if png else "none"
         # Open on what matters: the curves when there are any, else the table or the errors.
         self.tabs.selected_index = 0 if png else 1 if document.get("items") else 2
+        self.publish()
 
-
-def validate(
-    original: str | Path,
-    migrated: str | Path,
-    arguments: Sequence[str] = (),
-    options: Sequence[str] = (),
-    timeout: float = 600,
-) -> dict[str, Any]:
-    """Run `neuron-migrate validate` in a child process and return its JSON document. An error
-    that stops validate before it compares anything comes back as a document with verdict `error`."""
-    with tempfile.TemporaryDirectory(prefix="neuron-migrate-dashboard-") as tmp:
-        output = Path(tmp) / "result.json"
-        command = [
-            sys.executable,
-            "-m",
-            "neuron_migrate.validate",
-            "validate",
-            str(original),
-            str(migrated),
-            "--json",
-            str(output),
-            "--timeout",
-            str(timeout),
-            *options,
-            "--",
-            *arguments,
-        ]
-        try:
-            completed = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout * 2 + 60
+    def static_html(self) -> str:
+        """The verdict, the runs, the curves (an embedded PNG), the table and the details."""
+        if not self.result:
+            return self.headline.value
+        curves = ""
+        if self.curves.value:
+            encoded = base64.b64encode(self.curves.value).decode("ascii")
+            curves = (
+                f'<img class="nm-curves" alt="loss per step, original and migrated" '
+                f'style="max-width: 820px; width: 100%;" src="data:image/png;base64,{encoded}">'
             )
-        except subprocess.TimeoutExpired:
-            return {
-                "verdict": "error",
-                "errors": [f"validate did not finish within {timeout * 2 + 60:g} s"],
-            }
-        if output.exists():
-            return json.loads(output.read_text(encoding="utf-8"))
-        message = (
-            completed.stderr or completed.stdout
-        ).strip() or f"validate exited with status {completed.returncode}"
-        return {"verdict": "error", "exit_code": completed.returncode, "errors": [message]}
+        return (
+            self.headline.value
+            + self.runs.value
+            + (curves or self.curves_note.value)
+            + self.table.value
+            + f"<details><summary>Details</summary>{self.details.value}</details>"
+        )
+
+
+def _steps(arguments: Sequence[str]) -> int | None:
+    """The step count the programs were given (`--steps N`, `--max_steps N`), if any."""
+    for index, argument in enumerate(arguments):
+        name, _, value = argument.partition("=")
+        if name in ("--steps", "--max-steps", "--max_steps"):
+            value = value or (arguments[index + 1] if index + 1 < len(arguments) else "")
+            if value.isdigit():
+                return int(value)
+    return None
+
+
+def _log_html(logs: dict[str, str]) -> str:
+    parts = []
+    for label, text in logs.items():
+        body = render.escape(text) or "<i>(nothing yet)</i>"
+        parts.append(
+            f"<div><b>{label}</b><pre style='margin: 2px 0 6px; max-height: 240px; overflow: auto; "
+            f"white-space: pre-wrap; {render.MONO}'>{body}</pre></div>"
+        )
+    return "".join(parts)

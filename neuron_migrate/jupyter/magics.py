@@ -3,7 +3,6 @@ notebook, and `%%trainium` runs a cell only where a Trainium device is present."
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,13 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from neuron_migrate.jupyter import render
-from neuron_migrate.jupyter.migration import VIEWS, migrate_cell
+from neuron_migrate.core.wording import plural
+from neuron_migrate.jupyter import bridge, render, session
+from neuron_migrate.jupyter.migration import MAGIC, VIEWS, migrate_cell
 from neuron_migrate.rewrite.codemods.base import TARGETS
 
 SEVERITIES = ("info", "warning", "error")
+CHECK_MAGIC = "neuron_migrate_check"
 
 
 def _codes(value: str | None) -> tuple[str, ...] | None:
@@ -31,17 +32,9 @@ def _codes(value: str | None) -> tuple[str, ...] | None:
     return codes
 
 
-def current_notebook(user_ns: dict[str, Any]) -> Path | None:
-    """The file of the notebook this kernel serves, when the frontend says (JupyterLab and
-    Notebook 7 through `__session__`, VS Code through `__vsc_ipynb_file__`)."""
-    for value in (
-        user_ns.get("__vsc_ipynb_file__"),
-        user_ns.get("__session__"),
-        os.environ.get("JPY_SESSION_NAME"),
-    ):
-        if isinstance(value, str) and value.endswith(".ipynb") and Path(value).is_file():
-            return Path(value)
-    return None
+def usage(magic: Any) -> str:
+    """What `--help` prints: the usage line, the description and the options."""
+    return str(magic.parser.format_help()).replace("::\n\n  ", "usage: ", 1).rstrip()
 
 
 def neuron_device() -> str | None:
@@ -72,12 +65,15 @@ class SkippedCell:
         printer.text(repr(self))
 
     def _repr_html_(self) -> str:
-        return f'<div class="nm-skipped">{render.badge("skipped", "warn")} {render.escape(self.reason)}</div>'
+        return render.output(
+            f'<div class="nm-skipped">{render.badge("skipped", "warn")} {render.escape(self.reason)}</div>'
+        )
 
 
 @magics_class
 class NeuronMigrateMagics(Magics):
-    @magic_arguments()
+    @magic_arguments(name=f"%{MAGIC}")
+    @argument("-h", "--help", action="store_true", help="show this help; migrate nothing")
     @argument(
         "--target",
         choices=sorted(TARGETS),
@@ -87,34 +83,73 @@ class NeuronMigrateMagics(Magics):
     )
     @argument("--run", action="store_true", help="run the migrated cell after showing it")
     @argument(
+        "--replace",
+        action="store_true",
+        help="replace this cell with the migrated code (the frontend puts it in the cell)",
+    )
+    @argument("--insert", action="store_true", help="insert the migrated code as a new cell below")
+    @argument(
         "--view",
         choices=VIEWS,
-        default="side",
-        help="side (default): original and migrated side by side; unified: one unified diff",
+        default="auto",
+        help="auto (default): side by side, one column where the output is narrow; "
+        "side: always side by side; unified: one unified diff",
     )
-    @cell_magic("neuron_migrate")  # type: ignore[arg-type]
+    @cell_magic(MAGIC)  # type: ignore[arg-type]
     def neuron_migrate(self, line: str, cell: str) -> None:
         """Migrate this cell's old-stack code (PyTorch/XLA, optimum-neuron, torch_neuronx) to native
         PyTorch and show the result next to the original, with what changed and what is left to do.
 
+        The cell is migrated as part of its notebook: imports and names from the cells before it
+        count (the notebook as saved, where it holds this cell; else the cells this kernel ran),
+        and what the migration adds for it elsewhere (an import, a helper) comes into the cell.
         The cell itself is not run: its code needs the old stack. With --run, the migrated code
-        runs in its place, in this kernel.
+        runs in its place, in this kernel; with --replace or --insert it goes into the notebook.
         """
         args = parse_argstring(self.neuron_migrate, line)
-        migration = migrate_cell(cell, args.target, f"In [{self._cell_number()}]")
+        if args.help:
+            print(usage(self.neuron_migrate))
+            return
+        if args.replace and args.insert:
+            raise UsageError("--replace and --insert: choose one")
+        number = self._cell_number()
+        user_ns = self._shell.user_ns
+        migration = migrate_cell(
+            cell, args.target, f"In [{number}]", self._context(number), user_ns.__contains__
+        )
         migration.view = args.view
         display(migration)
+        if (args.run or args.replace or args.insert) and migration.error:
+            raise UsageError(f"the cell could not be migrated ({migration.error})")
+        if args.replace or args.insert:
+            self._shell.set_next_input(migration.migrated, replace=args.replace)
         if args.run:
-            if migration.error:
-                raise UsageError(f"not run: the cell could not be migrated ({migration.error})")
             self._run(migration.migrated, "the migrated cell")
 
-    @magic_arguments()
+    def _context(self, number: int) -> list[session.Cell]:
+        """The cells before this one: in the saved notebook when it holds this cell as it is,
+        else the cells this kernel ran before it."""
+        located = session.notebook_path(self._shell.user_ns)
+        history = self._shell.history_manager.input_hist_raw
+        this = history[number] if number < len(history) else None
+        if located is not None and this is not None:
+            from neuron_migrate.jupyter.check import notebook_cells
+
+            try:
+                cells = notebook_cells(located.path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                cells = []
+            sources = [c.source for c in cells]
+            if this in sources:
+                return cells[: sources.index(this)]
+        return session.ran_cells(self._shell, before=number)
+
+    @magic_arguments(name=CHECK_MAGIC)
+    @argument("-h", "--help", action="store_true", help="show this help; check nothing")
     @argument(
         "path",
         nargs="?",
-        help="the notebook to check (default: this notebook when the frontend names it, "
-        "else the cells run in this session)",
+        help="the notebook to check, as saved (default: this notebook, as this kernel ran it)",
     )
     @argument(
         "--select", metavar="CODES", help="only these rule codes or prefixes (comma-separated)"
@@ -128,44 +163,73 @@ class NeuronMigrateMagics(Magics):
         help="the least severity shown (default: warning; info adds findings outside hot code)",
     )
     @argument("--target", choices=sorted(TARGETS), help="portable (default) or neuron")
-    @line_magic("neuron_migrate_check")  # type: ignore[arg-type]
+    @line_magic(CHECK_MAGIC)  # type: ignore[arg-type]
     def neuron_migrate_check(self, line: str) -> Any:
         """Check this notebook for static-shape hazards, as `neuron-migrate check` checks a file.
 
         Finds what recompiles, breaks graphs, syncs the host or fails on Trainium's static-shape
-        compiler; findings read `cell N:line:col: CODE message`. The notebook is read as last
-        saved; where the frontend does not say which notebook this is, the cells run in this
-        session are checked instead (`In [N]:line:col`).
+        compiler; findings read `cell N:line:col: CODE message`. Without PATH, this notebook is
+        checked as saved when the saved file holds every cell this kernel ran; otherwise the
+        cells as the kernel ran them (`In [N]:line:col`) are checked, and the report says why.
         """
-        from neuron_migrate.jupyter.check import Cell, check_cells, check_notebook
+        from neuron_migrate.jupyter.check import check_cells, check_notebook, notebook_cells
 
         args = parse_argstring(self.neuron_migrate_check, line)
+        if args.help:
+            print(usage(self.neuron_migrate_check))
+            return None
         flags = {
             "select": _codes(args.select),
             "ignore": _codes(args.ignore) or (),
             "min_severity": args.min_severity,
             "target": args.target,
         }
-        path = Path(args.path) if args.path else current_notebook(self._shell.user_ns)
-        if path is not None:
+        if args.path:
+            path = Path(args.path)
             if not path.is_file():
                 raise UsageError(f"{path}: no such notebook")
             try:
                 return check_notebook(path, **flags)
             except ValueError as exc:  # not JSON
                 raise UsageError(f"{path}: not a notebook ({exc})") from None
-        history = self._shell.history_manager.input_hist_raw
-        current = self._cell_number()
-        cells = [
-            Cell(f"In [{number}]", source)
-            for number, source in enumerate(history)
-            if number
-            and number != current
-            and not source.lstrip().startswith("%neuron_migrate_check")
+        ran = [
+            cell
+            for cell in session.ran_cells(self._shell, before=self._cell_number())
+            if not cell.source.lstrip().startswith(f"%{CHECK_MAGIC}")
         ]
-        return check_cells(cells, **flags)
+        located = session.notebook_path(self._shell.user_ns)
+        if located is None:
+            report = check_cells(ran, **flags)
+            report.notice = (
+                "the frontend does not say which notebook this is, so the cells this kernel "
+                "ran are checked (name the file to check it as saved)"
+            )
+            return report
+        try:
+            saved = notebook_cells(located.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{located.path}: not a notebook ({exc})") from None
+        sources = {cell.source for cell in saved}
+        unsaved = [cell.label for cell in ran if cell.source not in sources]
+        if unsaved:
+            report = check_cells(ran, str(located.path), **flags)  # its pyproject.toml applies
+            report.source = ""  # the cells, not the file
+            report.notice = (
+                f"{located.path} has unsaved changes ({_few(unsaved)} ran code the saved file "
+                "does not hold), so the cells as this kernel ran them are checked; save the "
+                "notebook to check it as a whole"
+            )
+            return report
+        report = check_notebook(located.path, **flags)
+        tab = bridge.current()
+        if tab is not None and tab.dirty:
+            report.notice = (
+                "the open tab has unsaved changes, which this check of the saved file does not see"
+            )
+        return report
 
-    @magic_arguments()
+    @magic_arguments(name="%trainium")
+    @argument("-h", "--help", action="store_true", help="show this help; run nothing")
     @argument(
         "device",
         nargs="?",
@@ -179,6 +243,9 @@ class NeuronMigrateMagics(Magics):
         """Run this cell only on a machine with a Trainium (Neuron) device; elsewhere show that it
         was skipped, so that a notebook runs top to bottom on a CPU machine too."""
         args = parse_argstring(self.trainium, line)
+        if args.help:
+            print(usage(self.trainium))
+            return None
         if args.device not in ("auto", "neuron"):
             return SkippedCell(
                 f"this cell needs a Trainium (Neuron) device, and this run is on {args.device!r}."
@@ -210,15 +277,29 @@ class NeuronMigrateMagics(Magics):
             raise CellFailed(f"{what} raised {type(error).__name__}: {error}")
 
 
+def _few(labels: list[str]) -> str:
+    """The last three of `labels` (the ones a user ran most recently), and how many more."""
+    shown = ", ".join(labels[-3:])
+    return shown + (f" and {plural(len(labels) - 3, 'earlier cell')}" if len(labels) > 3 else "")
+
+
+LOADED = (
+    "neuron-migrate: %%neuron_migrate migrates a cell, %neuron_migrate_check checks this "
+    "notebook, %%trainium runs a cell only on Trainium (--help on each)"
+)
+
+
 def register(ipython: Any) -> None:
     ipython.register_magics(NeuronMigrateMagics)
+    bridge.start()
+    print(LOADED)
 
 
 def unregister(ipython: Any) -> None:
     registered = ipython.magics_manager.magics
     for kind, name in (
-        ("cell", "neuron_migrate"),
-        ("line", "neuron_migrate_check"),
+        ("cell", MAGIC),
+        ("line", CHECK_MAGIC),
         ("cell", "trainium"),
     ):
         magic = registered[kind].get(name)

@@ -18,7 +18,6 @@ import re
 import secrets
 import warnings
 from dataclasses import dataclass, field
-from json.decoder import scanstring  # type: ignore[attr-defined]
 
 from neuron_migrate.core.notebook_cells import (
     PYTHON_CELL_MAGICS,
@@ -29,6 +28,7 @@ from neuron_migrate.core.notebook_cells import (
     mask,
     writes_python_file,
 )
+from neuron_migrate.core.notebook_file import RawCell, locate_cells, replace_sources
 from neuron_migrate.core.oldstack import LEFTOVER_CODE
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.results import Change, FileResult, ManualItem, Note
@@ -37,112 +37,6 @@ from neuron_migrate.rewrite.shell import old_stack_command, rewrite_shell_comman
 
 class NotebookError(Exception):
     """A notebook that cannot be migrated safely; one line, with the path."""
-
-
-# -- locating `source` values in the raw JSON ----------------------------------------------------
-
-_WS = re.compile(r"\s*")
-_LITERAL = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")
-
-
-@dataclass
-class _Span:
-    start: int
-    end: int
-
-
-@dataclass
-class _Cell:
-    index: int
-    cell_type: str
-    source: str
-    span: _Span
-    language: str | None = None
-    fields: dict[str, _Span] = field(default_factory=dict)
-
-
-def _skip_ws(raw: str, i: int) -> int:
-    return _WS.match(raw, i).end()  # type: ignore[union-attr]
-
-
-def _scan(raw: str, i: int, want_keys: bool = False) -> tuple[int, dict[str, _Span]]:
-    """Skip one JSON value starting at `i`; for an object, return the spans of its values."""
-    i = _skip_ws(raw, i)
-    ch = raw[i]
-    keys: dict[str, _Span] = {}
-    if ch == '"':
-        return scanstring(raw, i + 1)[1], keys
-    if ch == "{":
-        i = _skip_ws(raw, i + 1)
-        if raw[i] == "}":
-            return i + 1, keys
-        while True:
-            key, i = scanstring(raw, _skip_ws(raw, i) + 1)
-            i = _skip_ws(raw, i)
-            assert raw[i] == ":"
-            start = _skip_ws(raw, i + 1)
-            i, _ = _scan(raw, start)
-            if want_keys:
-                keys[key] = _Span(start, i)
-            i = _skip_ws(raw, i)
-            if raw[i] == "}":
-                return i + 1, keys
-            i += 1  # ","
-    if ch == "[":
-        i = _skip_ws(raw, i + 1)
-        if raw[i] == "]":
-            return i + 1, keys
-        while True:
-            i, _ = _scan(raw, i)
-            i = _skip_ws(raw, i)
-            if raw[i] == "]":
-                return i + 1, keys
-            i += 1
-    match = _LITERAL.match(raw, i)
-    if match is None:
-        raise ValueError(f"unexpected {ch!r} at offset {i}")
-    return match.end(), keys
-
-
-def _cells(raw: str, notebook: dict) -> list[_Cell]:
-    _, top = _scan(raw, 0, want_keys=True)
-    cells_span = top["cells"]
-    cells = []
-    i = _skip_ws(raw, cells_span.start + 1)
-    index = 0
-    while raw[i] != "]":
-        end, keys = _scan(raw, i, want_keys=True)
-        data = notebook["cells"][index]
-        source = data.get("source", "")
-        text = "".join(source) if isinstance(source, list) else source
-        language = (data.get("metadata") or {}).get("vscode", {}).get("languageId")
-        cells.append(_Cell(index, data.get("cell_type", ""), text, keys["source"], language, keys))
-        index += 1
-        i = _skip_ws(raw, end)
-        if raw[i] == ",":
-            i = _skip_ws(raw, i + 1)
-    return cells
-
-
-def _encode_source(raw: str, span: _Span, text: str, ensure_ascii: bool) -> str:
-    """The new `source` value, laid out as the old one was (a list of lines, or one string)."""
-    old = raw[span.start : span.end]
-    if old.startswith('"'):
-        return json.dumps(text, ensure_ascii=ensure_ascii)
-    lines = text.splitlines(keepends=True)
-    if not lines:
-        return "[]"
-    inner = old[1:-1]
-    if inner.strip():
-        lead = inner[: len(inner) - len(inner.lstrip())]
-        trail = inner[len(inner.rstrip()) :]
-    else:  # was an empty list: indent one step deeper than the key's line
-        line_start = raw.rfind("\n", 0, span.start) + 1
-        indent = raw[line_start : line_start + len(raw[line_start:]) - len(raw[line_start:].lstrip())]
-        step = " " if indent == " " * len(indent) and len(indent) % 2 else "  "
-        lead, trail = "\n" + indent + step, "\n" + indent
-    separator = "," + lead if "\n" in lead else ", "
-    return "[" + lead + separator.join(json.dumps(line, ensure_ascii=ensure_ascii) for line in lines) + trail + "]"
 
 
 # -- the rewrite ---------------------------------------------------------------------------------
@@ -169,7 +63,7 @@ def rewrite_notebook(
     return _write_sources(raw, cells, new_sources, clear_outputs, result)
 
 
-def _read_cells(raw: str, path: str, result: FileResult) -> list[_Cell] | None:
+def _read_cells(raw: str, path: str, result: FileResult) -> list[RawCell] | None:
     """The cells of a Python notebook; None (with the error, or `skipped`, in `result`) otherwise."""
     try:
         notebook = json.loads(raw)
@@ -187,14 +81,14 @@ def _read_cells(raw: str, path: str, result: FileResult) -> list[_Cell] | None:
         result.skipped = True
         return None
     try:
-        return _cells(raw, notebook)
+        return locate_cells(raw, notebook)
     except (ValueError, KeyError, IndexError, AssertionError) as exc:
         result.error = f"{path}:1:1: cannot locate the cell sources: {exc}"
         return None
 
 
 def _migrate_cells(
-    raw: str, cells: list[_Cell], path: str, options: Options, result: FileResult, strict: bool = False
+    raw: str, cells: list[RawCell], path: str, options: Options, result: FileResult, strict: bool = False
 ) -> dict[int, str] | None:
     """The new source of each cell that changed; None when the Python cells could not be migrated.
     `strict`: a cell that is not Python is an error, not a cell to leave as it is."""
@@ -206,7 +100,7 @@ def _migrate_cells(
     def placeholder(span: Span) -> str:
         return f"_nm_magic_{token}_{next(counter)}"
 
-    joined: list[tuple[_Cell, Masked]] = []
+    joined: list[tuple[RawCell, Masked]] = []
     new_sources: dict[int, str] = {}
     for cell in cells:
         if cell.cell_type != "code" or (cell.language not in (None, "python")):
@@ -247,7 +141,7 @@ def _not_python(text: str) -> str | None:
 
 
 def _migrate_joined(
-    joined: list[tuple[_Cell, Masked]],
+    joined: list[tuple[RawCell, Masked]],
     marker: str,
     path: str,
     options: Options,
@@ -283,42 +177,24 @@ def _migrate_joined(
 
 def _write_sources(
     raw: str,
-    cells: list[_Cell],
+    cells: list[RawCell],
     new_sources: dict[int, str],
     clear_outputs: bool,
     result: FileResult,
 ) -> NotebookResult:
     """The notebook with the new sources put in, every other byte as it was."""
-    ensure_ascii = not any(ord(ch) > 127 for ch in raw)
-    pieces = []
-    last = 0
-    changed = []
-    for cell in cells:
-        if cell.index not in new_sources:
-            continue
-        edits = {"source": _encode_source(raw, cell.span, new_sources[cell.index], ensure_ascii)}
-        if clear_outputs:
-            # The outputs came from the old code: drop them, as `jupyter nbconvert --clear-output`.
-            edits.update({"outputs": "[]", "execution_count": "null"})
-        for key, span in sorted(cell.fields.items(), key=lambda kv: kv[1].start):
-            if key in edits and (key != "outputs" or raw[span.start : span.end] != "[]"):
-                pieces.append(raw[last : span.start])
-                pieces.append(edits[key])
-                last = span.end
-        changed.append((cell.index, cell.source, new_sources[cell.index]))
-    pieces.append(raw[last:])
-    result.migrated = "".join(pieces)
     try:
-        json.loads(result.migrated)
-    except json.JSONDecodeError as exc:
-        result.error = f"{result.path}:1:1: internal error: migrated notebook is not valid JSON ({exc.msg}); left unchanged"
+        result.migrated = replace_sources(raw, cells, new_sources, clear_outputs)
+    except ValueError as exc:
+        result.error = f"{result.path}:1:1: internal error: {exc}; left unchanged"
         result.migrated = raw
         return NotebookResult(result)
+    changed = [(c.index, c.source, new_sources[c.index]) for c in cells if c.index in new_sources]
     return NotebookResult(result, changed)
 
 
 def _rewrite_shell_commands(
-    joined: list[tuple[_Cell, Masked]], options: Options, result: FileResult
+    joined: list[tuple[RawCell, Masked]], options: Options, result: FileResult
 ) -> tuple[dict[Command, str], dict[Command, ManualItem]]:
     """New text for the `!`/`%env` commands that configure or launch old-stack work (see
     neuron_migrate.rewrite.shell), and the old-stack steps that must stay, as manual items."""
@@ -374,7 +250,7 @@ def _mark_by_hand(source: str, steps: list[tuple[Command, ManualItem]], cell: in
     return source
 
 
-def _writefile_cell(cell: _Cell, path: str, options: Options, result: FileResult, out: dict[int, str]) -> None:
+def _writefile_cell(cell: RawCell, path: str, options: Options, result: FileResult, out: dict[int, str]) -> None:
     header, _, body = cell.source.partition("\n")
     sub = rewrite_source(body, f"{path}:cell {cell.index + 1}", options)
     if sub.error:
@@ -403,7 +279,7 @@ def _cell_lines(text: str, marker: str) -> list[tuple[int, int]]:
     return mapping
 
 
-def _locate(items: list[ManualItem], text: str, marker: str, joined: list[tuple[_Cell, Masked]]) -> list[ManualItem]:
+def _locate(items: list[ManualItem], text: str, marker: str, joined: list[tuple[RawCell, Masked]]) -> list[ManualItem]:
     mapping = _cell_lines(text, marker)
     located = []
     for item in items:
@@ -413,7 +289,7 @@ def _locate(items: list[ManualItem], text: str, marker: str, joined: list[tuple[
     return located
 
 
-def _cell_position(error: str, path: str, module: str, marker: str, joined: list[tuple[_Cell, Masked]]) -> str:
+def _cell_position(error: str, path: str, module: str, marker: str, joined: list[tuple[RawCell, Masked]]) -> str:
     """Turn `path:LINE:COL: msg` in the joined module into `path:cell N:LINE:COL: msg`."""
     match = re.match(re.escape(path) + r":(\d+):(\d+): (.*)$", error)
     if not match:

@@ -1,4 +1,5 @@
-"""`check` on notebooks: code cells as one module, magics masked, findings by cell, no fixes."""
+"""`check` on notebooks: code cells as one module, `%%writefile` scripts on their own, magics
+masked, findings and fixes by cell."""
 
 from __future__ import annotations
 
@@ -53,12 +54,84 @@ def test_text_and_json_output(
     assert record["cell"] == 3 and record["location"] == {"row": 4, "column": 12}
 
 
-def test_notebooks_are_never_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+FIXABLE = notebook(
+    ("markdown", "# Training"),
+    ("code", "%matplotlib inline\nimport torch\nmodel = torch.nn.Linear(4, 2)\n"),
+    ("code", "x = 1\n"),
+    ("code", "compiled = torch.compile(model, dynamic=True)  # the model of cell 2\n!ls\n"),
+)
+
+
+def test_fix_edits_the_sources_of_the_fixed_cells_and_no_other_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
-    raw = notebook(("code", "import torch\n\ndef forward(x):\n    x[x < 0] = 0\n    return x\n"))
-    (tmp_path / "nb.ipynb").write_text(raw)
-    assert main(["check", "nb.ipynb", "--fix"]) == 1
-    assert (tmp_path / "nb.ipynb").read_text() == raw
+    (tmp_path / "nb.ipynb").write_text(FIXABLE)
+    assert main(["check", "nb.ipynb", "--fix"]) == 0
+    assert "1 fixed, 0 remaining" in capsys.readouterr().err
+    fixed = (tmp_path / "nb.ipynb").read_text()
+    assert fixed == FIXABLE.replace("dynamic=True", "dynamic=False")
+    assert main(["check", "nb.ipynb"]) == 0
+
+
+def test_diff_shows_the_fixes_cell_by_cell_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nb.ipynb").write_text(FIXABLE)
+    assert main(["check", "nb.ipynb", "--diff"]) == 1
+    assert capsys.readouterr().out == (
+        "--- a/nb.ipynb:cell 4\n"
+        "+++ b/nb.ipynb:cell 4\n"
+        "@@ -1,2 +1,2 @@\n"
+        "-compiled = torch.compile(model, dynamic=True)  # the model of cell 2\n"
+        "+compiled = torch.compile(model, dynamic=False)  # the model of cell 2\n"
+        " !ls\n"
+    )
+    assert (tmp_path / "nb.ipynb").read_text() == FIXABLE
+
+
+WRITEFILE = notebook(
+    ("code", "import torch\n"),
+    (
+        "code",
+        "%%writefile {work_dir}/train.py\n"
+        "import torch\n"
+        "\n"
+        "model = torch.compile(torch.nn.Linear(2, 2), dynamic=True)\n",
+    ),
+    ("code", "%%writefile notes.txt\ntorch.nonzero(x)\n"),
+)
+
+
+def test_a_script_written_by_writefile_is_checked_and_fixed_as_a_file_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = check_notebook(WRITEFILE, "nb.ipynb", CheckOptions())
+    # The `%%writefile` line is line 1 of the cell; a `%%writefile notes.txt` cell is not Python.
+    assert [(d.code, d.cell, d.line, d.column) for d in report.diagnostics] == [("NM116", 2, 4, 46)]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nb.ipynb").write_text(WRITEFILE)
+    assert main(["check", "nb.ipynb", "--fix"]) == 0
+    assert json.loads((tmp_path / "nb.ipynb").read_text())["cells"][1]["source"] == [
+        "%%writefile {work_dir}/train.py\n",
+        "import torch\n",
+        "\n",
+        "model = torch.compile(torch.nn.Linear(2, 2), dynamic=False)\n",
+    ]
+
+
+def test_lines_named_in_messages_count_in_the_cells() -> None:
+    loop = (
+        "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    losses.append(loss.item())\n"
+    )
+    raw = notebook(
+        ("code", "import torch\nmodel = torch.nn.Linear(4, 2)\nloader = [torch.ones(1, 4)]\n"),
+        ("code", "x = 1\n\n" + loop),
+    )
+    [finding] = check_notebook(raw, "nb.ipynb", CheckOptions()).diagnostics
+    assert (finding.cell, finding.line) == (2, 6)
+    assert "in the training loop at line 3, which calls `.backward()`" in finding.text
 
 
 def test_errors_point_into_the_cell() -> None:

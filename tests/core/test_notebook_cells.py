@@ -19,6 +19,7 @@ from neuron_migrate.core.notebook_cells import (
     magic_spans,
     mask,
     writes_python_file,
+    written_script,
 )
 
 
@@ -216,6 +217,19 @@ def test_writes_python_file() -> None:
     assert writes_python_file("%%file -a src/train.py\nimport torch\n")
     assert not writes_python_file("%%writefile run.sh\necho hi\n")
     assert not writes_python_file("%%time\nx = 1\n")
+
+
+def test_the_script_of_a_writefile_cell_keeps_its_positions_and_its_first_line() -> None:
+    cell = "# the training script\r\n  %%writefile {work_dir}/train.py\r\nimport torch\r\n"
+    script = written_script(cell)
+    assert script is not None
+    assert (
+        script.text
+        == "# the training script\r\n  # %%writefile {work_dir}/train.py\r\nimport torch\r\n"
+    )
+    assert script.unmask(script.text.replace("torch", "os")) == cell.replace("torch\r", "os\r")
+    assert written_script("%%writefile notes.txt\ntorch\n") is None
+    assert written_script("import torch\n") is None
 
 
 # -- generated cells -----------------------------------------------------------------------------

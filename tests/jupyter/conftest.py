@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 DATA = Path(__file__).parent / "data"
+
+
+def text_of(markup: str) -> str:
+    """What HTML reads as: tags (syntax colours, word marks) dropped, entities decoded."""
+    return html.unescape(re.sub(r"<style>.*?</style>|<[^>]+>", "", markup, flags=re.DOTALL))
 
 
 def artifacts_dir() -> Path:
@@ -46,3 +53,19 @@ def ip(shell: Any) -> Iterator[Any]:
     yield shell
     for name in set(shell.user_ns) - before:
         del shell.user_ns[name]
+
+
+@pytest.fixture
+def fresh(ip: Any) -> Any:
+    """The shell with its history cleared, as a kernel that has just started."""
+    ip.history_manager.reset(new_session=True)
+    ip.execution_count = 1
+    return ip
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the test item, for fixtures that act on failures."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report

@@ -95,3 +95,18 @@ def test_pyproject_settings_apply_and_their_errors_are_reported(tmp_path: Path) 
     report = check_cells(cells, str(tmp_path / "nb.ipynb"))
     assert report.errors and "unknown key 'colour'" in report.errors[0]
     assert "unknown key 'colour'" in check_script("x = 1\n", str(tmp_path / "train.py")).errors[0]
+
+
+def test_safe_fixes_are_marked_in_notebook_cells_and_hidden_findings_counted() -> None:
+    report = check_cells([Cell("cell 1", SETUP + DYNAMIC + "print(torch.ones(2).sum().item())\n")])
+    [finding] = report.findings
+    assert (finding.code, finding.fixable) == ("NM116", True)
+    assert report.hidden == {"info": 1}  # the `.item()` outside hot code
+    assert report.headline() == (
+        "the cells run in this session: 1 finding "
+        "(1 code cell; 1 with a safe fix ([*]); 1 info finding not shown: --min-severity info shows them)"
+    )
+    shown = check_cells(
+        [Cell("cell 1", SETUP + "print(torch.ones(2).sum().item())\n")], min_severity="info"
+    )
+    assert [f.code for f in shown.findings] == ["NM110"] and shown.hidden == {}

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from IPython.utils.capture import capture_output
 
-from neuron_migrate.jupyter import magics
+from neuron_migrate.jupyter import magics, session
+from tests.jupyter.conftest import text_of
 
 OLD_CELL = """\
 import torch
@@ -25,11 +26,11 @@ xm.mark_step()
 def run_magic(ip: Any, line: str, cell: str) -> tuple[Any, list[dict[str, Any]], str]:
     """Run a cell magic as a cell; return the run's result, the displayed outputs, and stdout."""
     with capture_output() as captured:
-        result = ip.run_cell(f"%%{line}\n{cell}")
+        result = ip.run_cell(f"%%{line}\n{cell}", store_history=True)  # as a kernel runs cells
     return result, [output.data for output in captured.outputs], captured.stdout
 
 
-def test_load_ext_registers_the_magics_and_unload_removes_them(shell: Any) -> None:
+def test_load_ext_registers_the_magics_says_so_and_unload_removes_them(shell: Any) -> None:
     registered = shell.magics_manager.magics
     assert "neuron_migrate" in registered["cell"]
     assert "trainium" in registered["cell"]
@@ -39,8 +40,36 @@ def test_load_ext_registers_the_magics_and_unload_removes_them(shell: Any) -> No
         assert "neuron_migrate" not in registered["cell"]
         assert "neuron_migrate_check" not in registered["line"]
     finally:
-        shell.run_line_magic("load_ext", "neuron_migrate")
+        with capture_output() as captured:
+            shell.run_line_magic("load_ext", "neuron_migrate")
     assert "neuron_migrate" in registered["cell"]
+    assert captured.stdout == magics.LOADED + "\n"
+    assert "%%neuron_migrate" in captured.stdout and "--help" in captured.stdout
+
+
+@pytest.mark.parametrize(
+    ("cell", "usage"),
+    [
+        ("%%neuron_migrate --help\nimport torch_xla\n", "usage: %%neuron_migrate [-h]"),
+        ("%%neuron_migrate -h\nx = 1\n", "usage: %%neuron_migrate [-h]"),
+        ("%neuron_migrate_check --help", "usage: %neuron_migrate_check [-h]"),
+        ("%%trainium --help\nx = 1\n", "usage: %%trainium [-h]"),
+    ],
+)
+def test_help_on_every_magic(ip: Any, cell: str, usage: str) -> None:
+    with capture_output() as captured:
+        result = ip.run_cell(cell)
+    assert result.success
+    assert captured.stdout.startswith(usage)
+    assert "--target" in captured.stdout or "DEVICE" in captured.stdout.upper()
+    assert "x" not in ip.user_ns
+
+
+def test_the_usage_line_of_question_mark_help_names_the_magic_as_written(shell: Any) -> None:
+    doc = shell.magics_manager.magics["cell"]["neuron_migrate"].__doc__
+    assert doc.startswith("::\n\n  %%neuron_migrate [-h] [--target {neuron,portable}]")
+    line_doc = shell.magics_manager.magics["line"]["neuron_migrate_check"].__doc__
+    assert line_doc.startswith("::\n\n  %neuron_migrate_check [-h]")
 
 
 def test_cell_magic_shows_the_migration_side_by_side_and_runs_nothing(ip: Any) -> None:
@@ -48,8 +77,9 @@ def test_cell_magic_shows_the_migration_side_by_side_and_runs_nothing(ip: Any) -
     assert result.success
     [shown] = outputs
     html, text = shown["text/html"], shown["text/plain"]
-    assert 'class="nm-diff nm-side"' in html
-    assert "xm.xla_device()" in html and "torch.accelerator.current_accelerator" in html
+    assert 'class="nm-diff nm-side nm-auto"' in html
+    shown_text = text_of(html)
+    assert "xm.xla_device()" in shown_text and "torch.accelerator.current_accelerator" in shown_text
     assert "NM001" in html and "NM002" in html
     assert "Migrated cell (to copy)" in html
     # The text form is a unified diff, labelled with the cell's number.
@@ -71,10 +101,12 @@ def test_run_executes_the_migrated_cell_in_the_kernel(ip: Any) -> None:
     assert str(ip.user_ns["device"]) == "cpu"
 
 
-def test_view_unified(ip: Any) -> None:
+def test_views(ip: Any) -> None:
     _, [shown], _ = run_magic(ip, "neuron_migrate --view unified", OLD_CELL)
     assert 'class="nm-diff nm-unified"' in shown["text/html"]
     assert "nm-side" not in shown["text/html"]
+    _, [side], _ = run_magic(ip, "neuron_migrate --view side", OLD_CELL)
+    assert 'class="nm-diff nm-side"' in side["text/html"]
 
 
 def test_target_neuron_spells_the_device(ip: Any) -> None:
@@ -101,7 +133,7 @@ def test_manual_items_are_listed(ip: Any) -> None:
 def test_a_cell_without_old_stack_code_is_left_alone(ip: Any) -> None:
     _, [shown], _ = run_magic(ip, "neuron_migrate", "x = 1\n")
     assert shown["text/plain"].endswith("nothing to migrate")
-    assert "nm-diff" not in shown["text/html"]
+    assert 'class="nm-diff' not in shown["text/html"]
 
 
 def test_run_fails_the_cell_when_the_migrated_code_raises(ip: Any) -> None:
@@ -112,14 +144,58 @@ def test_run_fails_the_cell_when_the_migrated_code_raises(ip: Any) -> None:
     assert "ValueError: boom" in str(result.error_in_exec)
 
 
-def test_a_cell_that_cannot_be_migrated_says_why_and_is_not_run(ip: Any) -> None:
-    cell = "import torch_xla.core.xla_model as xm\nx = (\n"
+@pytest.mark.parametrize("cell", ["import torch_xla.core.xla_model as xm\nx = (\n", "x = (\n"])
+def test_a_cell_that_cannot_be_migrated_says_why_and_is_not_run(ip: Any, cell: str) -> None:
     result, [shown], _ = run_magic(ip, "neuron_migrate --run", cell)
-    assert "not migrated" in shown["text/plain"]
-    assert "SyntaxError" in shown["text/plain"]
+    assert shown["text/plain"].startswith("In [")
+    assert "not migrated: 2:5: SyntaxError: '(' was never closed" in shown["text/plain"] or (
+        "not migrated: 1:5: SyntaxError: '(' was never closed" in shown["text/plain"]
+    )
     assert ":cell 1:" not in shown["text/plain"]  # a cell is not a notebook
+    assert "nm-bad" in shown["text/html"] and "nothing to migrate" not in shown["text/plain"]
     assert not result.success
-    assert "not run" in str(result.error_in_exec)
+    assert "could not be migrated" in str(result.error_in_exec)
+
+
+def test_imports_in_an_earlier_cell_are_seen(ip: Any) -> None:
+    ip.run_cell("import torch\nimport torch_xla.core.xla_model as xm\n", store_history=True)
+    _, [shown], _ = run_magic(
+        ip, "neuron_migrate --run", "device = xm.xla_device()\nxm.mark_step()\n"
+    )
+    text = shown["text/plain"]
+    assert "-device = xm.xla_device()" in text and "+device = torch.accelerator" in text
+    assert str(ip.user_ns["device"]) == "cpu"
+
+
+def test_old_stack_names_imported_nowhere_are_named(ip: Any) -> None:
+    _, [shown], _ = run_magic(ip, "neuron_migrate", "loader = pl.MpDeviceLoader(batches, device)\n")
+    assert "`pl` is not imported in this cell or the cells before it" in shown["text/plain"]
+    assert "nothing to migrate" not in shown["text/plain"]
+    assert "nm-warn" in shown["text/html"]
+
+
+@pytest.mark.parametrize(("flag", "replace"), [("--replace", True), ("--insert", False)])
+def test_replace_and_insert_put_the_migrated_code_into_the_notebook(
+    ip: Any, monkeypatch: pytest.MonkeyPatch, flag: str, replace: bool
+) -> None:
+    given = []
+    monkeypatch.setattr(
+        ip, "set_next_input", lambda text, replace=False: given.append((text, replace))
+    )
+    run_magic(ip, f"neuron_migrate {flag}", OLD_CELL)
+    [(text, replaced)] = given
+    assert replaced is replace and "xm" not in text and "torch.accelerator" in text
+    with capture_output():
+        both = ip.run_cell("%%neuron_migrate --replace --insert\nx = 1\n")
+    assert "choose one" in str(both.error_in_exec)
+
+
+def test_the_output_has_the_buttons_the_jupyterlab_piece_makes_work(ip: Any) -> None:
+    _, [shown], _ = run_magic(ip, "neuron_migrate", OLD_CELL)
+    html = shown["text/html"]
+    assert 'class="nm-actions" style="display: none;"' in html  # hidden without the piece
+    assert "nm-replace-cell" in html and "nm-insert-below" in html
+    assert 'class="nm-pre nm-migrated-source"' in html
 
 
 def test_unknown_option_is_a_usage_error(ip: Any) -> None:
@@ -176,21 +252,55 @@ def test_check_a_notebook_file(ip: Any, tmp_path: Path) -> None:
     assert 'class="nm-findings"' in html and "NM302" in html
 
 
-def test_check_finds_the_notebook_the_frontend_names(ip: Any, tmp_path: Path) -> None:
+def test_check_finds_the_notebook_the_frontend_names(fresh: Any, tmp_path: Path) -> None:
+    ip = fresh
     path = _notebook(tmp_path, HAZARDS)
     ip.user_ns["__session__"] = str(path)  # as JupyterLab sets it
     report = ip.run_line_magic("neuron_migrate_check", "")
-    assert report.source == str(path)
+    assert report.source == str(path) and not report.notice
     assert any(f.code == "NM302" for f in report.findings)
 
 
-def test_check_without_a_notebook_checks_the_cells_run_in_this_session(ip: Any) -> None:
+def test_check_warns_of_unsaved_changes_and_checks_the_cells_as_they_ran(
+    fresh: Any, tmp_path: Path
+) -> None:
+    ip = fresh
+    path = _notebook(tmp_path, "import torch\n")  # as last saved
+    ip.user_ns["__session__"] = str(path)
+    number = ip.execution_count
+    ip.run_cell(HAZARDS, store_history=True)  # run, not saved
+    report = ip.run_cell("%neuron_migrate_check", store_history=True).result
+    assert f"In [{number}]:10:24: NM110" in repr(report)
+    assert report.notice.startswith(
+        f"{path} has unsaved changes (In [{number}] ran code the saved file"
+    )
+    assert "nm-notice" in report._repr_html_()
+
+
+def test_check_without_a_notebook_checks_the_cells_run_in_this_session_and_says_so(
+    ip: Any,
+) -> None:
     number = ip.execution_count
     ip.run_cell(HAZARDS, store_history=True)
     report = ip.run_cell("%neuron_migrate_check", store_history=True).result
     assert report.source == ""
     assert f"In [{number}]:10:24: NM110" in repr(report)
     assert "the cells run in this session" in repr(report)
+    assert "does not say which notebook this is" in report.notice
+
+
+def test_check_says_how_many_findings_the_severity_filter_hides(ip: Any, tmp_path: Path) -> None:
+    outside = "import torch\nvalues = torch.arange(4)\nprint(values.sum().item())\n"
+    report = ip.run_line_magic("neuron_migrate_check", str(_notebook(tmp_path, outside)))
+    assert report.findings == []
+    assert report.hidden == {"info": 1}
+    assert repr(report).endswith(
+        "no findings (1 code cell; 1 info finding not shown: --min-severity info shows them)"
+    )
+    everything = ip.run_line_magic(
+        "neuron_migrate_check", f"{_notebook(tmp_path, outside)} --min-severity info"
+    )
+    assert [f.code for f in everything.findings] == ["NM110"] and not everything.hidden
 
 
 def test_check_select_ignore_and_severity(ip: Any, tmp_path: Path) -> None:
@@ -205,7 +315,7 @@ def test_check_select_ignore_and_severity(ip: Any, tmp_path: Path) -> None:
 
 def test_check_clean_notebook(ip: Any, tmp_path: Path) -> None:
     report = ip.run_line_magic("neuron_migrate_check", str(_notebook(tmp_path, "x = 1\n")))
-    assert repr(report).endswith("no findings (1 code cell)")
+    assert repr(report).endswith("no findings (1 code cell)") and not report.hidden
     assert "clean" in report._repr_html_()
 
 
@@ -266,11 +376,23 @@ def test_trainium_cell_runs_where_there_is_a_neuron_device(
     assert isinstance(failed.error_in_exec, magics.CellFailed)
 
 
-def test_current_notebook_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_notebook_is_found_through_the_tab_the_server_vs_code_and_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _notebook(tmp_path, "x = 1\n")
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
-    assert magics.current_notebook({}) is None
-    assert magics.current_notebook({"__vsc_ipynb_file__": str(path)}) == path
-    assert magics.current_notebook({"__session__": str(tmp_path / "gone.ipynb")}) is None
+    monkeypatch.setattr(session, "path_from_server", lambda: None)
+    assert session.notebook_path({}) is None
+    assert session.notebook_path({"__vsc_ipynb_file__": str(path)}) == session.Located(
+        path, "VS Code"
+    )
+    assert session.notebook_path({"__session__": str(tmp_path / "gone.ipynb")}) is None
     monkeypatch.setenv("JPY_SESSION_NAME", str(path))
-    assert magics.current_notebook({}) == path
+    assert session.notebook_path({}).path == path
+    # The server knows the name after a rename, which `__session__` does not.
+    renamed = tmp_path / "renamed.ipynb"
+    path.rename(renamed)
+    monkeypatch.setattr(session, "path_from_server", lambda: renamed)
+    assert session.notebook_path({"__session__": str(path)}) == session.Located(
+        renamed, "the Jupyter server"
+    )

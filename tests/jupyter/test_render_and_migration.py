@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from neuron_migrate.core.files import SourceError
 from neuron_migrate.jupyter import Diff, migrate_cell, migrate_path, render
-from neuron_migrate.jupyter.migration import apply, notebook_code_cells
+from neuron_migrate.jupyter.migration import apply, notebook_code_cells, write
+from neuron_migrate.jupyter.session import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """\
@@ -27,15 +29,69 @@ def rows(html: str, kind: str) -> int:
     return html.count(f'<tr class="{kind}">')
 
 
-def test_side_by_side_pairs_lines_and_marks_changed_characters() -> None:
-    html = render.side_by_side("a = 1\nb = 2\nc = 3\n", "a = 1\nb = 20\nc = 3\nd = 4\n")
+class _Marks(HTMLParser):
+    """The text of each span of one class (nested spans included)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind, self.depth, self.found = kind, 0, []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if self.depth:
+            self.depth += tag == "span"
+        elif tag == "span" and dict(attrs).get("class") == self.kind:
+            self.depth = 1
+            self.found.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.depth and tag == "span":
+            self.depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self.depth:
+            self.found[-1] += data
+
+
+def marked(html: str, kind: str) -> list[str]:
+    """The text of the words marked as added (`nm-w-add`) or removed (`nm-w-del`)."""
+    parser = _Marks(kind)
+    parser.feed(html)
+    return parser.found
+
+
+def test_side_by_side_pairs_lines_and_marks_the_words_that_changed() -> None:
+    html = render.side_by_side(
+        "a = 1\nloader = pl.MpDeviceLoader(data, device)\nc = 3\n",
+        "a = 1\nloader = DeviceLoader(data, device)\nc = 3\nd = 4\n",
+    )
     assert rows(html, "nm-same") == 2 and rows(html, "nm-chg") == 1 and rows(html, "nm-add") == 1
+    # Whole words are marked, never fragments of them.
+    assert marked(html, "nm-w-del") == ["pl.MpDeviceLoader"]
+    assert marked(html, "nm-w-add") == ["DeviceLoader"]
+    assert html.startswith('<table class="nm-diff nm-side nm-auto"')
+
+
+def test_the_changed_words_are_marked_inline_and_the_code_is_coloured_by_class() -> None:
+    html = render.side_by_side("x = f(1)  # one\n", "x = g(1)  # one\n")
+    # Inline: what a reader needs survives a sanitiser that drops <style>.
+    assert re.search(r'class="nm-w-add" style="background: rgba\(46, 160, 67, 0.40\)', html)
     assert (
-        'b = 2<span style="background: rgba(46, 160, 67, 0.45); border-radius: 2px;">0</span>'
+        "text-align: left; vertical-align: top; white-space: pre-wrap; overflow-wrap: break-word;"
         in html
     )
-    assert html.startswith('<table class="nm-diff nm-side"')
-    assert "<style" not in html  # inline styles only: they survive sanitisers and static renders
+    assert "break-all" not in html
+    # Syntax classes, coloured by the one stylesheet of the output.
+    assert '<span class="nm-t-c"># one</span>' in html and '<span class="nm-t-m">1</span>' in html
+    output = render.output(html)
+    assert output.count("<style>") == 1 and ".nm-out .nm-t-c {" in output
+    assert "@container (max-width: 760px)" in output  # one column in a narrow output
+
+
+def test_lines_are_paired_with_the_lines_they_are_most_alike() -> None:
+    old = "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\nx = torch.ones(2)\n"
+    new = "import torch\n\nx = torch.ones(2)\n"
+    html = render.side_by_side(old, new)
+    assert "nm-w-" not in html.split("x = ")[0]  # unrelated lines: no word marks between them
 
 
 def test_side_by_side_escapes_html() -> None:
@@ -44,25 +100,34 @@ def test_side_by_side_escapes_html() -> None:
     assert "&lt;b&gt;" in html and "&lt;i&gt;" in html
 
 
-def test_unrelated_lines_are_not_marked_character_by_character() -> None:
-    html = render.side_by_side("import torch_xla.core.xla_model as xm\n", "class DeviceLoader:\n")
-    assert "0.45" not in html
+def test_a_long_added_definition_is_folded() -> None:
+    helper = "class DeviceLoader:\n" + "".join(f"    line_{i} = {i}\n" for i in range(20)) + "\n\n"
+    html = render.side_by_side("x = 1\n", helper + "x = 1\n")
+    assert rows(html, "nm-fold") == 1 and rows(html, "nm-add") == 0
+    assert "<code>class DeviceLoader</code>: 21 added lines (1-21)</summary>" in html
+    assert "line_19" in html  # still there, behind the fold
+    short = render.side_by_side("x = 1\n", "def f():\n    return 1\n\n\nx = 1\n")
+    assert rows(short, "nm-fold") == 0
 
 
 def test_context_folds_unchanged_lines() -> None:
     old = "".join(f"line {i}\n" for i in range(40))
     new = old.replace("line 20\n", "line twenty\n")
     folded = render.side_by_side(old, new, context=2)
-    assert folded.count('class="nm-skip"') == 2
+    assert rows(folded, "nm-skip") == 2
     assert "⋯ 18 unchanged lines ⋯" in folded and "⋯ 17 unchanged lines ⋯" in folded
     assert rows(folded, "nm-same") == 4
-    assert 'class="nm-skip"' not in render.side_by_side(old, new)
+    assert rows(render.side_by_side(old, new), "nm-skip") == 0
 
 
 def test_unified_html_and_text() -> None:
-    html = render.unified_html("a\n", "b\n")
-    assert 'class="nm-diff nm-unified"' in html and "-a" in html and "+b" in html
+    html = render.unified_html("a = 1\nb = 2\n", "a = 1\nb = 3\n")
+    assert html.startswith('<table class="nm-diff nm-unified"')
+    assert rows(html, "nm-del") == 1 and rows(html, "nm-add") == 1 and rows(html, "nm-same") == 1
+    assert html.index('class="nm-del"') < html.index('class="nm-add"')
     assert render.unified_diff("a", "b") == "--- original\n+++ migrated\n@@ -1 +1 @@\n-a\n+b\n"
+    assert "nm-auto" not in render.diff_html("a\n", "b\n", "t", "side")
+    assert "nm-auto" in render.diff_html("a\n", "b\n", "t", "auto")
 
 
 def test_prose_turns_backticks_into_code() -> None:
@@ -73,7 +138,7 @@ def test_prose_turns_backticks_into_code() -> None:
 def test_diff_object() -> None:
     diff = Diff("a\n", "b\n", "old.py", "new.py")
     assert repr(diff) == "--- old.py\n+++ new.py\n@@ -1 +1 @@\n-a\n+b"
-    assert "old.py" in diff._repr_html_() and "nm-side" in diff._repr_html_()
+    assert "old.py" in diff._repr_html_() and "nm-side nm-auto" in diff._repr_html_()
     assert "nm-unified" in Diff("a\n", "b\n", view="unified")._repr_html_()
     assert repr(Diff("a\n", "a\n")) == "before and after are the same"
 
@@ -172,7 +237,7 @@ def test_unreadable_and_broken_inputs(tmp_path: Path) -> None:
     broken.write_text("{")
     assert "not a valid notebook" in (migrate_path(broken).error or "")
     html = migrate_path(broken)._repr_html_()
-    assert "error" in html and "nm-diff" not in html
+    assert "error" in html and 'class="nm-diff' not in html
 
 
 def test_example_scripts_render(tmp_path: Path) -> None:
@@ -180,3 +245,97 @@ def test_example_scripts_render(tmp_path: Path) -> None:
     html = migration._repr_html_()
     assert re.search(r"⋯ \d+ unchanged lines ⋯", html), "a whole file is folded around its changes"
     assert "<code>MpDeviceLoader(loader, device)</code>" in html
+
+
+# -- a cell in its notebook -----------------------------------------------------------------------
+
+IMPORTS = Cell(
+    "In [1]",
+    "import torch\nimport torch_xla.core.xla_model as xm\nimport torch_xla.distributed.parallel_loader as pl\n",
+)
+LOOP = """\
+device = xm.xla_device()
+loader = pl.MpDeviceLoader(batches, device)
+for x in loader:
+    loss = model(x).sum()
+    loss.backward()
+    xm.optimizer_step(optimizer)
+    xm.mark_step()
+"""
+
+
+def test_a_cell_is_migrated_with_the_imports_of_the_cells_before_it() -> None:
+    alone = migrate_cell(LOOP, label="In [2]")
+    assert not alone.changed and alone.verdict() == "not found"
+    assert alone.headline().startswith("In [2]: `pl` and `xm` are not imported in this cell")
+    assert "`xm` is usually `torch_xla.core.xla_model`" in alone.headline()
+
+    migration = migrate_cell(
+        LOOP, label="In [2]", context=[IMPORTS], defined={"torch"}.__contains__
+    )
+    assert migration.changed and not migration.unresolved
+    assert {c.code for c in migration.changes} == {"NM001", "NM002", "NM003", "NM004"}
+    # What the migration writes elsewhere for this cell comes with it, unless the kernel has it.
+    assert migration.carried == ["dist", "DeviceLoader", "average_gradients"]
+    assert migration.migrated.startswith(
+        "import torch.distributed as dist\n\n\nclass DeviceLoader:"
+    )
+    assert "import torch\n" not in migration.migrated
+    compile(migration.migrated, "cell", "exec")
+    assert "brought into this cell: dist, DeviceLoader and average_gradients" in repr(migration)
+
+
+def test_the_earlier_cells_changes_are_not_the_cells_own() -> None:
+    earlier = Cell("In [1]", IMPORTS.source + "xm.mark_step()\n")
+    migration = migrate_cell("device = xm.xla_device()\n", label="In [2]", context=[earlier])
+    assert [c.code for c in migration.changes] == ["NM001"]  # not the mark_step of In [1]
+    assert migration.context == "In [1]"
+
+
+def test_a_cell_that_does_not_parse_is_an_error_even_without_old_stack_code() -> None:
+    for source in ("x = (\n", "def f(:\n    pass\n"):
+        migration = migrate_cell(source, label="In [4]")
+        assert migration.error and migration.error.startswith("In [4]:1:")
+        assert "SyntaxError" in migration.headline() and migration.tone == "bad"
+    assert "a %%bash cell is not Python" in (migrate_cell("%%bash\nls\n").error or "")
+
+
+def test_applying_one_cell_writes_it_and_what_it_needs(tmp_path: Path) -> None:
+    cells = [
+        "import torch\nimport torch_xla.core.xla_model as xm\nimport torch_xla.distributed.parallel_loader as pl\n",
+        "device = xm.xla_device()\n",
+        "loader = pl.MpDeviceLoader(batches, device)\n",
+    ]
+    raw = json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "execution_count": None,
+                    "metadata": {},
+                    "outputs": [],
+                    "source": s,
+                }
+                for s in cells
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        },
+        indent=1,
+    )
+    path = tmp_path / "nb.ipynb"
+    path.write_text(raw)
+    migration = migrate_path(path)
+    assert [i for i, _, _ in migration.cells] == [0, 1, 2]
+    assert migration.needed_by(1) == [1]
+    assert migration.needed_by(2) == [0, 2]  # `DeviceLoader` is written into cell 1
+    write(migration.edit(migration.needed_by(1)))
+    written = json.loads(path.read_text())["cells"]
+    assert written[1]["source"] != cells[1] and written[2]["source"] == cells[2]
+    assert written[0]["source"] == cells[0]
+    # Undo restores it, and refuses once the cell was edited since.
+    write(migration.edit([1]).undo())
+    assert path.read_text() == raw
+    with pytest.raises(SourceError, match="cell 2 changed on disk since it was migrated"):
+        write(migration.edit([1]).undo())

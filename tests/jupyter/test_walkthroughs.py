@@ -105,16 +105,31 @@ def html(cell: nbformat.NotebookNode) -> str:
     return "\n".join(o.data.get("text/html", "") for o in cell.outputs if "data" in o)
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
 def widget_html(notebook: nbformat.NotebookNode) -> str:
-    """The HTML values of every widget the notebook displayed (its saved widget state)."""
-    state = notebook.metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}
-    )
+    """The static views of every widget the notebook displayed (what a reader without the
+    widgets sees: a saved notebook reopened, papermill's output, GitHub)."""
     return "\n".join(
-        str(model["state"].get("value", ""))
-        for model in state.get("state", {}).values()
-        if model["model_name"] == "HTMLModel"
+        output.data.get("text/html", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if WIDGET_VIEW in output.get("data", {})
     )
+
+
+@pytest.mark.parametrize("name", WALKTHROUGHS)
+def test_walkthrough_is_committed_with_static_views_and_no_widget_state(name: str) -> None:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=nbformat.NO_CONVERT)
+    assert "widgets" not in notebook.metadata, (
+        "dead widget state: execute with store_widget_state=False"
+    )
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if WIDGET_VIEW in output.get("data", {}):
+                assert 'class="nm-static"' in output.data.get("text/html", ""), cell.source
 
 
 def assert_skipped_on_cpu(notebook: nbformat.NotebookNode) -> None:
@@ -126,10 +141,14 @@ def assert_skipped_on_cpu(notebook: nbformat.NotebookNode) -> None:
 def test_01_xla_training_loop(tmp_path: Path) -> None:
     notebook = execute("01_xla_training_loop.ipynb", tmp_path / "work")
 
+    imports = cell(notebook, "%%neuron_migrate\nimport torch_xla")
+    assert "-import torch_xla.core.xla_model as xm" in text(imports)
     migrated = cell(notebook, "%%neuron_migrate --run")
-    assert 'class="nm-diff nm-side"' in html(migrated)
+    assert 'class="nm-diff nm-side nm-auto"' in html(migrated)
     shown = text(migrated)
     assert "-device = xm.xla_device()" in shown and "+    optimizer.step()" in shown
+    assert "brought into this cell: dist, DeviceLoader and average_gradients" in shown
+    assert 'class="nm-fold"' in html(migrated)  # the helper, folded in the diff
     assert re.search(r"trained 8 steps on cpu: losses 1\.3856 1\.4342", shown)
 
     neuron = cell(notebook, "%%neuron_migrate --target neuron --view unified")
@@ -140,7 +159,7 @@ def test_01_xla_training_loop(tmp_path: Path) -> None:
         cell(notebook, "from neuron_migrate.jupyter import MigrationApp")
     )
     assert "train_xla.py: 4 changes" in widget_html(notebook)
-    assert 'class="nm-diff nm-side"' in widget_html(notebook)
+    assert 'class="nm-diff nm-side nm-auto"' in widget_html(notebook)
 
     assert "Would migrate 1 of 1 file (4 changes)." in text(
         cell(notebook, "!neuron-migrate rewrite {script} --diff")
@@ -200,6 +219,10 @@ def test_04_static_shape_lint(tmp_path: Path) -> None:
         text(c) for c in notebook.cells if c.cell_type == "code" and "--compile-stats" in c.source
     ]
     assert "rejects dynamic=True" in stats[0]
+    in_a_notebook = text(cell(notebook, "import nbformat"))
+    assert "--- a/" in in_a_notebook and "tutorial.ipynb:cell 2" in in_a_notebook
+    assert "tutorial.ipynb:cell 3" in in_a_notebook  # the script of the %%writefile cell
+    assert "2 fixed, 0 remaining)" in in_a_notebook
     assert re.search(
         r"\d+ neuron \(stand-in\) graphs for 12 steps, [1-9]\d* recompiles, [1-9]\d* graph breaks",
         stats[1],
@@ -227,4 +250,5 @@ def test_05_validate_side_by_side(tmp_path: Path) -> None:
     assert "DIVERGE" in hand_port and "losses" in hand_port and "final parameters" in hand_port
     assert "the losses agree until step 2, where they part" in hand_port
     assert 'class="nm-comparison"' in widget_html(notebook)
+    assert "DIVERGE" in widget_html(notebook) and "data:image/png;base64," in widget_html(notebook)
     assert_skipped_on_cpu(notebook)

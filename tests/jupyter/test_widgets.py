@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from neuron_migrate.jupyter import MigrationApp, ValidationDashboard
+from neuron_migrate.jupyter import MigrationApp, ValidationDashboard, bridge
 from neuron_migrate.jupyter.dashboard import summary
-from tests.jupyter.conftest import DATA
+from tests.jupyter.conftest import DATA, text_of
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = """\
@@ -78,11 +80,12 @@ def test_app_lists_files_with_their_state_and_opens_the_first_to_migrate(project
     state = app.file_picker.get_state()
     assert state["_model_name"] == "DropdownModel" and state["index"] == 1
     assert "train.py: 2 changes" in app.headline.value
-    assert 'class="nm-diff nm-side"' in app.diff.value
+    assert 'class="nm-diff nm-side nm-auto"' in app.diff.value
     assert "NM001" in app.findings.value and "NM002" in app.findings.value
     # What `check` says about the migrated code: the loader drops no last batch.
     assert "NM302" in app.checks.value
-    assert app.apply_button.description == "Apply to train.py" and not app.apply_button.disabled
+    assert app.apply_button.description == "Apply train.py" and not app.apply_button.disabled
+    assert app.undo_button.disabled and app.next_button.description == "Next: tutorial.ipynb"
     assert app.cell_picker.layout.display == "none"
     assert repr(app) == f"MigrationApp: {project / 'train.py'}: 2 changes"
 
@@ -92,10 +95,12 @@ def test_app_views_and_targets(project: Path) -> None:
     app.view_picker.value = "unified"
     assert 'class="nm-diff nm-unified"' in app.diff.value
     assert app.target_picker.value == "portable"
-    assert "current_accelerator" in app.diff.value
+    assert "current_accelerator" in text_of(app.diff.value)
     app.target_picker.value = "neuron"
-    assert "torch.device(&quot;neuron&quot;)" in app.diff.value
+    assert 'torch.device("neuron")' in text_of(app.diff.value)
     assert app.view_picker.value == "unified"
+    app.view_picker.value = "side"
+    assert 'class="nm-diff nm-side"' in app.diff.value
 
 
 def test_app_picks_cells_of_a_notebook(project: Path) -> None:
@@ -110,34 +115,78 @@ def test_app_picks_cells_of_a_notebook(project: Path) -> None:
     )
     assert "1 change in 2 cells" in app.headline.value  # and the import it no longer needs
     assert app.diff.value.count('class="nm-diff') == 2  # one diff per changed cell
+    assert app.apply_button.description == "Apply tutorial.ipynb"
     app.cell_picker.value = 3
     assert "tutorial.ipynb, cell 4: changed" in app.headline.value
     assert app.diff.value.count('class="nm-diff') == 1
     assert "%%time" in app.diff.value
+    assert app.apply_button.description == "Apply cell 4 to tutorial.ipynb"
     app.cell_picker.value = 2
     assert "cell 3: unchanged" in app.headline.value and app.diff.value == ""
-    assert app.apply_button.description == "Apply to tutorial.ipynb"
+    assert app.apply_button.disabled
 
 
-def test_apply_writes_the_file_and_refreshes(project: Path) -> None:
+def test_apply_writes_the_file_shows_what_it_wrote_and_refreshes(project: Path) -> None:
     app = MigrationApp([project])
     app.apply_button.click()
     assert "xla" not in (project / "train.py").read_text()
-    assert "written" in app.status.value and "train.py: 2 changes" in app.status.value
+    assert "written" in app.status.value
+    assert f"{project / 'train.py'} written on disk: 2 changes" in text_of(app.status.value)
+    assert "What was written" in app.review.value and "nm-diff" in app.review.value
     assert labels(app)["train.py"].endswith("(nothing to do)")
     # After the write the app still shows train.py, now with nothing to do.
     assert Path(app.file_picker.value).name == "train.py"
     assert "nothing to migrate" in app.headline.value and app.apply_button.disabled
+    assert not app.undo_button.disabled
 
 
-def test_apply_a_notebook(project: Path) -> None:
+def test_undo_restores_what_apply_wrote(project: Path) -> None:
+    app = MigrationApp([project / "train.py"])
+    app.apply_button.click()
+    app.undo_button.click()
+    assert (project / "train.py").read_text() == OLD
+    assert "undone" in app.status.value and app.review.value == ""
+    assert "train.py: 2 changes" in app.headline.value and app.undo_button.disabled
+
+
+def test_undo_refuses_when_the_file_was_edited_since(project: Path) -> None:
+    app = MigrationApp([project / "train.py"])
+    app.apply_button.click()
+    edited = (project / "train.py").read_text() + "# edited by hand\n"
+    (project / "train.py").write_text(edited)
+    app.undo_button.click()
+    assert "not written" in app.status.value and "changed on disk" in app.status.value
+    assert (project / "train.py").read_text() == edited
+
+
+def test_apply_writes_only_the_selected_cell(project: Path) -> None:
+    before = json.loads((project / "tutorial.ipynb").read_text())
     app = MigrationApp([project / "tutorial.ipynb"])
+    app.cell_picker.value = 3
     app.apply_button.click()
     written = json.loads((project / "tutorial.ipynb").read_text())
     assert (
         written["cells"][3]["source"]
         == '%%time\ndevice = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
     )
+    assert written["cells"][:3] == before["cells"][:3]  # cell 2 keeps its xla import
+    assert "tutorial.ipynb, cell 4 written on disk" in text_of(app.status.value)
+    assert app.cell_picker.value == 3 and "cell 4: unchanged" in app.headline.value
+    assert app.next_button.description == "Next: cell 2"  # what is left, from the top
+    app.next_button.click()
+    assert app.cell_picker.value == 1
+
+
+def test_next_goes_to_the_next_cell_then_the_next_file(project: Path) -> None:
+    app = MigrationApp([project])
+    app.file_picker.value = str(project / "tutorial.ipynb")
+    app.cell_picker.value = 1
+    assert app.next_button.description == "Next: cell 4"
+    app.next_button.click()
+    assert app.cell_picker.value == 3
+    assert app.next_button.description == "Next: train.py"
+    app.next_button.click()
+    assert Path(app.file_picker.value).name == "train.py"
 
 
 def test_apply_refuses_when_the_file_changed_meanwhile(project: Path) -> None:
@@ -146,6 +195,98 @@ def test_apply_refuses_when_the_file_changed_meanwhile(project: Path) -> None:
     app.apply_button.click()
     assert "not written" in app.status.value and "changed on disk" in app.status.value
     assert (project / "train.py").read_text().endswith("# edited in another tab\n")
+
+
+class FakeTab:
+    """The comm to a JupyterLab tab with the neuron-migrate piece: what the kernel sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+
+    def send(self, data: dict) -> None:
+        self.sent.append(data)
+
+
+@pytest.fixture
+def tab(project: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bridge.Bridge, FakeTab]:
+    connected, channel = bridge.Bridge(), FakeTab()
+    connected.comms.append(channel)
+    connected.receive(
+        {"event": "hello", "root": str(project), "path": "tutorial.ipynb", "dirty": False}
+    )
+    monkeypatch.setattr(bridge, "_BRIDGE", connected)
+    return connected, channel
+
+
+def test_apply_asks_the_open_tab_to_make_the_change(
+    project: Path, tab: tuple[bridge.Bridge, FakeTab]
+) -> None:
+    connected, channel = tab
+    raw = (project / "tutorial.ipynb").read_text()
+    app = MigrationApp([project / "tutorial.ipynb"])
+    app.cell_picker.value = 3
+    app.apply_button.click()
+    [request] = channel.sent[-1:]
+    assert request["op"] == "edit" and request["path"] == "tutorial.ipynb"
+    assert [c["index"] for c in request["cells"]] == [3]
+    assert request["cells"][0]["old"] == "%%time\ndevice = xm.xla_device()\n"
+    assert "writing" in app.status.value and app.apply_button.disabled
+    assert (project / "tutorial.ipynb").read_text() == raw  # the tab writes, not the kernel
+    connected.receive({"reply": request["request"], "done": True, "open": True})
+    assert "through its open tab" in text_of(app.status.value)
+    assert not app.undo_button.disabled
+
+
+def test_apply_writes_on_disk_when_no_tab_has_the_file_open(
+    project: Path, tab: tuple[bridge.Bridge, FakeTab]
+) -> None:
+    connected, channel = tab
+    app = MigrationApp([project / "train.py"])
+    app.apply_button.click()
+    [request] = channel.sent[-1:]
+    assert request["path"] == "train.py" and request["text"]["old"] == OLD
+    connected.receive({"reply": request["request"], "done": False, "open": False})
+    assert "xla" not in (project / "train.py").read_text()
+    assert "written on disk" in text_of(app.status.value)
+
+
+def test_a_tab_that_refuses_leaves_the_file_alone(
+    project: Path, tab: tuple[bridge.Bridge, FakeTab]
+) -> None:
+    connected, channel = tab
+    app = MigrationApp([project / "tutorial.ipynb"])
+    app.apply_button.click()
+    request = channel.sent[-1]
+    connected.receive(
+        {
+            "reply": request["request"],
+            "done": False,
+            "open": True,
+            "error": "cell 4 in the open tab is not the cell that was migrated",
+        }
+    )
+    assert "not written" in app.status.value and "cell 4 in the open tab" in app.status.value
+    assert not app.apply_button.disabled and app.undo_button.disabled
+
+
+def test_the_app_output_carries_a_static_view(
+    project: Path, tab: tuple[bridge.Bridge, FakeTab]
+) -> None:
+    _, channel = tab
+    app = MigrationApp([project / "train.py"])
+    bundle = app._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    html = bundle["text/html"]
+    assert 'class="nm-static"' in html and "train.py: 2 changes" in html and "nm-diff" in html
+    assert bundle["text/plain"] == repr(app)
+    # As it changes, the open tab gets the new static view, for the notebook it saves.
+    app.view_picker.value = "unified"
+    sent = [m for m in channel.sent if m.get("op") == "static"]
+    assert (
+        sent
+        and sent[-1]["model_id"] == app.model_id
+        and "nm-unified" in sent[-1]["data"]["text/html"]
+    )
 
 
 def test_app_with_nothing_to_show(tmp_path: Path) -> None:
@@ -278,3 +419,118 @@ def test_dashboard_runs_validate(tmp_path: Path) -> None:
     assert failed["verdict"] == "error" and "no such file" in failed["errors"][0]
     assert "no such file" in dashboard.details.value
     assert sys.executable  # validate ran with this interpreter
+
+
+def test_dashboard_options_fill_their_fields_and_reach_validate() -> None:
+    dashboard = ValidationDashboard(
+        options=[
+            "--original-python",
+            "/old/bin/python",
+            "--precision",
+            "bf16",
+            "--nproc=2",
+            "--no-dropout",
+        ]
+    )
+    assert dashboard.original_python.value == "/old/bin/python"
+    assert dashboard.precision.value == "bf16" and dashboard.processes.value == 2
+    assert dashboard.validate_options() == [
+        "--original-python",
+        "/old/bin/python",
+        "--precision",
+        "bf16",
+        "--nproc",
+        "2",
+        "--no-dropout",
+    ]
+    dashboard.precision.value, dashboard.processes.value = "auto", 0
+    dashboard.original_python.value = ""
+    assert dashboard.validate_options() == ["--no-dropout"]
+
+
+def test_the_dashboard_output_carries_the_verdict_the_table_and_the_curves() -> None:
+    dashboard = ValidationDashboard(load("match"))
+    bundle = dashboard._repr_mimebundle_()
+    html = bundle["text/html"]
+    assert 'class="nm-static"' in html and "MATCH" in html
+    assert 'class="nm-comparison"' in html and 'src="data:image/png;base64,' in html
+    assert bundle["text/plain"].startswith("ValidationDashboard: MATCH")
+    empty = ValidationDashboard()._repr_mimebundle_()["text/html"]
+    assert "press Validate" in empty
+
+
+WAITING = """\
+import os
+import pathlib
+import sys
+import time
+
+import torch
+
+flag, pid_file = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2] + "." + pathlib.Path(sys.argv[0]).stem)
+pid_file.write_text(str(os.getpid()))
+torch.manual_seed(0)
+model = torch.nn.Linear(2, 1)
+for step in range(3):
+    loss = model(torch.ones(1, 2)).sum()
+    loss.backward()
+    print(f"step {step} loss {loss.item():.4f}", flush=True)
+deadline = time.monotonic() + 300
+while not flag.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\\nState:\\tZ" not in state
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 240
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_validate_runs_in_the_background_with_its_log_and_progress_and_cancel(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "a.py", tmp_path / "b.py"
+    first.write_text(WAITING)
+    second.write_text(WAITING)
+    flag, pids = tmp_path / "finish", tmp_path / "pid"
+    dashboard = ValidationDashboard()
+    assert dashboard.start(first, second, str(flag), str(pids))
+    # start() came back while both programs run: the kernel is free.
+    assert dashboard.validation is not None and dashboard.validation.running
+    assert dashboard.run_button.disabled and not dashboard.cancel_button.disabled
+    _until(lambda: dashboard.status.value.count("step 2") == 2, "no progress shown for both")
+    assert "step 2 loss" in dashboard.log_view.value and dashboard.log_box.layout.display is None
+    running = [int((tmp_path / f"pid.{name}").read_text()) for name in ("a", "b")]
+    assert all(_alive(pid) for pid in running)
+    dashboard.cancel_button.click()
+    result = dashboard.wait()
+    assert result["verdict"] == "cancelled" == dashboard.verdict
+    assert dashboard.summary().startswith(
+        "CANCELLED: the validation was stopped before it finished"
+    )
+    _until(lambda: not any(_alive(pid) for pid in running), "Cancel must stop the programs too")
+    assert not dashboard.run_button.disabled and dashboard.cancel_button.disabled
+
+    # Again, to the end this time.
+    assert dashboard.start()
+    _until(
+        lambda: (
+            (tmp_path / "pid.b").exists()
+            and dashboard.validation.progress()["migrated"]["step"] == 2
+        ),
+        "b did not start",
+    )
+    flag.write_text("")
+    assert dashboard.wait()["verdict"] == "match"
+    assert "MATCH" in dashboard._repr_mimebundle_()["text/html"]

@@ -1,0 +1,171 @@
+"""The extension in a real kernel (nbclient), for the notebook layouts users write: imports in one
+cell and the training loop in the next, a cell that does not parse, a check run before saving,
+a notebook renamed after the kernel started, a validation left running, widgets in a notebook
+saved without their state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from tests.jupyter.conftest import DATA, text_of
+from tests.jupyter.test_widgets import WAITING
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 300
+
+
+def run(tmp_path: Path, *sources: str, name: str = "nb.ipynb") -> nbformat.NotebookNode:
+    """Run the cells in a fresh kernel (errors do not stop it), in `tmp_path`; the notebook."""
+    from nbclient import NotebookClient
+
+    notebook = new_notebook(
+        cells=[new_code_cell(source) for source in sources],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    client = NotebookClient(
+        notebook,
+        kernel_name="python3",
+        timeout=TIMEOUT,
+        allow_errors=True,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    return notebook
+
+
+def outputs(cell: nbformat.NotebookNode, kind: str = "text/plain") -> str:
+    parts = []
+    for output in cell.outputs:
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif output.output_type == "error":
+            parts.append(f"{output.ename}: {output.evalue}")
+        elif kind in output.get("data", {}):
+            parts.append(output.data[kind])
+    return "\n".join(parts)
+
+
+def errors(cell: nbformat.NotebookNode) -> list[str]:
+    return [o.ename for o in cell.outputs if o.output_type == "error"]
+
+
+def test_the_magic_sees_the_imports_of_an_earlier_cell_and_says_what_it_cannot_do(
+    tmp_path: Path,
+) -> None:
+    notebook = run(
+        tmp_path,
+        "%load_ext neuron_migrate",
+        # The imports cell fails here (no torch_xla), as it would on any machine without the old stack.
+        "import torch\nimport torch_xla.core.xla_model as xm\nimport torch_xla.distributed.parallel_loader as pl",
+        "%%neuron_migrate --run\n"
+        "device = xm.xla_device()\n"
+        "loader = pl.MpDeviceLoader([torch.ones(2)], device)\n"
+        "for batch in loader:\n"
+        "    total = batch.sum()\n"
+        "    xm.mark_step()\n"
+        "print('ran on', device, float(total))",
+        "%%neuron_migrate\nloader = xmp.spawn(main)\n",
+        "%%neuron_migrate\ndef train(:\n    pass\n",
+        "%%neuron_migrate --help\nx = 1\n",
+    )
+    load, imports, loop, unresolved, broken, usage = notebook.cells
+    assert outputs(load).startswith("neuron-migrate: %%neuron_migrate migrates a cell")
+    assert errors(imports) == ["ModuleNotFoundError"]
+    shown = outputs(loop)
+    assert "-device = xm.xla_device()" in shown and "+loader = DeviceLoader(" in shown
+    assert "brought into this cell: DeviceLoader" in shown
+    assert "ran on cpu 2.0" in shown and not errors(loop)
+    assert "`xmp` is not imported in this cell or the cells before it" in outputs(unresolved)
+    assert "nothing to migrate" not in outputs(unresolved)
+    assert "not migrated: 1:11: SyntaxError" in outputs(broken)
+    assert "nm-bad" in outputs(broken, "text/html")
+    assert outputs(usage).startswith("usage: %%neuron_migrate [-h]") and not errors(usage)
+
+
+HAZARD = "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    losses.append(loss.item())"
+SETUP = (
+    "import torch\nfrom torch.utils.data import DataLoader\n"
+    "model, losses = torch.nn.Linear(4, 2), []\n"
+    "loader = DataLoader(torch.randn(10, 4), batch_size=5, drop_last=True)\n"
+    "print(torch.ones(2).sum().item())"
+)
+
+
+def test_the_check_sees_cells_run_but_not_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved = tmp_path / "nb.ipynb"
+    saved_cells = [new_code_cell("%load_ext neuron_migrate"), new_code_cell(SETUP)]
+    nbformat.write(new_notebook(cells=saved_cells), saved)  # the loop is not saved yet
+    monkeypatch.setenv("JPY_SESSION_NAME", str(saved))  # what the server tells the kernel
+    notebook = run(
+        tmp_path, "%load_ext neuron_migrate", SETUP, "x = 1\n\n" + HAZARD, "%neuron_migrate_check"
+    )
+    report = outputs(notebook.cells[-1])
+    # The loop's `.item()` is found in the cell as it ran, at its line in that cell.
+    assert "In [3]:6:24: NM110" in report
+    assert "(in the training loop at line 3, which calls `.backward()`" in report
+    assert f"{saved} has unsaved changes (In [3] ran code the saved file does not hold)" in report
+    assert "1 info finding not shown: --min-severity info shows them" in report
+
+
+def test_a_notebook_the_kernel_cannot_find_is_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # JupyterLab renames Untitled.ipynb on its first save; the kernel's session keeps the old name.
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "Untitled.ipynb"))
+    notebook = run(tmp_path, "%load_ext neuron_migrate", SETUP, HAZARD, "%neuron_migrate_check")
+    report = outputs(notebook.cells[-1])
+    assert "In [3]:4:24: NM110" in report
+    assert (
+        "the frontend does not say which notebook this is, so the cells this kernel ran are checked"
+        in report
+    )
+
+
+def test_a_validation_leaves_the_kernel_free_and_cancel_stops_it(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(WAITING)
+    (tmp_path / "b.py").write_text(WAITING)
+    notebook = run(
+        tmp_path,
+        "from neuron_migrate.jupyter import ValidationDashboard\n"
+        "dashboard = ValidationDashboard()\n"
+        "started = dashboard.start('a.py', 'b.py', 'finish', 'pid')",
+        "print('running while the next cell runs:', started, dashboard.validation.running)",
+        "dashboard.cancel()\nprint(dashboard.wait()['verdict'])",
+    )
+    assert "running while the next cell runs: True True" in outputs(notebook.cells[1])
+    assert outputs(notebook.cells[2]).strip() == "cancelled"
+
+
+def test_widgets_leave_their_view_in_a_notebook_saved_without_widget_state(tmp_path: Path) -> None:
+    from nbconvert import HTMLExporter
+
+    (tmp_path / "train.py").write_text(
+        "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n"
+    )
+    notebook = run(
+        tmp_path,
+        "from neuron_migrate.jupyter import MigrationApp, ValidationDashboard\n"
+        f"ValidationDashboard.from_json({str(DATA / 'validate_match.json')!r})",
+        "MigrationApp(['train.py'])",
+    )
+    notebook.metadata.pop("widgets", None)  # what a notebook carries without saved widget state
+    for cell in notebook.cells:
+        [view] = [o for o in cell.outputs if "data" in o]
+        assert "application/vnd.jupyter.widget-view+json" in view.data
+        assert 'class="nm-static"' in view.data["text/html"]
+    page, _ = HTMLExporter().from_notebook_node(notebook)
+    shown = text_of(page)
+    assert "MATCH: the migrated program computes what the original did" in shown
+    assert "data:image/png;base64," in page  # the loss curves
+    assert "train.py: 1 change" in shown and "torch.accelerator.current_accelerator" in shown
+    assert json.dumps(notebook.metadata).count("widget-state") == 0
