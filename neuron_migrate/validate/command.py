@@ -47,7 +47,8 @@ turned off, and each item is judged by R = ||migrated - fp32|| / ||original - fp
 the noise floor of that precision: a faithful migration is near 1 (--noise-floor migrated runs the
 migrated program in float32 instead; --noise-floor off falls back to bf16 tolerances, 2e-2 and
 1.6e-2). The table says which rule judged each item. A change of precision policy is itself a
-divergence. --precision, --rtol and --atol override (and turn the noise floor off).
+divergence. --precision names the tolerance class; --rtol and --atol override the tolerances (and
+turn the noise floor off).
 
 Where generated tokens part, every program runs again with its generate() calls following the
 original's tokens (teacher forcing): the logits are compared position by position, and the first
