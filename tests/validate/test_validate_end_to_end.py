@@ -54,7 +54,12 @@ def test_dropped_gradient_all_reduce_in_a_2_process_run(migrated_examples, tmp_p
     assert items["losses@rank0"]["entries"][0]["verdict"] == "match"  # same start, then apart
     assert items["losses@rank0"]["verdict"] == "diverge"
     assert "migrated: ranks agree on final parameters (2 ranks)    diverge" in table
-    assert "ranks: rank 0 diverges first, at step 1 (losses (3 steps) [rank 0])" in table
+    # Gradients are recorded as the optimizer steps, after the sync: unaveraged, they part from
+    # the start on both ranks (the lower rank is named first on a tie), before the losses do.
+    assert (
+        "ranks: rank 0 diverges first, at step 0 (gradients before the first step (4 tensors) "
+        "[rank 0]); rank 1 from step 0"
+    ) in table
     assert "torchrun, 2 processes" in table and table.rstrip().endswith(
         "result: DIVERGE (4 items match, 7 diverge)"
     )
@@ -125,18 +130,19 @@ def test_no_dropout_makes_a_dropout_program_deterministic(capsys):
 
 
 def test_random_draws_in_bf16_are_the_float32_draws_rounded(capsys, tmp_path):
-    # torch draws other numbers in bfloat16 than in float32; the old stack (XLA_USE_BF16) drew in
-    # float32 and stored bf16. With the draws made on the host both forms give the same numbers.
+    # torch draws other numbers in bfloat16 than in float32 (on the CPU, for most sizes past 16
+    # elements); the old stack (XLA_USE_BF16) drew in float32 and stored bf16. With the draws made
+    # on the host both forms give the same numbers.
     bf16_draw = tmp_path / "bf16_draw.py"
     bf16_draw.write_text(
         "import torch\n"
-        "w = torch.nn.Parameter(torch.randn(64, dtype=torch.bfloat16))\n"
+        "w = torch.nn.Parameter(torch.randn(1000, dtype=torch.bfloat16))\n"
         "torch.optim.SGD([w], lr=0.1).step()\n"
     )
     float32_draw = tmp_path / "float32_draw.py"
     float32_draw.write_text(
         "import torch\n"
-        "w = torch.nn.Parameter(torch.randn(64).bfloat16())\n"
+        "w = torch.nn.Parameter(torch.randn(1000).bfloat16())\n"
         "torch.optim.SGD([w], lr=0.1).step()\n"
     )
     code, document = validate_json(capsys, str(float32_draw), str(bf16_draw))
