@@ -1,9 +1,10 @@
-"""`XLA_USE_BF16=1` migrated: the bf16 policy must reach the models a script loads.
+"""`XLA_USE_BF16=1` migrated: the bf16 policy must reach the models a script loads and moves.
 
-The migrated script is run for real (transformers, a tiny Llama saved locally, no download):
-under XLA every parameter was bf16 on the device, so natively they must be bf16 too. The
-default dtype does not get there: `from_pretrained` keeps the checkpoint's dtype, and
-`from_config` the dtype its config records (a config read from a checkpoint records one).
+The migrated scripts are run for real (transformers, a tiny Llama saved locally, no download).
+Under XLA a model was built in float32 and became bf16 where it moved to the device; natively
+the migrated script casts there, so its initial weights are the original's, rounded. A default
+dtype would not do: it draws other initial weights, and does not reach `from_pretrained` (which
+keeps the checkpoint's dtype) nor `from_config` (the dtype its config records).
 """
 
 from __future__ import annotations
@@ -34,8 +35,20 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1])
 built = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1]))
-head = torch.nn.Linear(4, 4)
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(64) * 0.02)
+
+
+torch.manual_seed(0)
+float32_draw = (torch.randn(64, dtype=torch.float32) * 0.02).bfloat16()
+torch.manual_seed(0)
+head = Head().to(xm.xla_device())
 dtypes = {name: sorted({str(p.dtype) for p in m.parameters()}) for name, m in [("loaded", loaded), ("built", built), ("head", head)]}
+dtypes["initial weights kept"] = bool((head.scale.detach().cpu().bfloat16() == float32_draw).all())
 print(json.dumps(dtypes))
 """
 
@@ -64,14 +77,18 @@ def float32_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_default_dtype_alone_does_not_reach_transformers_models(float32_checkpoint: Path) -> None:
     """Why the rule exists: `torch.set_default_dtype` leaves these models in float32."""
-    source = BF16_SCRIPT.replace('os.environ["XLA_USE_BF16"] = "1"', "").replace(
-        "import torch_xla.core.xla_model as xm", "torch.set_default_dtype(torch.bfloat16)"
+    source = (
+        BF16_SCRIPT.replace('os.environ["XLA_USE_BF16"] = "1"', "")
+        .replace("import torch_xla.core.xla_model as xm", "torch.set_default_dtype(torch.bfloat16)")
+        .replace("Head().to(xm.xla_device())", "Head()")
     )
     dtypes = _run(source, str(float32_checkpoint))
     assert dtypes == {
         "loaded": ["torch.float32"],
         "built": ["torch.float32"],
         "head": ["torch.bfloat16"],
+        # initialised in bf16: not the float32 draw the old stack made, rounded
+        "initial weights kept": False,
     }
 
 
@@ -80,19 +97,19 @@ def test_migrated_bf16_script_loads_its_models_in_bf16(float32_checkpoint: Path)
     assert result.error is None
     assert "torch_xla" not in result.migrated
     assert "dtype=torch.bfloat16" in result.migrated
+    assert "head = Head().to(torch.accelerator" in result.migrated and ", torch.bfloat16)" in result.migrated
     dtypes = _run(result.migrated, str(float32_checkpoint))
     assert dtypes == {
         "loaded": ["torch.bfloat16"],
         "built": ["torch.bfloat16"],
         "head": ["torch.bfloat16"],
+        "initial weights kept": True,  # float32 init, cast where it moved, as under XLA
     }
 
 
-def test_the_report_says_what_the_default_dtype_does_not_reach() -> None:
+def test_the_report_says_how_the_policy_changed_form() -> None:
     result = rewrite_source(BF16_SCRIPT, "train.py", Options())
     notes = " ".join(n.message for n in result.notes if n.code == "NM009")
-    assert (
-        "`from_pretrained` keep their checkpoint's dtype" in notes
-        and "`from_config` the dtype its config" in notes
-    )
-    assert "parameters and new float tensors are bf16" not in notes  # the claim that was false
+    assert "builds everything in float32 as before and casts where data moves to the device" in notes
+    assert "models loaded with `from_pretrained` get `dtype=torch.bfloat16`" in notes
+    assert "integer tensors stay as they are" in notes

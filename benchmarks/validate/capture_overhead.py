@@ -2,11 +2,15 @@
 
 `train_loop.py` times its own steps (after a warm-up), so start-up, imports and the exit-time write
 are not counted: what remains is what the hook adds to every step (the backward() wrapper, one
-scalar clone per loss, the optimizer step hooks). Each configuration runs `--repeat` times,
-alternating plain and captured, and the median run is kept: on a shared machine the load of
-other processes moves single runs a lot, both ways. Usage (from the repo root):
+scalar clone per loss, the optimizer step hooks, the random-draw wrappers). Each configuration
+runs `--repeat` times, a plain run and a captured run back to back each time; the overhead is the
+median of those pairs' ratios, so load from other processes that drifts over minutes moves both
+runs of a pair alike. `--baseline-capture DIR` (another checkout's `neuron_migrate/validate/child`)
+times that capture too, in the same rounds, so a change to the capture is measured against the one
+before it. Usage (from the repo root):
 
-    python benchmarks/validate/capture_overhead.py [--repeat 5] [--reference-python PATH]
+    python benchmarks/validate/capture_overhead.py [--repeat 5] [--only xla|eager]
+        [--reference-python PATH] [--baseline-capture DIR] [--json F]
 """
 
 from __future__ import annotations
@@ -22,15 +26,20 @@ import tempfile
 from pathlib import Path
 
 from neuron_migrate.validate import refenv
-from neuron_migrate.validate.runner import CaptureOptions, Program, environment
+from neuron_migrate.validate.runner import CHILD_DIR, CaptureOptions, Program, environment
 
 LOOP = Path(__file__).with_name("train_loop.py")
 
 
-def ms_per_step(python: Path, args: list[str], capture: bool, work: Path) -> tuple[float, float]:
-    """(median wall ms, CPU ms) per step."""
+def ms_per_step(
+    python: Path, args: list[str], capture: Path | None, work: Path
+) -> tuple[float, float]:
+    """(median wall ms, CPU ms) per step, with the capture in folder `capture` or without one."""
     program = Program("bench", LOOP, python, args)
-    env = environment(program, CaptureOptions(), work / "capture") if capture else dict(os.environ)
+    env = dict(os.environ)
+    if capture is not None:
+        env = environment(program, CaptureOptions(), work / "capture")
+        env["PYTHONPATH"] = env["PYTHONPATH"].replace(str(CHILD_DIR), str(capture), 1)
     env.update(PJRT_DEVICE="CPU", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [str(python), str(LOOP), *args], env=env, check=True, capture_output=True, text=True
@@ -45,6 +54,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--reference-python", type=Path, default=refenv.default_python())
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--only", choices=("eager", "xla"), help="run only these loops")
+    parser.add_argument(
+        "--baseline-capture",
+        type=Path,
+        metavar="DIR",
+        help="also time the capture in DIR (another checkout's neuron_migrate/validate/child)",
+    )
     args = parser.parse_args()
     cases = [
         (
@@ -71,31 +87,37 @@ def main() -> int:
                 ["--xla", "--hidden", "256", "--steps", "400"],
             )
         )
+    if args.only:
+        cases = [c for c in cases if ("XLA" in c[0]) == (args.only == "xla")]
+    captures = {"captured": CHILD_DIR}
+    if args.baseline_capture:
+        captures["baseline"] = args.baseline_capture.resolve()
     results = []
-    print(f"{'loop':<40}{'plain ms/step':>15}{'captured':>10}{'overhead':>10}{'CPU overhead':>14}")
+    header = "".join(f"{f'{label} ms':>14}{'CPU overhead':>14}" for label in captures)
+    print(f"{'loop':<40}{'plain ms/step':>15}{header}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, python, loop_args in cases:
-            plain, captured = [], []
+            runs: dict[str, list[tuple[float, float]]] = {"plain": []}
+            runs.update({label: [] for label in captures})
             for _ in range(args.repeat):
-                plain.append(ms_per_step(python, loop_args, False, Path(tmp)))
-                captured.append(ms_per_step(python, loop_args, True, Path(tmp)))
-            p, c = statistics.median(x[0] for x in plain), statistics.median(x[0] for x in captured)
-            pc, cc = (
-                statistics.median(x[1] for x in plain),
-                statistics.median(x[1] for x in captured),
-            )
-            results.append(
-                {
-                    "loop": name,
-                    "plain_ms": p,
-                    "captured_ms": c,
-                    "overhead": c / p - 1,
-                    "cpu_overhead": cc / pc - 1,
-                    "plain_runs": plain,
-                    "captured_runs": captured,
-                }
-            )
-            print(f"{name:<40}{p:>15.3f}{c:>10.3f}{c / p - 1:>10.1%}{cc / pc - 1:>14.1%}")
+                runs["plain"].append(ms_per_step(python, loop_args, None, Path(tmp)))
+                for label, child in captures.items():
+                    runs[label].append(ms_per_step(python, loop_args, child, Path(tmp)))
+            result: dict = {
+                "loop": name,
+                "plain_ms": statistics.median(x[0] for x in runs["plain"]),
+            }
+            line = f"{name:<40}{result['plain_ms']:>15.3f}"
+            for label in captures:
+                pairs = list(zip(runs["plain"], runs[label], strict=True))
+                result[f"{label}_ms"] = statistics.median(x[0] for x in runs[label])
+                result[f"{label}_overhead"] = statistics.median(b[0] / a[0] for a, b in pairs) - 1
+                result[f"{label}_cpu_overhead"] = (
+                    statistics.median(b[1] / a[1] for a, b in pairs) - 1
+                )
+                line += f"{result[f'{label}_ms']:>14.3f}{result[f'{label}_cpu_overhead']:>14.1%}"
+            results.append(result | {f"{label}_runs": r for label, r in runs.items()})
+            print(line)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0

@@ -222,7 +222,8 @@ def _rewrite_shell_commands(
             note = Note(
                 "NM009",
                 "precision policy changed: an XLA bf16 switch was removed from a shell line; "
-                "set the dtype in the training code (`torch.set_default_dtype` or `torch.autocast`)",
+                "cast in the training code where data moves to the device (`model.to(device, "
+                "torch.bfloat16)` and float inputs) or use `torch.autocast`",
             )
             if rewrite.precision and note not in result.notes:
                 result.notes.append(note)

@@ -33,15 +33,28 @@ Working directory: both programs start in this one unless --original-cwd / --mig
 otherwise. They run at the same time, so give each its own where they write files under relative
 paths (checkpoints, logs) or find data and modules through them (`sys.path.append('..')`).
 
-Random ops: dropout draws on different random streams on the two stacks (XLA has its own device
-generator), so a program that uses dropout is not expected to agree; --no-dropout turns it off in
-both.
+Random draws: the two stacks draw from different generators (XLA has its own on the device), so
+the same seed gives different dropout masks and noise. validate makes every draw meant for a
+device, or in a 16-bit type, on the host from torch's generator, in both programs, so they draw
+the same numbers; --native-random leaves each stack to its own generator, --no-dropout turns
+dropout off in both.
 
 Tolerances follow the dtypes seen (parameters, autocast, XLA_USE_BF16): fp32 losses within
-1e-6 + 1e-5*|ref| per step and tensors within 1e-5 + 1e-4*max|ref|; bf16 2e-2 and 1.6e-2 (two bf16
-epsilons). Parameters and gradients are judged against the largest magnitude over all parameters,
-as neuron_allclose scales by the global maximum. A change of precision policy is itself a
-divergence. --precision, --rtol and --atol override.
+1e-6 + 1e-5*|ref| per step and tensors within 1e-5 + 1e-4*max|ref|. Parameters and gradients are
+judged against the largest magnitude over all parameters, as neuron_allclose scales by the global
+maximum. Where a side computes in bf16, the original runs a third time with its low precision
+turned off, and each item is judged by R = ||migrated - fp32|| / ||original - fp32||, against
+the noise floor of that precision: a faithful migration is near 1 (--noise-floor migrated runs the
+migrated program in float32 instead; --noise-floor off falls back to bf16 tolerances, 2e-2 and
+1.6e-2). The table says which rule judged each item. A change of precision policy is itself a
+divergence. --precision names the tolerance class; --rtol and --atol override the tolerances (and
+turn the noise floor off).
+
+Where generated tokens part, every program runs again with its generate() calls following the
+original's tokens (teacher forcing): the logits are compared position by position, and the first
+parting is called a near tie or a real difference. With several ranks, every rank is compared and
+the first to diverge is named. --localize reruns the first diverging step recording every module's
+output, the gradients and the updates, and names the first module, gradient or update that differs.
 
 --compile-stats runs one or two programs under a stand-in `neuron` compile backend that, like the
 real one, rejects dynamic shapes (torch.compile's default backend is sent to it, as on Trainium),
@@ -164,6 +177,25 @@ def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-dropout", action="store_true", help="turn dropout off in both programs"
     )
     parser.add_argument(
+        "--native-random",
+        action="store_true",
+        help="let each stack draw random numbers on its own device generator (default: on the host, "
+        "the same numbers on both sides)",
+    )
+    parser.add_argument(
+        "--localize",
+        action="store_true",
+        help="where something diverges, rerun the first diverging step module by module and name "
+        "the first module, gradient or update that differs",
+    )
+    parser.add_argument(
+        "--noise-floor",
+        choices=("original", "migrated", "off"),
+        default="original",
+        help="for bf16 runs, which program runs again in float32 to measure the noise floor "
+        "(default: the original; off: bf16 tolerances)",
+    )
+    parser.add_argument(
         "--forward",
         metavar="CLASS",
         help="also compare the first output of the module of this class (e.g. LlamaForCausalLM)",
@@ -188,6 +220,12 @@ def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH.png",
         help="plot loss curves and their relative difference (needs matplotlib)",
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="write a report with its plots: HTML for .html, Markdown otherwise (needs matplotlib)",
     )
     parser.add_argument(
         "--compile-stats",
@@ -259,7 +297,13 @@ def run_validate(args: argparse.Namespace) -> int:
         if isinstance(program, str):
             return _error(program)
         programs.append(program)
-    options = CaptureOptions(args.seed, args.no_dropout, args.forward, args.compile_stats)
+    options = CaptureOptions(
+        args.seed,
+        args.no_dropout,
+        args.forward,
+        args.compile_stats,
+        host_random=not args.native_random,
+    )
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="neuron-migrate-validate-"))
     try:
         return _validate(args, programs, options, work_dir)
@@ -296,73 +340,66 @@ def _program(args: argparse.Namespace, label: str, path: Path, script_args: list
 
 
 def _validate(args: argparse.Namespace, programs: list, options: Any, work_dir: Path) -> int:
+    if args.compile_stats:
+        return _compile_stats(args, programs, options, work_dir)
+    from neuron_migrate.validate import pipeline, report
+
+    settings = pipeline.Settings(
+        capture=options,
+        precision=args.precision,
+        rtol=args.rtol,
+        atol=args.atol,
+        timeout=args.timeout,
+        localize=args.localize,
+        noise_floor=args.noise_floor,
+    )
+    result = pipeline.validate(
+        programs, settings, work_dir, log=lambda m: print(f"validate: {m}", file=sys.stderr)
+    )
+    if args.json != "-":
+        print(report.format_table(result))
+    if args.json:
+        _emit(report.as_json(result), args.json)
+    try:
+        if args.plot and result.comparison is not None:
+            report.plot(result.comparison, args.plot)
+        if args.report:
+            report.write(report.document(result), args.report)
+    except ImportError:
+        return _error("--plot and --report need matplotlib: pip install matplotlib")
+    return result.exit_code
+
+
+def _compile_stats(args: argparse.Namespace, programs: list, options: Any, work_dir: Path) -> int:
     from neuron_migrate.validate import compile_stats, report
-    from neuron_migrate.validate.compare import DIVERGE, MATCH, compare_runs
+    from neuron_migrate.validate.pipeline import Settings, run_errors
     from neuron_migrate.validate.runner import run_programs
 
     work_dir.mkdir(parents=True, exist_ok=True)
     runs = run_programs(programs, options, work_dir, args.timeout)
-    errors = []
-    for run_ in runs:
-        name = f"the {run_.program.label} program ({run_.program.script})"
-        if run_.timed_out:
-            errors.append(f"{name} did not finish within {args.timeout:g} s")
-        elif run_.returncode != 0:
-            errors.append(
-                f"{name} failed with exit status {run_.returncode}; last lines of its output:\n{run_.log_tail()}"
-            )
-        elif not run_.captures and not args.compile_stats:
-            errors.append(
-                f"{name} recorded nothing: it never called backward(), optimizer.step() or generate()"
-                + (f", nor ran a {args.forward} module" if args.forward else "")
-            )
-    json_to_stdout = args.json == "-"
-    if args.compile_stats:
-        summaries = [compile_stats.summarise(r) for r in runs]
-        exit_code = EXIT_ERROR if errors else EXIT_MATCH
-        if not json_to_stdout:
-            print("\n".join(report.describe_run(r) for r in runs))
-            print(compile_stats.format_summaries(summaries))
-            for warning in report.capture_warnings(runs):
-                print(f"warning: {warning}")
-            for error in errors:
-                print(f"error: {error}")
-        if args.json:
-            import json
-
-            text = json.dumps(
-                {
-                    "exit_code": exit_code,
-                    "errors": errors,
-                    "runs": [report.run_json(r) for r in runs],
-                    "compile": [s.as_dict() for s in summaries],
-                },
-                indent=1,
-            )
-            _emit(text, args.json)
-        return exit_code
-    comparison = None
-    if all(run_.captures for run_ in runs):
-        comparison = compare_runs(
-            runs[0].captures, runs[1].captures, args.precision, args.rtol, args.atol
-        )
-    if errors:
-        verdict, exit_code = "error", EXIT_ERROR
-    elif comparison is None or comparison.verdict not in (MATCH, DIVERGE):
-        verdict, exit_code = "error", EXIT_ERROR
-        errors.append("nothing could be compared: the two programs recorded no common item")
-    else:
-        verdict = comparison.verdict
-        exit_code = EXIT_MATCH if verdict == MATCH else EXIT_DIVERGE
-    if not json_to_stdout:
-        print(report.format_table(runs, comparison, verdict, errors))
+    errors = run_errors(runs, Settings(capture=options, timeout=args.timeout))
+    summaries = [compile_stats.summarise(r) for r in runs]
+    exit_code = EXIT_ERROR if errors else EXIT_MATCH
+    if args.json != "-":
+        print("\n".join(report.describe_run(r) for r in runs))
+        print(compile_stats.format_summaries(summaries))
+        for warning in report.capture_warnings(runs):
+            print(f"warning: {warning}")
+        for error in errors:
+            print(f"error: {error}")
     if args.json:
-        _emit(report.as_json(runs, comparison, verdict, exit_code, errors), args.json)
-    if args.plot and comparison is not None:
-        try:
-            report.plot(comparison, args.plot)
-        except ImportError:
-            return _error("--plot needs matplotlib: pip install matplotlib")
+        import json
+
+        text = json.dumps(
+            {
+                "exit_code": exit_code,
+                "errors": errors,
+                "runs": [report.run_json(r) for r in runs],
+                "compile": [s.as_dict() for s in summaries],
+            },
+            indent=1,
+        )
+        _emit(text, args.json)
     return exit_code
 
 

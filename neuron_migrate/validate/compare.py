@@ -1,4 +1,6 @@
-"""Judges whether two captured runs compute the same thing, item by item, with dtype-aware tolerances.
+"""Judges whether two captured runs compute the same thing, item by item: with dtype-aware
+tolerances, or, for a low-precision run with a float32 twin, against its noise floor
+(`noise_floor`). Each item says which rule judged it.
 
 Metrics per tensor follow the anchors in the Neuron stack and torch: max abs, element-wise max rel,
 max-normalised rel (`max|a-e| / max|e|`, the scale `torch_neuronx.testing.neuron_allclose` uses),
@@ -16,6 +18,8 @@ from typing import Any
 
 import torch
 
+from neuron_migrate.validate import noise_floor
+from neuron_migrate.validate.noise_floor import Ratio, r_ratio
 from neuron_migrate.validate.runner import Capture
 
 MATCH, DIVERGE, SKIPPED = "match", "diverge", "skipped"
@@ -76,6 +80,7 @@ class Entry:
     verdict: str
     stats: Stats | None = None
     detail: str = ""
+    ratio: Ratio | None = None  # against the noise floor, where there is one
 
 
 @dataclass
@@ -88,6 +93,22 @@ class Item:
     entries: list[Entry] = field(default_factory=list)
     tolerance: Tolerance | None = None
     series: dict[str, list[float]] | None = None  # losses: original, migrated, rel_diff
+    rule: str = ""  # what judged it: "fp32 tolerance", "noise floor (R ≤ 2)", "exact", ...
+    ratio: Ratio | None = None
+    first_step: int | None = None  # losses: the first step that diverges
+    rank: int | None = None  # set when the programs ran several ranks
+
+
+@dataclass
+class RankSummary:
+    """Where one rank first diverges: the step, and the item that shows it."""
+
+    rank: int
+    step: int | None  # None: the rank matches
+    item: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "step": self.step, "item": self.item}
 
 
 @dataclass
@@ -95,6 +116,13 @@ class Comparison:
     precision: Precision
     items: list[Item]
     notes: list[str]
+    floor: dict[str, Any] | None = None  # which run measured the noise floor, what it changed
+    ranks: list[RankSummary] = field(default_factory=list)
+
+    @property
+    def first_diverging_rank(self) -> RankSummary | None:
+        diverging = [r for r in self.ranks if r.step is not None]
+        return min(diverging, key=lambda r: (r.step, r.rank), default=None)
 
     @property
     def verdict(self) -> str:
@@ -132,15 +160,6 @@ def tensor_stats(
 def _finite(value: float) -> float | str:
     # JSON has no inf/nan
     return value if isinstance(value, int) or math.isfinite(value) else str(value)
-
-
-def _worst(entries: list[Entry]) -> Entry | None:
-    scored = [e for e in entries if e.stats is not None]
-    return max(
-        scored,
-        key=lambda e: (e.verdict == DIVERGE, e.stats.norm_rel if e.stats else 0.0),
-        default=None,
-    )
 
 
 # -- the items -------------------------------------------------------------------------------------
@@ -188,10 +207,28 @@ def compare_precision(original: Capture, migrated: Capture) -> Item:
         return Item(
             "precision", "precision policy", SKIPPED, detail="no parameters or autocast seen"
         )
-    return Item("precision", "precision policy", MATCH if same else DIVERGE, detail=detail)
+    if same and bool(a["via"]) != bool(b["via"]):
+        changed = a["via"] or b["via"]
+        detail += f" (the same dtypes: {changed}=1 became explicit casts)"
+    item = Item("precision", "precision policy", MATCH if same else DIVERGE, detail=detail)
+    item.rule = "same dtypes (parameters, autocast)"
+    return item
 
 
-def compare_losses(original: Capture, migrated: Capture, tol: Tolerance) -> Item:
+def tolerance_rule(tol: Tolerance, precision: str = "") -> str:
+    return f"{precision + ' ' if precision else ''}tolerance (atol {tol.atol:g}, rtol {tol.rtol:g})"
+
+
+def floor_rule(threshold: float = noise_floor.RUN_THRESHOLD) -> str:
+    return f"noise floor (R ≤ {threshold:g})"
+
+
+def compare_losses(
+    original: Capture, migrated: Capture, tol: Tolerance, floor: Capture | None = None
+) -> Item:
+    """Step by step with the plain tolerance. Against a noise floor, the whole curve is judged by
+    its R, and the first diverging step is where R over the steps up to it passes the mark (one
+    step's R alone is too noisy to judge)."""
     e = original.tensors.get("loss")
     a = migrated.tensors.get("loss")
     if e is None and a is None:
@@ -201,28 +238,43 @@ def compare_losses(original: Capture, migrated: Capture, tol: Tolerance) -> Item
         return Item(
             "losses", "losses", DIVERGE, detail=f"the {missing} program never called backward()"
         )
-    n = min(len(e), len(a))
+    f = floor.tensors.get("loss") if floor is not None else None
+    n = min(len(e), len(a), len(f) if f is not None else len(e))
+    prefix = noise_floor.prefix_ratios(e[:n], a[:n], f[:n]) if f is not None and n else None
+    diverging_from = None
+    if prefix is not None and prefix[-1] > noise_floor.RUN_THRESHOLD:
+        diverging_from = next(k for k, r in enumerate(prefix) if r > noise_floor.RUN_THRESHOLD)
     entries = []
     rel_diff = []
     for step in range(n):
         exp, act = float(e[step]), float(a[step])
         diff = abs(act - exp)
-        ok = diff <= tol.atol + tol.rtol * abs(exp)
         rel_diff.append(diff / abs(exp) if exp else (0.0 if diff == 0 else math.inf))
-        entries.append(
-            Entry(f"step {step}", MATCH if ok else DIVERGE, detail=f"{exp:.6g} vs {act:.6g}")
-        )
+        detail = f"{exp:.6g} vs {act:.6g}"
+        if prefix is None:
+            ok = diff <= tol.atol + tol.rtol * abs(exp)
+        else:
+            detail += f" (R {prefix[step]:.3g} up to here)"
+            ok = diverging_from is None or step < diverging_from
+        entries.append(Entry(f"step {step}", MATCH if ok else DIVERGE, detail=detail))
     stats = tensor_stats(e[:n], a[:n], tol) if n else None
     failing = [i for i, entry in enumerate(entries) if entry.verdict == DIVERGE]
-    verdict = DIVERGE if failing or len(e) != len(a) else MATCH
+    lengths_differ = len(e) != len(a)
+    verdict = DIVERGE if failing or lengths_differ else MATCH
     details = []
-    if len(e) != len(a):
+    if lengths_differ:
         details.append(f"{len(e)} losses vs {len(a)}")
     if failing:
         details.append(f"first diverging step {failing[0]} ({entries[failing[0]].detail})")
     title = f"losses ({n} steps)"
     series = {"original": e.tolist(), "migrated": a.tolist(), "rel_diff": rel_diff}
-    return Item("losses", title, verdict, stats, "; ".join(details), entries, tol, series)
+    item = Item("losses", title, verdict, stats, "; ".join(details), entries, tol, series)
+    item.rule = tolerance_rule(tol) if f is None else floor_rule()
+    item.first_step = failing[0] if failing else (n if lengths_differ else None)
+    if f is not None and n:
+        item.ratio = r_ratio(e[:n], a[:n], f[:n])
+        series.update(floor=f.tolist(), r_prefix=prefix or [])
+    return item
 
 
 def compare_tensors(
@@ -232,11 +284,15 @@ def compare_tensors(
     actual: dict[str, torch.Tensor],
     tol: Tolerance,
     group_scale: bool = False,
+    floor: dict[str, torch.Tensor] | None = None,
 ) -> Item:
     """With `group_scale`, errors are relative to the largest magnitude in the whole group (the model's
     parameters), as neuron_allclose scales by the global max: a bias that starts at zero then moves by
     optimizer noise (Adam moves every element by ~lr per step, whatever the gradient's size) is
-    judged against the weights around it, not against its own tiny values."""
+    judged against the weights around it, not against its own tiny values.
+
+    With `floor`, the group is judged by R over all the tensors the floor has, and each of them by
+    its own R (with a mark that allows for its size) together with the plain tolerance."""
     if not expected and not actual:
         return Item(key, title, SKIPPED, detail="not recorded")
     scale = None
@@ -245,13 +301,26 @@ def compare_tensors(
     entries = []
     only_e = sorted(set(expected) - set(actual))
     only_a = sorted(set(actual) - set(expected))
+    floored: list[str] = []
     for name in sorted(set(expected) & set(actual)):
         e, a = expected[name], actual[name]
         if tuple(e.shape) != tuple(a.shape):
             entries.append(Entry(name, DIVERGE, detail=f"shape {list(e.shape)} vs {list(a.shape)}"))
             continue
         stats = tensor_stats(e, a, tol, scale)
-        entries.append(Entry(name, MATCH if stats.mismatches == 0 else DIVERGE, stats))
+        f = floor.get(name) if floor is not None else None
+        if f is None or tuple(f.shape) != tuple(e.shape):
+            entries.append(Entry(name, MATCH if stats.mismatches == 0 else DIVERGE, stats))
+            continue
+        ratio = r_ratio(e, a, f)
+        # One tensor's R is a noisy sample (a few elements, a kernel that rounds differently):
+        # it diverges when it is past its mark and outside the plain tolerance too; the group's
+        # R below judges what the tensors do together.
+        ok = stats.mismatches == 0 or ratio.value <= noise_floor.threshold(
+            e.numel(), noise_floor.RUN_THRESHOLD
+        )
+        entries.append(Entry(name, MATCH if ok else DIVERGE, stats, ratio=ratio))
+        floored.append(name)
     details = []
     if only_e:
         details.append(
@@ -261,15 +330,25 @@ def compare_tensors(
         details.append(
             f"only in migrated: {', '.join(only_a[:5])}{' ...' if len(only_a) > 5 else ''}"
         )
+    group_ratio = None
+    if floored and floor is not None:
+        group_ratio = r_ratio(
+            [expected[n] for n in floored], [actual[n] for n in floored], [floor[n] for n in floored]
+        )
     worst = _worst(entries)
     shape_errors = [e for e in entries if e.stats is None]
     if shape_errors:
         details.append(f"{shape_errors[0].name}: {shape_errors[0].detail}")
     elif worst is not None:
-        details.append(f"worst: {worst.name}")
-    diverged = only_e or only_a or any(e.verdict == DIVERGE for e in entries)
+        details.append(f"worst: {worst.name}" + (f" (R {worst.ratio.value:.3g})" if worst.ratio else ""))
+    diverged = (
+        only_e
+        or only_a
+        or any(e.verdict == DIVERGE for e in entries)
+        or (group_ratio is not None and group_ratio.value > noise_floor.RUN_THRESHOLD)
+    )
     title = f"{title} ({len(entries)} tensors)"
-    return Item(
+    item = Item(
         key,
         title,
         DIVERGE if diverged else MATCH,
@@ -277,6 +356,23 @@ def compare_tensors(
         "; ".join(details),
         entries,
         tol,
+    )
+    item.rule = floor_rule() if floored else tolerance_rule(tol)
+    item.ratio = group_ratio
+    return item
+
+
+def _worst(entries: list[Entry]) -> Entry | None:
+    """The entry to show for an item: one that diverges first, then the largest R or error."""
+    scored = [e for e in entries if e.stats is not None]
+    return max(
+        scored,
+        key=lambda e: (
+            e.verdict == DIVERGE,
+            e.ratio.value if e.ratio else 0.0,
+            e.stats.norm_rel if e.stats else 0.0,
+        ),
+        default=None,
     )
 
 
@@ -324,9 +420,9 @@ def compare_generate(
         else:
             verdict = DIVERGE
             entries.append(Entry(f"row {row}", DIVERGE, detail=f"first divergence at token {at}"))
-    stats = None
-    if top_values is not None and migrated.tensors.get(f"{key}/top_values") is not None:
-        a_top = migrated.tensors[f"{key}/top_values"]
+    stats, logits_part = None, None
+    a_top = migrated.tensors.get(f"{key}/top_values")
+    if top_values is not None and a_top is not None:
         steps = min(
             len(top_values),
             len(a_top),
@@ -334,13 +430,39 @@ def compare_generate(
         )
         if steps:
             stats = tensor_stats(top_values[:steps], a_top[:steps], precision.tensor)
+            logits_part = _logits_part(top_values[:steps], a_top[:steps], precision)
     diverging = [e for e in entries if "divergence" in e.detail]
-    detail = (
-        diverging[0].name + ": " + diverging[0].detail
-        if diverging
-        else f"all {len(entries)} rows equal"
+    if diverging:
+        detail = diverging[0].name + ": " + diverging[0].detail
+    elif logits_part is not None and top_values is not None:
+        # Equal greedy choices can hide different logits (a wrong mask, a wrong scale).
+        verdict = DIVERGE
+        detail = (
+            f"all {len(entries)} rows choose the same tokens, but their top-{top_values.shape[-1]} "
+            f"logits differ from position {logits_part[0]} (error {logits_part[1]:.3g} of the largest)"
+        )
+    else:
+        detail = f"all {len(entries)} rows equal"
+    item = Item(key, title, verdict, stats, detail, entries, precision.tensor)
+    item.rule = "tokens equal (or parting at a near tie) and top-k logits within tolerance"
+    item.first_step = first_divergence if first_divergence is not None else (
+        logits_part[0] if logits_part is not None else None
     )
-    return Item(key, title, verdict, stats, detail, entries, precision.tensor)
+    return item
+
+
+def _logits_part(
+    expected: torch.Tensor, actual: torch.Tensor, precision: Precision
+) -> tuple[int, float] | None:
+    """The first position where the top-k logits ([T, B, k], same prefixes) are out of tolerance."""
+    tol = precision.tensor
+    for t in range(len(expected)):
+        e, a = expected[t].double(), actual[t].double()
+        scale = float(e.abs().max()) or 1.0
+        error = float((a - e).abs().max())
+        if error > tol.atol + tol.rtol * scale:
+            return t, error / scale
+    return None
 
 
 def _near_tie(
@@ -387,7 +509,9 @@ def compare_replicas(label: str, captures: list[Capture], tol: Tolerance) -> Ite
             f"{worst.name}: parameters differ after training on different shards; the gradients are "
             "not averaged across ranks (a missing all-reduce?)"
         )
-    return Item(key, title, verdict, worst.stats if worst else None, detail, entries, tol)
+    item = Item(key, title, verdict, worst.stats if worst else None, detail, entries, tol)
+    item.rule = tolerance_rule(tol)
+    return item
 
 
 # -- the whole comparison --------------------------------------------------------------------------
@@ -399,16 +523,22 @@ def compare_runs(
     precision: str = "auto",
     rtol: float | None = None,
     atol: float | None = None,
+    floor: list[Capture] | None = None,
 ) -> Comparison:
+    """`floor`: the captures of a float32 twin run (see `noise_floor`), used when the runs are in
+    low precision and the tolerances are not overridden."""
     if not original or not migrated:
         raise ValueError("both programs must have recorded something")
     chosen = _tolerances(original[0], migrated[0], precision, rtol, atol)
+    use_floor = bool(floor) and chosen.name == "bf16"
+    floors = {c.rank: c for c in floor or []} if use_floor else {}
     notes: list[str] = []
     items = [compare_precision(original[0], migrated[0])]
     worlds = ([c.world_size for c in original], [c.world_size for c in migrated])
+    several = len(original) > 1
     if len(original) == len(migrated) and worlds[0] == worlds[1]:
         for o, m in zip(original, migrated, strict=True):
-            items += _compare_rank(o, m, chosen, len(original) > 1, notes)
+            items += _compare_rank(o, m, chosen, several, notes, floors.get(o.rank))
     else:
         notes.append(
             f"the programs ran with different numbers of processes (original {len(original)} of world "
@@ -418,10 +548,47 @@ def compare_runs(
     for label, captures in (("original", original), ("migrated", migrated)):
         if len(captures) > 1:
             items.append(compare_replicas(label, captures, chosen.tensor))
-    notes += _dropout_notes(original, migrated)
+    notes += _random_notes(original, migrated)
     if chosen.name.startswith("bf16"):
-        notes.append("a side computes in bfloat16/float16, so bf16 tolerances apply")
-    return Comparison(chosen, items, notes)
+        notes.append(
+            "a side computes in bfloat16/float16: items are judged against the noise floor of a float32 run"
+            if use_floor
+            else "a side computes in bfloat16/float16, so bf16 tolerances apply"
+        )
+    comparison = Comparison(chosen, items, notes)
+    if several and len(original) == len(migrated):
+        comparison.ranks = rank_summaries(items)
+    return comparison
+
+
+def rank_summaries(items: list[Item]) -> list[RankSummary]:
+    """For each rank, the first step at which one of its items diverges (start, step k, or end)."""
+    by_rank: dict[int, list[Item]] = {}
+    for item in items:
+        if item.rank is not None:
+            by_rank.setdefault(item.rank, []).append(item)
+    summaries = []
+    for rank, rank_items in sorted(by_rank.items()):
+        found: list[tuple[int, str]] = []
+        for item in rank_items:
+            if item.verdict != DIVERGE:
+                continue
+            base = item.key.split("@")[0]
+            if base in ("initial", "gradients", "forward"):
+                found.append((0, item.title))
+            elif item.first_step is not None:
+                found.append((item.first_step, item.title))
+            elif base == "parameters":
+                found.append((_steps_of(rank_items), item.title))
+        step, title = min(found, default=(None, ""))
+        summaries.append(RankSummary(rank, step, title))
+    return summaries
+
+
+def _steps_of(items: list[Item]) -> int:
+    """The last step of a rank (its final parameters come after it)."""
+    losses = next((i for i in items if i.key.startswith("losses")), None)
+    return len(losses.entries) if losses is not None else 0
 
 
 def _tolerances(
@@ -441,31 +608,45 @@ def _tolerances(
 
 
 def _compare_rank(
-    o: Capture, m: Capture, chosen: Precision, several: bool, notes: list[str]
+    o: Capture,
+    m: Capture,
+    chosen: Precision,
+    several: bool,
+    notes: list[str],
+    f: Capture | None = None,
 ) -> list[Item]:
     """Everything one rank of each program recorded, side by side (rows named per rank if several)."""
     tensors = chosen.tensor
+
+    def floor(prefix: str) -> dict[str, torch.Tensor] | None:
+        return f.group(prefix) if f is not None else None
+
     pair = [
-        compare_losses(o, m, chosen.loss),
+        compare_losses(o, m, chosen.loss, f),
         compare_tensors(
-            "initial", "parameters before the first step", o.group("init"), m.group("init"), tensors, True
+            "initial", "parameters before the first step", o.group("init"), m.group("init"),
+            tensors, True, floor("init"),
         ),
         compare_tensors(
-            "gradients", "gradients before the first step", o.group("grad"), m.group("grad"), tensors, True
+            "gradients", "gradients before the first step", o.group("grad"), m.group("grad"),
+            tensors, True, floor("grad"),
         ),
         compare_tensors(
-            "parameters", "final parameters", o.group("param"), m.group("param"), tensors, True
+            "parameters", "final parameters", o.group("param"), m.group("param"), tensors, True,
+            floor("param"),
         ),
         compare_tensors(
-            "forward", "first forward output", o.group("forward/0"), m.group("forward/0"), tensors
+            "forward", "first forward output", o.group("forward/0"), m.group("forward/0"), tensors,
+            floor=floor("forward/0"),
         ),
-    ]
+    ]  # fmt: skip
     calls = max(len(o.manifest.get("generate", [])), len(m.manifest.get("generate", [])))
     pair += [compare_generate(i, o, m, chosen) for i in range(calls)]
     if several:
         for item in pair:
             item.title += f" [rank {o.rank}]"
             item.key += f"@rank{o.rank}"
+            item.rank = o.rank
     if pair[1].verdict == DIVERGE:
         notes.append(
             "the programs start from different weights (parameters before the first step differ), "
@@ -475,18 +656,51 @@ def _compare_rank(
     return [item for item in pair if item.verdict != SKIPPED]
 
 
-def _dropout_notes(original: list[Capture], migrated: list[Capture]) -> list[str]:
-    notes = []
+def _random_notes(original: list[Capture], migrated: list[Capture]) -> list[str]:
+    """What the programs drew at random, and whether the two stacks drew the same numbers."""
+    notes, routed_by = [], {}
     for label, captures in (("original", original), ("migrated", migrated)):
-        calls = sum(
-            int(c.manifest.get("dropout_calls", 0))
-            for c in captures
-            if not c.manifest.get("no_dropout")
-        )
-        if calls:
-            notes.append(
-                f"the {label} program applies dropout ({calls} calls): random streams differ across stacks "
-                "(XLA draws on its own device generator), so values are not expected to agree; rerun with "
-                "--no-dropout to compare the deterministic computation"
+        routed: dict[str, int] = {}
+        unrouted: dict[str, int] = {}
+        route = True
+        dropout = 0
+        for c in captures:
+            summary = c.manifest.get("host_random") or {}
+            route = route and summary.get("route", True)
+            for name, count in (summary.get("routed") or {}).items():
+                routed[name] = routed.get(name, 0) + int(count)
+            for name, count in (summary.get("unrouted") or {}).items():
+                unrouted[name] = unrouted.get(name, 0) + int(count)
+            if not c.manifest.get("no_dropout"):
+                dropout += int(c.manifest.get("dropout_calls", 0))
+        if routed:
+            routed_by[label] = routed
+        if unrouted:
+            how = (
+                "each stack drew from its own device generator (--native-random)"
+                if not route
+                else "validate could not draw them on the host"
             )
+            notes.append(
+                f"the {label} program drew random numbers on its device ({_counts(unrouted)}): {how}, "
+                "so the same seed gives different numbers on the two stacks; where values part, "
+                "randomness, not the migration, may explain it"
+                + (" (rerun without --native-random, or with --no-dropout)" if not route else "")
+            )
+        elif dropout and not route:
+            notes.append(
+                f"the {label} program applies dropout ({dropout} calls) on its own generator "
+                "(--native-random): values are not expected to agree; --no-dropout turns it off"
+            )
+    if routed_by:
+        sides = "; ".join(f"{label}: {_counts(counts)}" for label, counts in routed_by.items())
+        notes.insert(
+            0,
+            f"random draws meant for a device, in 16-bit types or for dropout were made on the host "
+            f"({sides}), so both stacks draw the same numbers",
+        )
     return notes
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} x{count}" for name, count in sorted(counts.items(), key=lambda kv: -kv[1]))

@@ -40,6 +40,10 @@ class CaptureOptions:
     no_dropout: bool = False
     forward: str | None = None
     compile_stats: bool = False
+    host_random: bool = True  # device and 16-bit random draws made on the host, on both sides
+    upcast: bool = False  # the noise-floor run: low precision turned off
+    localize: int | None = None  # record every module's output around this step
+    teacher: dict[str, Any] | None = None  # {"file": capture tensors, "calls": {i: prompt length}}
 
 
 @dataclass
@@ -126,6 +130,10 @@ def environment(program: Program, options: CaptureOptions, out: Path) -> dict[st
             "no_dropout": options.no_dropout,
             "forward": options.forward,
             "compile_stats": options.compile_stats,
+            "host_random": options.host_random,
+            "upcast": options.upcast,
+            "localize": options.localize,
+            "teacher": options.teacher,
         }
     )
     env.setdefault("PYTHONHASHSEED", str(options.seed))

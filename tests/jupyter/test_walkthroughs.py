@@ -21,13 +21,14 @@ WALKTHROUGHS = sorted(path.name for path in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")
 BUDGET_SECONDS = 180  # each walkthrough runs in under three minutes on a CPU machine
 
 
-def test_the_five_walkthroughs_are_there() -> None:
+def test_the_six_walkthroughs_are_there() -> None:
     assert WALKTHROUGHS == [
         "01_xla_training_loop.ipynb",
         "02_sft_tensor_parallel.ipynb",
         "03_causal_lm_static_cache.ipynb",
         "04_static_shape_lint.ipynb",
         "05_validate_side_by_side.ipynb",
+        "06_localize_a_difference.ipynb",
     ]
 
 

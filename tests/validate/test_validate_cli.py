@@ -81,6 +81,18 @@ def test_all_flags_parse():
         Path("w"),
     )
     assert parse("validate", "--compile-stats", "a.py").compile_stats
+    new = parse(
+        "validate", "a.py", "b.py", "--localize", "--native-random", "--noise-floor", "migrated",
+        "--report", "r.html",
+    )  # fmt: skip
+    assert (new.localize, new.native_random, new.noise_floor, new.report) == (
+        True,
+        True,
+        "migrated",
+        Path("r.html"),
+    )
+    default = parse("validate", "a.py", "b.py")
+    assert (default.localize, default.native_random, default.noise_floor) == (False, False, "original")
 
 
 def test_two_programs_are_needed(capsys):

@@ -176,13 +176,22 @@ def test_ranks_that_disagree_point_at_the_all_reduce():
     assert agreeing.verdict == MATCH
 
 
-def test_dropout_note_unless_turned_off():
-    noted = compare_runs([capture(training(), dropout_calls=5)], [capture(training())])
-    assert any("--no-dropout" in n and "random streams differ" in n for n in noted.notes)
-    quiet = compare_runs(
-        [capture(training(), dropout_calls=5, no_dropout=True)], [capture(training())]
+def test_random_draws_are_noted_for_what_they_do_to_the_comparison():
+    native = {"route": False, "routed": {}, "unrouted": {"dropout": 5, "randn_like": 1}}
+    noted = compare_runs([capture(training(), host_random=native)], [capture(training())])
+    assert any(
+        "drew random numbers on its device (dropout x5, randn_like x1): each stack drew from its "
+        "own device generator (--native-random)" in n and "randomness, not the migration" in n
+        for n in noted.notes
     )
-    assert not any("dropout" in n for n in quiet.notes)
+    routed = {"route": True, "routed": {"dropout": 5}, "unrouted": {}}
+    noted = compare_runs([capture(training(), host_random=routed)], [capture(training())])
+    assert any(
+        "were made on the host (original: dropout x5), so both stacks draw the same" in n
+        for n in noted.notes
+    )
+    quiet = compare_runs([capture(training(), host_random={"route": True})], [capture(training())])
+    assert not any("random" in n for n in quiet.notes)
 
 
 def generation(

@@ -54,6 +54,12 @@ def test_dropped_gradient_all_reduce_in_a_2_process_run(migrated_examples, tmp_p
     assert items["losses@rank0"]["entries"][0]["verdict"] == "match"  # same start, then apart
     assert items["losses@rank0"]["verdict"] == "diverge"
     assert "migrated: ranks agree on final parameters (2 ranks)    diverge" in table
+    # Gradients are recorded as the optimizer steps, after the sync: unaveraged, they part from
+    # the start on both ranks (the lower rank is named first on a tie), before the losses do.
+    assert (
+        "ranks: rank 0 diverges first, at step 0 (gradients before the first step (4 tensors) "
+        "[rank 0]); rank 1 from step 0"
+    ) in table
     assert "torchrun, 2 processes" in table and table.rstrip().endswith(
         "result: DIVERGE (4 items match, 7 diverge)"
     )
@@ -100,7 +106,10 @@ def test_generate_and_forward_outputs_are_compared(capsys):
         items["forward"]["verdict"] == "diverge" and items["forward"]["detail"] == "worst: logits"
     )
     assert items["generate/0"]["verdict"] == "diverge"
+    # The tokens part, so both programs ran again along the original's tokens.
+    assert items["generate/0"]["title"] == "generate() call 0: teacher-forced logits"
     assert items["generate/0"]["detail"].startswith("row 0: first divergence at token")
+    assert "teacher-forced: first divergent position" in items["generate/0"]["detail"]
     assert items["precision"]["detail"] == "original: params float32; migrated: params float32"
 
 
@@ -109,15 +118,37 @@ def test_no_dropout_makes_a_dropout_program_deterministic(capsys):
         str(PROGRAMS / "dropout_train.py"),
         str(PROGRAMS / "dropout_free_train.py"),
     )
-    code, document = validate_json(capsys, with_dropout, without, "--seed", "3")
+    code, document = validate_json(capsys, with_dropout, without, "--seed", "3", "--native-random")
     assert code == 1
     assert any(
-        "applies dropout (5 calls): random streams differ across stacks" in n
+        "applies dropout (5 calls) on its own generator (--native-random)" in n
         for n in document["notes"]
     )
     code, document = validate_json(capsys, with_dropout, without, "--seed", "3", "--no-dropout")
     assert code == 0 and document["verdict"] == "match"
     assert not any("dropout" in n for n in document["notes"])
+
+
+def test_random_draws_in_bf16_are_the_float32_draws_rounded(capsys, tmp_path):
+    # torch draws other numbers in bfloat16 than in float32 (on the CPU, for most sizes past 16
+    # elements); the old stack (XLA_USE_BF16) drew in float32 and stored bf16. With the draws made
+    # on the host both forms give the same numbers.
+    bf16_draw = tmp_path / "bf16_draw.py"
+    bf16_draw.write_text(
+        "import torch\n"
+        "w = torch.nn.Parameter(torch.randn(1000, dtype=torch.bfloat16))\n"
+        "torch.optim.SGD([w], lr=0.1).step()\n"
+    )
+    float32_draw = tmp_path / "float32_draw.py"
+    float32_draw.write_text(
+        "import torch\n"
+        "w = torch.nn.Parameter(torch.randn(1000).bfloat16())\n"
+        "torch.optim.SGD([w], lr=0.1).step()\n"
+    )
+    code, document = validate_json(capsys, str(float32_draw), str(bf16_draw))
+    assert (code, document["verdict"]) == (0, "match"), document["items"]
+    code, document = validate_json(capsys, str(float32_draw), str(bf16_draw), "--native-random")
+    assert code == 1 and items_by_key(document)["parameters"]["verdict"] == "diverge"
 
 
 def test_an_optimizer_stepped_inside_another_is_part_of_its_step(capsys):

@@ -13,9 +13,7 @@ from neuron_migrate.core.oldstack import PRECISION, is_xla_variable, uses_pytorc
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     code_of,
-    expr,
     fix_trailing_comma,
-    stmt,
     string_value,
 )
 from neuron_migrate.rewrite.codemods.env_roles import ENVIRON, EnvRoles, Role, read_roles
@@ -42,13 +40,14 @@ REMOTE_TODO = (
     "that job; migrate the job's own script (its `entry_point`){precision} and drop them once it runs natively"
 )
 REMOTE_PRECISION = (
-    ", where `{variable}=1` becomes an explicit dtype (`torch.set_default_dtype(torch.{dtype})`, "
-    "and `dtype=torch.{dtype}` for models loaded with `from_pretrained`),"
+    ", where `{variable}=1` becomes explicit casts where data moves to the device (`model.to(device, "
+    "torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`),"
 )
 CHILD_PRECISION_TODO = (
     "`{variable}` set the precision of the process started here ({dtype} on the device); natively it "
-    "does nothing: set the dtype in the script that process runs (`torch.set_default_dtype(torch.{dtype})`, "
-    "and `dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
+    "does nothing: cast in the script that process runs, where data moves to the device "
+    "(`model.to(device, torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded "
+    "with `from_pretrained`)"
 )
 
 
@@ -59,50 +58,53 @@ class XlaEnv(Codemod):
     Deletes assignments of `XLA_*`, `PT_XLA_*` and `PJRT_*` variables (`os.environ[...] = ...`,
     `setdefault`, `update` with a dict or keywords, `putenv`, entries of env dicts handed to
     subprocesses, written as literals or as `dict(os.environ, NAME=value)`).
-    `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` set for this program become
-    `torch.set_default_dtype(torch.bfloat16)` after the imports; models the file loads with
-    `from_pretrained` / `from_config` get `dtype=torch.bfloat16`, since they keep the dtype of
-    their checkpoint or config whatever the default; code that read the switches to choose
-    behaviour now asks `torch.get_default_dtype() == torch.bfloat16`.
+    `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` set for this program become casts where data moves to
+    the device, as the XLA bridge did them: the model (`model.to(device, torch.bfloat16)`), float
+    inputs and float tensors created on the device; integer tensors stay as they are, and models the
+    file loads with `from_pretrained` / `from_config` get `dtype=torch.bfloat16`. A switch set only
+    on some runs, or read back to choose behaviour, becomes the program's own flag `USE_BF16`.
 
     ## Why
-    These variables configured the XLA runtime. `XLA_USE_BF16=1` silently stored every float32
-    tensor as bf16 on the device; natively nothing does that, so a plain deletion would change
-    the precision of the whole run without a word.
+    These variables configured the XLA runtime. `XLA_USE_BF16=1` silently stored every float
+    tensor as bf16 on the device, while the model was built and initialised in float32 on the host;
+    natively nothing does that, so a plain deletion would change the precision of the whole run
+    without a word, and a default dtype of bf16 would initialise other weights than the original.
 
     ## Example
     ```python
-    os.environ["XLA_USE_BF16"] = "1"
-    os.environ["PJRT_DEVICE"] = "NEURON"
+    if args.bf16:
+        os.environ["XLA_USE_BF16"] = "1"
     import torch
     ...
-    model = AutoModelForCausalLM.from_pretrained(name)
+    model = Classifier().to(xm.xla_device())
+    features, labels = features.to(device), labels.to(device)
     if os.environ.get("XLA_USE_BF16") == "1":
         print("training in bf16")
     ```
 
     ## Use instead
     ```python
+    USE_BF16 = args.bf16
     import torch
-
-    torch.set_default_dtype(torch.bfloat16)
     ...
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16)
-    if torch.get_default_dtype() == torch.bfloat16:
+    model = Classifier().to(device, torch.bfloat16 if USE_BF16 else None)
+    features, labels = features.to(device, torch.bfloat16 if USE_BF16 else None), labels.to(device)
+    if USE_BF16:
         print("training in bf16")
     ```
 
     ## Fix safety
-    The precision policy changes form: modules built in the code and new float tensors are bf16
-    everywhere, the host included, while tensors made from numpy keep numpy's dtype until cast.
-    A switch set only under a condition stays under it, and a model loaded elsewhere in the file
-    then gets a TODO instead of a `dtype=`; so does a later `torch.set_default_dtype(torch.float32)`
-    or `torch.set_default_tensor_type(torch.FloatTensor)` that would undo the policy. A switch in
-    the environment of a child process (`subprocess.run(..., env=...)`, a command string) is
-    removed with a TODO: the dtype belongs in the script that process runs. The `environment=`
-    of a remote job (a SageMaker estimator) configures that job and is left as it is, with a TODO.
-    `XLA_FLAGS` is left alone in files that do not use PyTorch/XLA (JAX and TensorFlow read it
-    too). `NEURON_*` runtime variables are kept. Compare runs with `neuron-migrate validate`.
+    A move is cast only where the file shows what moves: a module (a class of the file deriving
+    from `nn.Module`, a `torch.nn` layer), or float tensors (`torch.randn`, `.float()`, a function of
+    the file returning them); integer tensors and loaded models are left as they are, and any other
+    move gets a TODO, as does a device loader (its batches move uncast). A switch set inside a
+    function sets the flag as a global (the variable was process-wide). Tensors made on the host keep
+    their float32 until they move, exactly as before. A switch in the environment of a child process
+    (`subprocess.run(..., env=...)`, a command string) is removed with a TODO: the dtype belongs in
+    the script that process runs. The `environment=` of a remote job (a SageMaker estimator)
+    configures that job and is left as it is, with a TODO. `XLA_FLAGS` is left alone in files that
+    do not use PyTorch/XLA (JAX and TensorFlow read it too). `NEURON_*` runtime variables are kept.
+    Compare runs with `neuron-migrate validate`, which judges bf16 runs against their noise floor.
     """
 
     code = "NM009"
@@ -119,6 +121,7 @@ class XlaEnv(Codemod):
         self.precision = PrecisionPolicy(self)
         self.remote_todos: set[str] = set()  # TODO texts left on a remote job's environment
         self.answered: dict[int, cst.CSTNode] = {}  # readers already rewritten or given a TODO
+        self.functions: list[str] = []  # the functions being rewritten, innermost last
 
     def _key(self, node: cst.CSTNode) -> str | None:
         value = string_value(node)
@@ -128,26 +131,24 @@ class XlaEnv(Codemod):
         # Readers anywhere in the file follow a policy set anywhere in it: find it first.
         if SETTING.search(self.ctx.source):
             self.roles = read_roles(node, self.qualify, _turns_on)
-            self.precision.start(self.roles.process_switches)
+            self.precision.start(self.roles.process_switches, node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        return self.precision.leave_function(self.functions.pop(), updated_node)
 
     # -- setters --------------------------------------------------------------------------------
     def _apply_policy(self, variable: str, value: str | None) -> None:
         dtype = PRECISION[variable]
         if value is None or value not in TRUE_VALUES:
             if value is None:
-                self.todo(f"{variable} was set from a non-literal value; choose the dtype explicitly (`torch.set_default_dtype(torch.{dtype})` or `torch.autocast`)")
+                self.todo(f"{variable} was set from a non-literal value; choose the dtype explicitly (`model.to(device, torch.{dtype})` and float inputs, or `torch.autocast`)")
             return
-        torch = self.ctx.torch()
-        line = f"{torch}.set_default_dtype({torch}.{dtype})"
-        comment = f"# Explicit precision policy (was {variable}=1, which stored float32 tensors as {dtype} on the device)."
-        if len(self.ctx.frames) == 1:  # a plain module-level statement: after the imports
-            block = f"{comment}\n{line}\n"
-            if block not in self.ctx.module_prologue:
-                self.ctx.module_prologue.append(block)
-        else:  # conditional or inside a function: keep the condition, in place
-            self.ctx.comment(comment)
-            self.ctx.insert_after(stmt(f"{line}\n"))
-        self.precision.note_policy(variable)
+        switch = self.precision.switch(self.functions[-1] if self.functions else None)
+        if switch is not None:
+            self.ctx.insert_after(cst.SimpleStatementLine([switch]))
 
     def _setting(self, variable: str, value: cst.BaseExpression | None, role: Role) -> bool:
         """Migrate `variable=value` set for `role`; False when the setting must stay."""
@@ -223,7 +224,7 @@ class XlaEnv(Codemod):
             # `os.environ.update(XLA_USE_BF16="1")`, `env.update(PJRT_DEVICE="NEURON")`
             by_arg = dict(zip(map(id, updated_node.args), original_node.args, strict=False))
             return self._without_keywords(updated_node, lambda arg: self.roles.role(by_arg.get(id(arg), arg)))
-        return self.precision.leave_call(updated_node)
+        return self.precision.leave_call(original_node, updated_node, self.functions[-1] if self.functions else None)
 
     def _without_keywords(self, call: cst.Call, role_of: Callable[[cst.Arg], Role]) -> cst.Call:
         kept = []
@@ -278,13 +279,15 @@ class XlaEnv(Codemod):
         if variable not in PRECISION:
             self.todo(f"`{variable}` configured the XLA runtime; natively it is never set, so this test is always false")
             return None
-        dtype = PRECISION[variable]
-        if self.precision.dtype != dtype:
+        # Module-level code before any switch reads the environment the program was started in:
+        # no flag of the program stands for that (and the same TODO keeps a rerun idempotent).
+        readable = self.precision.readable_here(self.functions[-1] if self.functions else None)
+        if self.precision.dtype != PRECISION[variable] or not readable:
             self.todo(f"`{variable}` no longer changes precision natively; replace this test with your own flag and set the dtype explicitly")
             return None
-        torch = self.ctx.torch()
-        self.changed(f"`{variable}` test -> `torch.get_default_dtype() == torch.{dtype}`")
-        return self.ctx.group(expr(f"{torch}.get_default_dtype() {'!=' if negate else '=='} {torch}.{dtype}"))
+        test = self.precision.test(negate)
+        self.changed(f"`{variable}` test -> the program's own flag `{code_of(test)}`")
+        return self.ctx.group(test)
 
     def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
         if len(updated_node.comparisons) != 1:
@@ -365,8 +368,9 @@ class XlaEnv(Codemod):
         self._flag_leftovers([test])
         return test
 
-    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
-        return updated_node.with_changes(test=self._header_test(updated_node.test))
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If | cst.SimpleStatementLine:
+        updated_node = updated_node.with_changes(test=self._header_test(updated_node.test))
+        return self.precision.collapsed(updated_node) or updated_node
 
     def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
         return updated_node.with_changes(test=self._header_test(updated_node.test))

@@ -145,7 +145,7 @@ class XlaLaunch(Codemod):
 
     # -- what the file holds -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        finder = _XlaDeviceNames(self.qualify)
+        finder = XlaDeviceNames(self.qualify)
         finder.scan(node)
         self._xla_device_names = finder.names()
         self._self_initializing = {
@@ -429,7 +429,7 @@ class _FindsCall(Visitor):
         self.found = self.found or self.matches(node)
 
 
-class _XlaDeviceNames(Visitor):
+class XlaDeviceNames(Visitor):
     """Variables only ever assigned the XLA device, or its name `"xla"`."""
 
     def __init__(self, qualify: Any) -> None:

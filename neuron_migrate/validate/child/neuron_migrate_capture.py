@@ -11,6 +11,14 @@ sitecustomize next to it, it waits for `import torch` and then:
   parameters);
 * records the first output of the module class named by `forward`, and what `generate()` returns;
 * notes autocast regions and dropout, and with `no_dropout` turns dropout off;
+* with `host_random` (the default), draws random numbers meant for a device or a 16-bit type on
+  the host (`neuron_migrate_capture_random`), so both stacks draw the same numbers; without it,
+  counts the draws made on a device;
+* with `upcast`, runs the program in float32 for the noise floor (`neuron_migrate_capture_precision`);
+* with `localize: S`, records every module's output and the gradients and updates around step S
+  (`neuron_migrate_capture_layers`);
+* with `teacher`, makes each `generate()` call follow given sequences and keeps all its logits
+  (`neuron_migrate_capture_forcing`);
 * with `compile_stats`, registers a stand-in `neuron` dynamo backend that rejects dynamic shapes
   like the real one and counts graphs, recompiles and graph breaks.
 
@@ -52,11 +60,26 @@ TOP_K = 5
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 _recorder: Recorder | None = None
+_PARTS: dict[str, Any] = {}  # the sibling modules, by what they do
 
 
 def install() -> None:
-    """Called from sitecustomize: read the config, wait for torch (and friends) to be imported."""
+    """Called from sitecustomize: read the config, wait for torch (and friends) to be imported.
+
+    The sibling modules are imported now, while sitecustomize still has their folder on sys.path.
+    """
     global _recorder
+    import neuron_migrate_capture_forcing
+    import neuron_migrate_capture_layers
+    import neuron_migrate_capture_precision
+    import neuron_migrate_capture_random
+
+    _PARTS.update(
+        forcing=neuron_migrate_capture_forcing,
+        layers=neuron_migrate_capture_layers,
+        precision=neuron_migrate_capture_precision,
+        random=neuron_migrate_capture_random,
+    )
     config = json.loads(os.environ[CONFIG_VAR])
     _recorder = Recorder(config)
     watcher = _ImportWatcher(
@@ -64,6 +87,7 @@ def install() -> None:
             "torch": _recorder.on_torch,
             "torch_xla": _recorder.on_torch_xla,
             "transformers.generation.utils": _recorder.on_transformers_generation,
+            "transformers.modeling_utils": _recorder.on_transformers_modeling,
         }
     )
     sys.meta_path.insert(0, watcher)
@@ -147,6 +171,11 @@ class Recorder:
         self.exception: str | None = None
         self.written = False
         self.torch: Any = None
+        self.host_random: Any = None
+        self.layers: Any = None
+        self.teacher: dict[int, Any] = {}  # generate() call -> the sequences it must follow
+        self.generate_calls = 0
+        self.upcast = _PARTS["precision"].Upcast() if config.get("upcast") else None
 
     # -- installation ---------------------------------------------------------------------
 
@@ -155,6 +184,10 @@ class Recorder:
         self._register_exit()
         for step in (
             self._seed,
+            self._start_upcast,
+            self._route_random,  # before _patch_dropout, whose wrapper must stay outermost
+            self._start_layers,
+            self._load_teacher,
             self._patch_backward,
             self._add_step_hooks,
             self._patch_autocast,
@@ -179,6 +212,34 @@ class Recorder:
             pass
         torch.manual_seed(seed)
 
+    def _start_upcast(self, torch) -> None:
+        if self.upcast is not None:
+            self.upcast.on_torch(torch)
+
+    def _route_random(self, torch) -> None:
+        route = bool(self.config.get("host_random", True))
+        self.host_random = _PARTS["random"].HostRandom(torch, route)
+
+    def _start_layers(self, torch) -> None:
+        if self.config.get("localize") is not None:
+            self.layers = _PARTS["layers"].StepLayers(torch, int(self.config["localize"]))
+
+    def _load_teacher(self, torch) -> None:
+        teacher = self.config.get("teacher")
+        if not teacher:
+            return
+        path = teacher["file"]
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            tensors = load_file(path)
+        else:
+            tensors = torch.load(path, map_location="cpu", weights_only=True)
+        for index, prompt_length in teacher["calls"].items():
+            sequences = tensors.get(f"generate/{index}/sequences")
+            if sequences is not None:
+                self.teacher[int(index)] = (sequences, int(prompt_length))
+
     def _patch_backward(self, torch) -> None:
         recorder = self
         original_backward = torch.Tensor.backward
@@ -186,7 +247,11 @@ class Recorder:
         @functools.wraps(original_backward)
         def backward(tensor, *args, **kwargs):
             recorder.on_backward(tensor)
-            return original_backward(tensor, *args, **kwargs)
+            if recorder.layers is None:
+                return original_backward(tensor, *args, **kwargs)
+            result = original_backward(tensor, *args, **kwargs)
+            recorder.layers.on_backward_done()
+            return result
 
         torch.Tensor.backward = backward
 
@@ -242,6 +307,11 @@ class Recorder:
 
         @functools.wraps(original)
         def generate(model, *args, **kwargs):
+            call = recorder.generate_calls
+            recorder.generate_calls += 1
+            forced = call in recorder.teacher and _PARTS["forcing"].force(
+                recorder.torch, kwargs, *recorder.teacher[call]
+            )
             config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
             wants_dict = kwargs.get(
                 "return_dict_in_generate", getattr(config, "return_dict_in_generate", False)
@@ -251,7 +321,7 @@ class Recorder:
             kwargs["output_logits"] = True
             out = original(model, *args, **kwargs)
             prompt = kwargs.get("input_ids", args[0] if args else kwargs.get("inputs"))
-            recorder.on_generate(model, prompt, out)
+            recorder.on_generate(model, prompt, out, forced)
             if not wants_dict:
                 return out.sequences
             if not wants_logits:
@@ -259,6 +329,10 @@ class Recorder:
             return out
 
         mixin.generate = generate
+
+    def on_transformers_modeling(self, module) -> None:
+        if self.upcast is not None:
+            self.upcast.on_transformers_modeling(module)
 
     def _register_exit(self) -> None:
         atexit.register(self.write)
@@ -329,16 +403,21 @@ class Recorder:
     # -- recording ------------------------------------------------------------------------
 
     def on_backward(self, tensor) -> None:
+        if self.layers is not None:
+            self.layers.on_backward()
         self.backward_calls += 1
         if tensor.numel() != 1:
             return
-        if len(self.losses) >= FLUSH_EVERY and not self._is_xla(tensor):
+        xla = tensor.device.type == "xla"
+        if len(self.losses) >= FLUSH_EVERY and not xla:
             self.flush_losses()  # earlier steps: long computed, reading costs no graph
         self.loss_dtypes.append(self._effective_dtype(tensor))
-        # Eager: a copy, so an in-place change after backward() cannot alter what was recorded. XLA:
-        # the tensor itself; a copy would be one more output of every step's graph (measured:
-        # about +0.3 ms a step on XLA:CPU), and scripts do not change their loss in place.
-        self.losses.append(tensor.detach() if self._is_xla(tensor) else tensor.detach().clone())
+        # Eager: a copy, so an in-place change after backward() cannot alter what was recorded.
+        # XLA: the program's own tensor object, which its step's graph computes anyway (the graphs
+        # run are those of the program alone); a copy would be one more output of every step's
+        # graph (measured: about +0.3 ms a step on XLA:CPU), and scripts do not change their loss
+        # in place.
+        self.losses.append(tensor if xla else tensor.detach().clone())
 
     def on_step_pre(self, optimizer, args, kwargs) -> None:
         self.steps_in_progress += 1
@@ -346,6 +425,8 @@ class Recorder:
             # Stepped by another optimizer (ZeRO's local optimizer over the outer one's params
             # or shards of them): part of that step, whose params are already recorded.
             return
+        if self.layers is not None:
+            self.layers.on_step_pre()
         self._note_rank()
         key = id(optimizer)
         if key in self.named_optimizers:
@@ -362,6 +443,8 @@ class Recorder:
         self.steps_in_progress -= 1
         if self.steps_in_progress == 0:
             self.optimizer_steps += 1
+            if self.layers is not None:
+                self.layers.on_step_post()
 
     def on_forward(self, module, inputs, output) -> None:
         if type(module).__name__ != self.config["forward"]:
@@ -371,7 +454,7 @@ class Recorder:
         for key, tensor in _flatten(output, "output"):
             self.forward.append((key, tensor.detach().clone()))
 
-    def on_generate(self, model, prompt, out) -> None:
+    def on_generate(self, model, prompt, out, forced: bool = False) -> None:
         torch = self.torch
         self._note_module_dtype(model)
         record = {"sequences": out.sequences.detach().cpu()}
@@ -385,6 +468,11 @@ class Recorder:
             values, indices = stacked.topk(min(TOP_K, stacked.shape[-1]), dim=-1)
             record["top_values"], record["top_indices"] = values, indices
             record["logits_dtype"] = _dtype_name(out.logits[0].dtype)
+            if forced:
+                record["logits"], record["logits_cut"] = _PARTS["forcing"].kept_logits(
+                    torch, out.logits
+                )
+        record["forced"] = forced
         self.generate.append(record)
 
     def flush_losses(self) -> None:
@@ -459,6 +547,8 @@ class Recorder:
             return
         self.written = True
         recorded = self.losses or self.loss_values or self.params or self.forward or self.generate
+        if self.layers is not None:
+            self.layers.on_exit()
         compile_stats = self.compile.summary() if self.compile else None
         if not recorded and not (compile_stats and compile_stats["graphs"]):
             return
@@ -494,9 +584,12 @@ class Recorder:
         for key, tensor in self.forward:
             put(f"forward/0/{key}", tensor)
         for i, record in enumerate(self.generate):
-            for key in ("sequences", "top_values", "top_indices"):
+            for key in ("sequences", "top_values", "top_indices", "logits"):
                 if key in record:
                     put(f"generate/{i}/{key}", record[key])
+        if self.layers is not None:
+            for key, tensor in self.layers.tensors().items():
+                put(key, tensor)
         param_dtypes = sorted(
             {items[k]["effective_dtype"] for k in items if k.startswith("param/")}
         )
@@ -534,9 +627,17 @@ class Recorder:
             "dropout_calls": self.dropout_calls,
             "no_dropout": bool(self.config.get("no_dropout")),
             "generate": [
-                {"prompt_length": r["prompt_length"], "logits_dtype": r.get("logits_dtype")}
+                {
+                    "prompt_length": r["prompt_length"],
+                    "logits_dtype": r.get("logits_dtype"),
+                    "forced": r["forced"],
+                    "logits_cut": r.get("logits_cut", False),
+                }
                 for r in self.generate
             ],
+            "host_random": self.host_random.summary() if self.host_random else None,
+            "upcast": self.upcast.summary() if self.upcast else None,
+            "layers": self.layers.manifest() if self.layers else None,
             "compile": compile_stats,
             "xla_metrics": xla,
             "exception": self.exception,

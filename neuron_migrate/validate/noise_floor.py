@@ -1,0 +1,86 @@
+"""The noise-floor rule: a low-precision run is judged against what low precision alone costs.
+
+`R = ||migrated - floor|| / (||original - floor|| + eps)`, where `floor` is the same computation in
+float32 (the original run again with its low precision turned off). The denominator is the error
+the original's own precision makes; the numerator what the migrated program makes. A faithful
+migration in the same precision lands near 1; a bug adds its own error on top. This is the
+3-tensor method of AWS's Neuron equivalence tooling, whose pass mark is R < 1.2 for one forward of a
+component; a training run compounds rounding over its steps, so whole runs get a looser mark
+(the measurements behind both are in `benchmarks/validate/README.md`).
+
+`eps` keeps quantities that low precision does not move (integer-valued, or fixed by the data)
+from dividing by zero: it is the float32 tolerance of the quantity, so such a quantity must agree
+as closely as float32 runs do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# One forward of one module (the localization): AWS's mark.
+COMPONENT_THRESHOLD = 1.2
+# Whole training runs (losses, gradients, final parameters) and generated logits.
+RUN_THRESHOLD = 2.0
+# The float32 scale below which no difference counts: relative to ||floor||.
+FLOAT32_REL = 1e-6
+
+
+@dataclass(frozen=True)
+class Ratio:
+    value: float
+    numerator: float  # ||migrated - floor||
+    denominator: float  # ||original - floor||
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {
+            "r": _finite(self.value),
+            "migrated_error": _finite(self.numerator),
+            "original_error": _finite(self.denominator),
+        }
+
+
+def r_ratio(
+    original: torch.Tensor | list[torch.Tensor],
+    migrated: torch.Tensor | list[torch.Tensor],
+    floor: torch.Tensor | list[torch.Tensor],
+) -> Ratio:
+    """R over one tensor, or over several as if concatenated (the Frobenius norm of them all)."""
+    o, m, f = (_flat(t) for t in (original, migrated, floor))
+    numerator = float((m - f).norm())
+    denominator = float((o - f).norm())
+    eps = FLOAT32_REL * float(f.norm()) + torch.finfo(torch.float32).tiny
+    return Ratio(numerator / (denominator + eps), numerator, denominator)
+
+
+def threshold(size: int, mark: float) -> float:
+    """The mark for one tensor of `size` elements: R of two equally good low-precision results
+    with independent rounding errors is the square root of an F(n, n) variable, whose log has a
+    standard deviation of about 2/sqrt(n); a tensor of a few elements is allowed the spread it has
+    one time in a thousand (3.1 standard deviations), and never less than `mark`."""
+    return max(mark, math.exp(3.1 / math.sqrt(max(size, 1))))
+
+
+def prefix_ratios(
+    original: torch.Tensor, migrated: torch.Tensor, floor: torch.Tensor
+) -> list[float]:
+    """R over steps 0..k for every k: where a loss curve leaves the floor, not where one step is noisy."""
+    o, m, f = (t.detach().to(torch.float64).flatten() for t in (original, migrated, floor))
+    ratios = []
+    for k in range(1, len(f) + 1):
+        ratios.append(r_ratio(o[:k], m[:k], f[:k]).value)
+    return ratios
+
+
+def _flat(value: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(torch.float64).flatten()
+    if not value:
+        return torch.zeros(0, dtype=torch.float64)
+    return torch.cat([t.detach().to(torch.float64).flatten() for t in value])
+
+
+def _finite(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)

@@ -1,0 +1,259 @@
+"""One `validate` run from end to end: which passes it makes over the programs, and why.
+
+1. **capture**: the original and the migrated program, side by side;
+2. **noise floor**: where they compute in low precision, one of them again in float32
+   (`noise_floor`), unless told not to;
+3. **rerun**, only where needed: every program again (the floor run too), with each `generate()`
+   call following the original's tokens where generated tokens parted (`teacher_forcing`), and, on
+   request, recording the first diverging step module by module (`localize`).
+
+The CLI (`command`) and notebooks call `validate()`; `report` shows its `Result`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neuron_migrate.validate.compare import DIVERGE, MATCH, Comparison, compare_runs
+from neuron_migrate.validate.localize import Localization, localize, step_to_localize
+from neuron_migrate.validate.runner import Capture, CaptureOptions, Program, Run, run_programs
+from neuron_migrate.validate.teacher_forcing import compare_forced
+
+EXIT_MATCH, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
+FLOOR_SOURCES = ("original", "migrated", "off")
+
+
+@dataclass
+class Settings:
+    """What a validate run is asked to do (the CLI's flags, less how to show the result)."""
+
+    capture: CaptureOptions = field(default_factory=CaptureOptions)
+    precision: str = "auto"
+    rtol: float | None = None
+    atol: float | None = None
+    timeout: float = 600
+    localize: bool = False
+    noise_floor: str = "original"  # which program runs again in float32, or "off"
+
+
+@dataclass
+class Result:
+    runs: list[Run]  # the capture pass: original, migrated
+    comparison: Comparison | None
+    verdict: str
+    exit_code: int
+    errors: list[str]
+    floor_run: Run | None = None
+    reruns: list[Run] = field(default_factory=list)
+    localizations: list[Localization] = field(default_factory=list)
+    passes: list[str] = field(default_factory=list)  # what was run, and why, in order
+
+
+def validate(
+    programs: list[Program],
+    settings: Settings,
+    work_dir: Path,
+    log: Callable[[str], None] = lambda message: None,
+) -> Result:
+    """Runs the passes over ORIGINAL and MIGRATED; `log` hears of each pass as it starts."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    passes: list[str] = []
+
+    def start(message: str) -> None:
+        passes.append(message)
+        log(message)
+
+    start("capture: the original and the migrated program, side by side")
+    runs = run_programs(programs, settings.capture, work_dir, settings.timeout)
+    errors = run_errors(runs, settings)
+    if errors or not all(run.captures for run in runs):
+        return Result(runs, None, "error", EXIT_ERROR, errors, passes=passes)
+    original, migrated = runs
+    comparison = _compare(settings, original.captures, migrated.captures)
+    result = Result(runs, comparison, comparison.verdict, EXIT_ERROR, errors, passes=passes)
+    floor_program = _floor_program(programs, settings, comparison)
+    if floor_program is not None:
+        start(f"noise floor: the {settings.noise_floor} program again, in float32")
+        upcast = dataclasses.replace(settings.capture, upcast=True)
+        result.floor_run = _run_one(floor_program, settings, upcast, work_dir)
+        floor = _usable_floor(result.floor_run, comparison)
+        if floor is not None:
+            comparison = _compare(settings, original.captures, migrated.captures, floor)
+            comparison.floor = _floor_info(result.floor_run)
+    result.comparison = comparison
+    _rerun(programs, settings, result, work_dir, start)
+    comparison = result.comparison
+    if comparison.verdict not in (MATCH, DIVERGE):
+        errors.append("nothing could be compared: the two programs recorded no common item")
+        result.verdict, result.exit_code = "error", EXIT_ERROR
+    else:
+        result.verdict = comparison.verdict
+        result.exit_code = EXIT_MATCH if comparison.verdict == MATCH else EXIT_DIVERGE
+    return result
+
+
+def _compare(
+    settings: Settings,
+    original: list[Capture],
+    migrated: list[Capture],
+    floor: list[Capture] | None = None,
+) -> Comparison:
+    return compare_runs(original, migrated, settings.precision, settings.rtol, settings.atol, floor)
+
+
+def run_errors(runs: list[Run], settings: Settings) -> list[str]:
+    errors = []
+    for run in runs:
+        name = f"the {run.program.label} program ({run.program.script})"
+        if run.timed_out:
+            errors.append(f"{name} did not finish within {settings.timeout:g} s")
+        elif run.returncode != 0:
+            errors.append(
+                f"{name} failed with exit status {run.returncode}; last lines of its output:\n{run.log_tail()}"
+            )
+        elif not run.captures and not settings.capture.compile_stats:
+            forward = settings.capture.forward
+            errors.append(
+                f"{name} recorded nothing: it never called backward(), optimizer.step() or generate()"
+                + (f", nor ran a {forward} module" if forward else "")
+            )
+    return errors
+
+
+def _run_one(program: Program, settings: Settings, options: CaptureOptions, work: Path) -> Run:
+    (run,) = run_programs([program], options, work, settings.timeout)
+    return run
+
+
+# -- the noise floor ---------------------------------------------------------------------------
+
+
+def _floor_program(
+    programs: list[Program], settings: Settings, comparison: Comparison
+) -> Program | None:
+    if settings.noise_floor == "off" or comparison.precision.name != "bf16":
+        return None  # float32 runs, or tolerances named or overridden
+    source = programs[0] if settings.noise_floor == "original" else programs[1]
+    return dataclasses.replace(source, label="floor")
+
+
+def _usable_floor(run: Run, comparison: Comparison) -> list[Capture] | None:
+    if not run.ok or not run.captures:
+        comparison.notes.append(
+            f"no noise floor: the float32 run of {run.program.script} failed (exit "
+            f"{run.returncode}); bf16 tolerances apply. Its last lines:\n{run.log_tail(5)}"
+        )
+        return None
+    if not any(c.manifest.get("upcast") for c in run.captures):
+        comparison.notes.append(
+            "no noise floor: the float32 run found no low precision to turn off (the program asks for "
+            "it in a way validate does not intercept); bf16 tolerances apply"
+        )
+        return None
+    return run.captures
+
+
+def _floor_info(run: Run | None) -> dict | None:
+    if run is None:
+        return None
+    changed: dict[str, int] = {}
+    for capture in run.captures:
+        for name, count in (capture.manifest.get("upcast") or {}).items():
+            changed[name] = changed.get(name, 0) + int(count)
+    return {"program": str(run.program.script), "changed": changed}
+
+
+# -- teacher forcing and localization ------------------------------------------------------------
+
+
+def _rerun(
+    programs: list[Program],
+    settings: Settings,
+    result: Result,
+    work_dir: Path,
+    start: Callable[[str], None],
+) -> None:
+    comparison = result.comparison
+    assert comparison is not None
+    original = result.runs[0]
+    teacher = _teacher(original, comparison)
+    step = None
+    if settings.localize and comparison.verdict == DIVERGE:
+        first = comparison.first_diverging_rank
+        step = step_to_localize(comparison, first.rank if first else None)
+        if step is None:
+            comparison.notes.append(
+                "--localize: nothing that a training step computes diverges (only "
+                "the precision policy, generation or the agreement of ranks), so no step was rerun"
+            )
+    if teacher is None and step is None:
+        return
+    why = []
+    if teacher is not None:
+        why.append("generate() following the original's tokens")
+    if step is not None:
+        why.append(f"step {step} recorded module by module")
+    sides = list(programs)
+    if result.floor_run is not None and comparison.floor is not None:
+        sides.append(result.floor_run.program)
+    start(f"rerun: {', '.join(p.label for p in sides)} again, with {' and '.join(why)}")
+    options = dataclasses.replace(settings.capture, teacher=teacher, localize=step)
+    reruns = []
+    for program in sides:
+        upcast = program.label == "floor"
+        reruns.append((program, dataclasses.replace(options, upcast=upcast)))
+    runs = [_run_one(p, settings, o, work_dir / "rerun") for p, o in reruns]
+    result.reruns = runs
+    failed = [r for r in runs if not r.ok or not r.captures]
+    if failed:
+        comparison.notes.append(
+            f"the rerun of the {failed[0].program.label} program failed (exit {failed[0].returncode}): "
+            f"no teacher forcing or localization. Its last lines:\n{failed[0].log_tail(5)}"
+        )
+        return
+    by_label = {r.program.label: r.captures for r in runs}
+    floor_caps = by_label.get("floor")
+    if teacher is not None:
+        _replace_generation(comparison, by_label["original"], by_label["migrated"], floor_caps)
+    if step is not None:
+        floors = {c.rank: c for c in floor_caps or []}
+        for o, m in zip(by_label["original"], by_label["migrated"], strict=False):
+            result.localizations.append(localize(o, m, floors.get(o.rank), comparison.precision))
+
+
+def _teacher(original: Run, comparison: Comparison) -> dict | None:
+    """The original's sequences for every generate() call whose tokens parted."""
+    calls = {}
+    capture = original.captures[0]
+    for item in comparison.items:
+        base = item.key.split("@")[0]
+        if base.startswith("generate/") and item.first_step is not None:
+            index = int(base.split("/")[1])
+            calls[str(index)] = int(capture.manifest["generate"][index]["prompt_length"])
+    if not calls:
+        return None
+    return {
+        "file": str((capture.directory / capture.manifest["tensor_file"]).absolute()),
+        "calls": calls,
+    }
+
+
+def _replace_generation(
+    comparison: Comparison,
+    original: list[Capture],
+    migrated: list[Capture],
+    floor: list[Capture] | None,
+) -> None:
+    o, m, f = original[0], migrated[0], floor[0] if floor else None
+    for position, item in enumerate(comparison.items):
+        base = item.key.split("@")[0]
+        if not base.startswith("generate/") or item.first_step is None:
+            continue
+        index = int(base.split("/")[1])
+        forced = compare_forced(index, o, m, f, comparison.precision)
+        forced.detail = f"{item.detail}; teacher-forced: {forced.detail}"
+        forced.key, forced.rank = item.key, item.rank
+        comparison.items[position] = forced
