@@ -23,9 +23,10 @@ MISMATCH = "mismatch with eager"
 ERROR = "other error"
 TIMEOUT = "timeout"
 CRASH = "crash"
+NOT_RUN = "not run"  # no finished record: the sweep was stopped before it reached this one
 CAUSES = (
     CANNOT_BUILD, EAGER_FAILS, NO_STATIC_CACHE, GRAPH_BREAK, DATA_DEPENDENT, UNSUPPORTED, RECOMPILE,
-    NOT_COMPILED, MISMATCH, ERROR, TIMEOUT, CRASH,
+    NOT_COMPILED, MISMATCH, ERROR, TIMEOUT, CRASH, NOT_RUN,
 )
 
 # Graph breaks whose reason is a value or size only known at run time.

@@ -45,6 +45,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=_positive, default=300, metavar="S", help="CPU seconds one architecture may use (default: 300; most use 10 to 30)")
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS, metavar="DIR", help=f"the record of each architecture (default: {DEFAULT_RESULTS})")
     parser.add_argument("--fresh", action="store_true", help="probe every architecture again, even those the results folder holds")
+    parser.add_argument("--recorded", action="store_true", help="probe nothing: write the outputs from the records the results folder holds (an architecture without one is listed as not run)")
     parser.add_argument("--from", dest="source", type=Path, metavar="JSON", help="take the records from a JSON written by --json instead of running the probes (re-measures the check columns)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every record as one JSON list")
     parser.add_argument("--markdown", type=Path, metavar="FILE", help="write the table (docs/architectures.md)")
@@ -83,24 +84,34 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"neuron-migrate sweep: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        try:
-            records = runner.run_probes(
-                architectures,
-                args.results,
-                jobs=args.jobs,
-                cpu_seconds=args.timeout,
-                reuse=not args.fresh,
-                versions=runner.versions(),
-                report=lambda progress: None if args.quiet else _progress(progress),
-            )
-        except KeyboardInterrupt:
-            print(f"interrupted: the records so far are in {args.results}; run again to resume", file=sys.stderr)
-            return EXIT_INTERRUPTED
+        if args.recorded:
+            records = runner.recorded(architectures, args.results, runner.versions())
+        else:
+            records = _probe(architectures, args)
+            if records is None:
+                return EXIT_INTERRUPTED
     lint.measure(records)
     _write(records, args)
     summary = report.summarise(records)
     print(f"{summary.headline()} ({time.perf_counter() - started:.0f} s)")
     return EXIT_OK if summary.both == summary.total else EXIT_FAILURES
+
+
+def _probe(architectures: list[Architecture], args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """Every architecture's record, from the probes; None if interrupted."""
+    try:
+        return runner.run_probes(
+            architectures,
+            args.results,
+            jobs=args.jobs,
+            cpu_seconds=args.timeout,
+            reuse=not args.fresh,
+            versions=runner.versions(),
+            report=lambda progress: None if args.quiet else _progress(progress),
+        )
+    except KeyboardInterrupt:
+        print(f"interrupted: the records so far are in {args.results}; run again to resume", file=sys.stderr)
+        return None
 
 
 def _progress(progress: runner.Progress) -> None:

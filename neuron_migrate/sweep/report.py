@@ -25,7 +25,9 @@ RELINT = (
 
 def outcome(record: dict[str, Any], stage: str) -> str:
     """`passes`, or the cause that stopped this stage (a model that does not build fails every stage)."""
-    build = record.get("build") or {}
+    build = record.get("build")
+    if build is None:
+        return causes.NOT_RUN
     if stage != "build" and build.get("ok") is False:
         return str(build.get("cause"))
     result = record.get(stage) or {}
@@ -35,6 +37,7 @@ def outcome(record: dict[str, Any], stage: str) -> str:
 @dataclass
 class Summary:
     total: int
+    not_run: int
     build: int
     generate: int
     train: int
@@ -56,9 +59,10 @@ class Summary:
         return f"{100 * count / self.total:.1f}%" if self.total else "-"
 
     def headline(self) -> str:
+        not_run = f" ({self.not_run} not run)" if self.not_run else ""
         return (
-            f"{self.total} architectures: {self.build} build, {self.generate} generate with static "
-            f"shapes ({self.share(self.generate)}), {self.train} train ({self.share(self.train)}), "
+            f"{self.total} architectures{not_run}: {self.build} build, {self.generate} generate with "
+            f"static shapes ({self.share(self.generate)}), {self.train} train ({self.share(self.train)}), "
             f"{self.both} both ({self.share(self.both)})"
         )
 
@@ -72,6 +76,7 @@ def summarise(records: list[dict[str, Any]]) -> Summary:
     exported = [r for r in records if r["architecture"] in OPTIMUM_NEURON_GENERATION]
     return Summary(
         total=len(records),
+        not_run=sum(outcome(r, "build") == causes.NOT_RUN for r in records),
         build=sum(outcome(r, "build") == PASSED for r in records),
         generate=generate.pop(PASSED, 0),
         train=train.pop(PASSED, 0),
@@ -129,6 +134,7 @@ def markdown(records: list[dict[str, Any]], plot: str | None = None) -> str:
         "| | architectures | share |",
         "|---|---|---|",
         f"| in the causal-LM mapping | {s.total} | |",
+        *([f"| not run (the sweep was stopped before them) | {s.not_run} | {s.share(s.not_run)} |"] if s.not_run else []),
         f"| build as a tiny model | {s.build} | {s.share(s.build)} |",
         f"| **generate with static shapes** | **{s.generate}** | **{s.share(s.generate)}** |",
         f"| **train with static shapes** | **{s.train}** | **{s.share(s.train)}** |",

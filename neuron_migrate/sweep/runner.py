@@ -66,6 +66,12 @@ def load_record(path: Path, versions: dict[str, str] | None) -> dict[str, Any] |
     return record
 
 
+def finished(record: dict[str, Any]) -> bool:
+    """Whether a record is a probe's last word: every stage judged, or a model that did not build
+    (a probe stopped from outside, with the sweep, leaves a record without its last stages)."""
+    return all(stage in record for stage in STAGES) or (record.get("build") or {}).get("ok") is False
+
+
 def run_probes(
     architectures: list[Architecture],
     results: Path,
@@ -81,7 +87,7 @@ def run_probes(
     sweep = _Sweep(results, jobs, cpu_seconds, versions, report, len(architectures))
     for architecture in architectures:
         earlier = load_record(result_path(results, architecture), versions) if reuse else None
-        if earlier is not None:
+        if earlier is not None and finished(earlier):
             sweep.done(architecture, earlier, reused=True)
         else:
             sweep.pending.append(architecture)
@@ -91,6 +97,18 @@ def run_probes(
         sweep.stop()
         raise
     return [sweep.records[a.model_type] for a in architectures]
+
+
+def recorded(architectures: list[Architecture], results: Path, versions: dict[str, str]) -> list[dict[str, Any]]:
+    """The finished record of each architecture in the results folder; one without is listed
+    with no stage at all (not run), so that a table of a stopped sweep still has every row."""
+    records = []
+    for architecture in architectures:
+        record = load_record(result_path(results, architecture), versions)
+        if record is None or not finished(record):
+            record = {"architecture": architecture.model_type, "class": architecture.class_name, "versions": versions}
+        records.append(record)
+    return records
 
 
 @dataclass
@@ -157,8 +175,7 @@ class _Sweep:
             **(load_record(out, None) or {}),
         }
         error = record.pop("error", None)
-        built = record.get("build", {}).get("ok", True)
-        if error is None and not stalled and (all(s in record for s in STAGES) or not built):
+        if error is None and not stalled and finished(record):
             return record
         exitcode = probe.process.exitcode
         if stalled:

@@ -62,3 +62,12 @@ def test_from_json_writes_every_output_without_running_a_model(tmp_path: Path, c
     assert [r["lint"] for r in written] == [{"failures": [], "compiled_code_findings": []}] * 2
     assert "![outcomes per stage](a.png)" in (out / "a.md").read_text()
     assert (out / "a.png").stat().st_size > 0
+
+
+def test_recorded_writes_the_table_of_a_stopped_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    out = tmp_path / "records.json"
+    status = main(["sweep", "llama", "gpt2", "--recorded", "--results", str(tmp_path / "none"), "--json", str(out)])
+    assert status == 1
+    assert capsys.readouterr().out.startswith("2 architectures (2 not run): 0 build")
+    assert [r["architecture"] for r in json.loads(out.read_text())] == ["llama", "gpt2"]

@@ -55,6 +55,17 @@ def test_outcomes_and_summary() -> None:
     )
 
 
+def test_an_architecture_the_sweep_did_not_reach_is_listed_as_not_run() -> None:
+    unreached = {"architecture": "later", "class": "LaterForCausalLM", "versions": {}}
+    assert [report.outcome(unreached, stage) for stage in ("build", "generate", "train")] == [causes.NOT_RUN] * 3
+    summary = report.summarise([*RECORDS, unreached])
+    assert summary.not_run == 1 and summary.generate_causes[causes.NOT_RUN] == 1
+    assert summary.headline().startswith("4 architectures (1 not run): 2 build, 1 generate")
+    page = report.markdown([*RECORDS, unreached])
+    assert "| not run (the sweep was stopped before them) | 1 | 25.0% |" in page
+    assert "| `later` | `LaterForCausalLM` | no | no |  | no |  |  |" in page
+
+
 def test_markdown_table() -> None:
     page = report.markdown(RECORDS, "architectures.png")
     assert page.startswith("# Architecture coverage")

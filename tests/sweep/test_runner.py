@@ -51,3 +51,21 @@ def test_a_probe_that_died_after_generating_keeps_its_generation(tmp_path: Path)
     assert record["generate"] == generated
     assert record["train"] == {"ok": False, "cause": causes.CRASH, "reason": "the probe process died: exit status -9"}
     assert json.loads(runner.result_path(tmp_path, architecture).read_text()) == record
+
+
+def test_only_a_finished_record_counts(tmp_path: Path) -> None:
+    """A probe stopped with the sweep leaves a record without its last stages: it is probed
+    again, and until then listed as not run."""
+    done, stopped, absent = (Architecture(n, f"{n.title()}ForCausalLM") for n in ("done", "stopped", "absent"))
+    finished = {"architecture": "done", "versions": VERSIONS, "build": {"ok": True}, "generate": {"ok": True}, "train": {"ok": True}}
+    runner.result_path(tmp_path, done).write_text(json.dumps(finished))
+    partial = {"architecture": "stopped", "versions": VERSIONS, "build": {"ok": True}, "generate": {"ok": True}}
+    runner.result_path(tmp_path, stopped).write_text(json.dumps(partial))
+    assert runner.finished(finished) and not runner.finished(partial)
+    assert runner.finished({"build": {"ok": False, "cause": causes.CANNOT_BUILD}})
+    records = runner.recorded([done, stopped, absent], tmp_path, VERSIONS)
+    assert records[0] == finished
+    assert records[1:] == [
+        {"architecture": "stopped", "class": "StoppedForCausalLM", "versions": VERSIONS},
+        {"architecture": "absent", "class": "AbsentForCausalLM", "versions": VERSIONS},
+    ]
