@@ -55,14 +55,20 @@ class Summary:
     exported_generate: int
     exported_train: int
 
+    @property
+    def run(self) -> int:
+        return self.total - self.not_run
+
     def share(self, count: int) -> str:
-        return f"{100 * count / self.total:.1f}%" if self.total else "-"
+        """Of the architectures the sweep ran (those it did not reach say nothing)."""
+        return f"{100 * count / self.run:.1f}%" if self.run else "-"
 
     def headline(self) -> str:
         not_run = f" ({self.not_run} not run)" if self.not_run else ""
+        of = " of those run" if self.not_run else ""
         return (
             f"{self.total} architectures{not_run}: {self.build} build, {self.generate} generate with "
-            f"static shapes ({self.share(self.generate)}), {self.train} train ({self.share(self.train)}), "
+            f"static shapes ({self.share(self.generate)}{of}), {self.train} train ({self.share(self.train)}), "
             f"{self.both} both ({self.share(self.both)})"
         )
 
@@ -131,10 +137,10 @@ def markdown(records: list[dict[str, Any]], plot: str | None = None) -> str:
         "",
         "## Summary",
         "",
-        "| | architectures | share |",
+        f"| | architectures | share{' of those run' if s.not_run else ''} |",
         "|---|---|---|",
         f"| in the causal-LM mapping | {s.total} | |",
-        *([f"| not run (the sweep was stopped before them) | {s.not_run} | {s.share(s.not_run)} |"] if s.not_run else []),
+        *([f"| not run (the sweep was stopped before them) | {s.not_run} | |", f"| run | {s.run} | |"] if s.not_run else []),
         f"| build as a tiny model | {s.build} | {s.share(s.build)} |",
         f"| **generate with static shapes** | **{s.generate}** | **{s.share(s.generate)}** |",
         f"| **train with static shapes** | **{s.train}** | **{s.share(s.train)}** |",
@@ -151,7 +157,7 @@ def markdown(records: list[dict[str, Any]], plot: str | None = None) -> str:
         lines += [f"![outcomes per stage]({plot})", ""]
     lines += ["## Failures by cause", "", "| cause | generate | train |", "|---|---|---|"]
     for cause in causes.CAUSES:
-        if s.generate_causes[cause] or s.train_causes[cause]:
+        if cause != causes.NOT_RUN and (s.generate_causes[cause] or s.train_causes[cause]):
             lines.append(f"| {cause} | {s.generate_causes[cause]} | {s.train_causes[cause]} |")
     lines += [
         "",
@@ -203,10 +209,12 @@ def _row(record: dict[str, Any]) -> str:
 
 
 def _mark(result: str) -> str:
-    return "yes" if result == PASSED else "no"
+    return "yes" if result == PASSED else "" if result == causes.NOT_RUN else "no"
 
 
 def _cause(record: dict[str, Any]) -> str:
+    if outcome(record, "build") == causes.NOT_RUN:
+        return causes.NOT_RUN
     parts = []
     for stage in ("build", "generate", "train"):
         result = record.get(stage) or {}
@@ -237,6 +245,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     palette = [plt.get_cmap("tab20")(i) for i in range(20) if i not in (4, 5)]
     colours: dict[str, Any] = {name: palette[index] for index, name in enumerate(causes.CAUSES)}
     colours[PASSED] = "tab:green"
+    colours[causes.NOT_RUN] = "whitesmoke"
     figure, axes = plt.subplots(figsize=(9, 2.6))
     labelled: set[str] = set()
     for row, stage in enumerate(stages):

@@ -60,10 +60,14 @@ def test_an_architecture_the_sweep_did_not_reach_is_listed_as_not_run() -> None:
     assert [report.outcome(unreached, stage) for stage in ("build", "generate", "train")] == [causes.NOT_RUN] * 3
     summary = report.summarise([*RECORDS, unreached])
     assert summary.not_run == 1 and summary.generate_causes[causes.NOT_RUN] == 1
-    assert summary.headline().startswith("4 architectures (1 not run): 2 build, 1 generate")
+    assert summary.headline().startswith(
+        "4 architectures (1 not run): 2 build, 1 generate with static shapes (33.3% of those run)"
+    )
     page = report.markdown([*RECORDS, unreached])
-    assert "| not run (the sweep was stopped before them) | 1 | 25.0% |" in page
-    assert "| `later` | `LaterForCausalLM` | no | no |  | no |  |  |" in page
+    assert "| not run (the sweep was stopped before them) | 1 | |\n| run | 3 | |" in page
+    assert "| **generate with static shapes** | **1** | **33.3%** |" in page
+    assert "| `later` | `LaterForCausalLM` |  |  |  |  |  | not run |" in page
+    assert "| not run |" not in page.split("## Failures by cause")[1].split("##")[0]
 
 
 def test_markdown_table() -> None:
