@@ -84,8 +84,11 @@ def per_probe(records: list[dict[str, Any]]) -> dict[str, Any]:
     cpu = [r["cpu_seconds"] for r in records if "cpu_seconds" in r]
     rss = [r["peak_rss_mb"] for r in records if "peak_rss_mb" in r]
     slowest = sorted(records, key=lambda r: -r.get("cpu_seconds", 0))[:5]
+    wall = [r["seconds"] for r in records if "cpu_seconds" in r]
     return {
         "architectures": len(records),
+        "probed": len(cpu),  # the others were not reached (`neuron-migrate sweep --recorded`)
+        "probe_wall_seconds_sum": round(sum(wall), 1),
         "probe_cpu_seconds": {"sum": round(sum(cpu), 1), "median": median(cpu) if cpu else 0, "max": max(cpu, default=0)},
         "probe_peak_rss_mb": {"median": median(rss) if rss else 0, "max": max(rss, default=0)},
         "slowest": {r["architecture"]: r.get("cpu_seconds") for r in slowest},

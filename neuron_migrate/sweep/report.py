@@ -135,6 +135,12 @@ def markdown(records: list[dict[str, Any]], plot: str | None = None) -> str:
         "fp32 tolerance, and the second batch compiles nothing new. The Trainer compiles without "
         "`fullgraph`, so a graph break splits the graph rather than failing: the table says how many.",
         "",
+        "The stand-in does not model the Neuron compiler itself (lowering, neuronx-cc, its numerics, "
+        "64-bit downcasts, CPU fallbacks, memory): a row that passes here can still fail on Trainium "
+        "for those; the module's docstring lists what it models and what not. A sweep stopped before "
+        "its end (`--recorded`) lists what it did not reach as not run, and its shares are of the "
+        "architectures it ran.",
+        "",
         "## Summary",
         "",
         f"| | architectures | share{' of those run' if s.not_run else ''} |",
