@@ -19,6 +19,7 @@ EXIT_ERROR = 2
 
 def build_parser() -> argparse.ArgumentParser:
     from neuron_migrate.checks import command as check_command
+    from neuron_migrate.sweep import command as sweep_command
     from neuron_migrate.validate import command as validate_command
 
     parser = argparse.ArgumentParser(
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     rewrite_command.add_parser(commands)
     check_command.add_parser(commands)
     validate_command.add_parsers(commands)
+    sweep_command.add_parser(commands)
     rules = commands.add_parser("rules", help="show the documentation of a rule, or list them all")
     rules.add_argument("code", nargs="?", help="a rule code such as NM003")
     return parser
@@ -55,5 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from neuron_migrate.checks import command as check_command
 
         return check_command.run(args)
+    if args.command == "sweep":
+        from neuron_migrate.sweep import command as sweep_command
+
+        return sweep_command.run(args)
     parser.print_help()
     return EXIT_ERROR

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "neuron_migrate"
-TOOLS = ("rewrite", "checks", "validate", "jupyter")
+TOOLS = ("rewrite", "checks", "validate", "jupyter", "sweep")
 
 
 def _module_name(path: Path) -> str:

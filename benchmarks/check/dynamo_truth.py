@@ -2,11 +2,11 @@
 
 Builds tiny random models from the config classes of the installed transformers (fixed seeds,
 nothing downloaded), compiles each model's `forward` with `torch.compile(fullgraph=True,
-dynamic=False)` on the test stand-in `neuron` backend (it rejects symbolic shapes and boolean
-`index_put`, as TorchNeuron's does), runs one prefill and, for decoders, four decode steps, and
-writes one record per failure: the file and line inside the installed packages that Dynamo (or
-the backend) names, and why. A model whose forward compiles again at every decode step is
-recorded at the line that makes the growing cache.
+dynamic=False)` on the stand-in `neuron` backend (`neuron_migrate/core/neuron_backend.py`: it
+rejects symbolic shapes and boolean `index_put`, as TorchNeuron's does), runs one prefill and,
+for decoders, four decode steps, and writes one record per failure: the file and line inside the
+installed packages that Dynamo (or the backend) names, and why. A model whose forward compiles
+again at every decode step is recorded at the line that makes the growing cache.
 
     python benchmarks/check/dynamo_truth.py --out benchmarks/check/truth.json
     python benchmarks/check/dynamo_truth.py --models llama,mixtral   # a subset
@@ -35,11 +35,9 @@ SITE = Path(sysconfig.get_paths()["purelib"]).resolve()
 
 
 def _backend() -> Any:
-    """The stand-in `neuron` backend (the tests' one until it moves into the package)."""
-    try:
-        from neuron_migrate.validate import neuron_backend  # type: ignore[attr-defined]
-    except ImportError:
-        from tests.checks import neuron_backend
+    """The stand-in `neuron` backend of the package."""
+    from neuron_migrate.core import neuron_backend
+
     return neuron_backend
 
 
@@ -202,7 +200,7 @@ def probe(name: str, build: Callable[[], tuple[Any, dict[str, Any]]], decode_ste
     torch.manual_seed(0)
     model, inputs = build()
     torch._dynamo.reset()
-    backend.STATE.graphs, backend.STATE.symbolic = 0, []
+    backend.STATE.clear()
     LAST_GRAPH.clear()
     compiled = torch.compile(model.forward, backend=_locating_backend, dynamic=False, fullgraph=True)
     record: dict[str, Any] = {"model": name, "graphs": 0}
@@ -217,7 +215,7 @@ def probe(name: str, build: Callable[[], tuple[Any, dict[str, Any]]], decode_ste
                 out = compiled(**step, past_key_values=cache, use_cache=True)
                 cache = out.past_key_values
     except Exception as error:  # the failure is what this measures
-        root = backend._root(error)
+        root = backend.root_cause(error)
         if isinstance(root, backend.NeuronRejected):
             where = _symbolic_node_frame(LAST_GRAPH["gm"]) if "gm" in LAST_GRAPH else None
             reason = f"rejected by the neuron backend: {str(root).splitlines()[0][:160]}"

@@ -31,6 +31,12 @@ CONVENTIONAL_ALIASES = {
     "nxd": "neuronx_distributed",
     **{package: package for package in PACKAGES},
 }
+# The model types optimum-neuron 0.4.5 exports for text generation (`NeuronModelForCausalLM`,
+# the registrations of `optimum/neuron/models/inference/auto_models.py`): all a migrated
+# generation script can hold.
+OPTIMUM_NEURON_GENERATION: tuple[str, ...] = (
+    "granite", "llama", "llama4_text", "mixtral", "phi3", "qwen2", "qwen3", "qwen3_moe", "smollm3",
+)
 
 # Variables that only steer the XLA runtime and mean nothing natively.
 _XLA_NAMES = r"XLA_\w+|PT_XLA_\w+|PJRT_\w+|TPU_NUM_DEVICES|CPU_NUM_DEVICES|XRT_\w+"

@@ -18,8 +18,9 @@ from neuron_migrate.checks.checker import CheckOptions, check_source  # noqa: E4
 from neuron_migrate.checks.model import Severity  # noqa: E402
 from neuron_migrate.checks.rules import all_rules  # noqa: E402
 from neuron_migrate.checks.rules.base import Rule  # noqa: E402
+from neuron_migrate.core import neuron_backend  # noqa: E402
 
-from . import neuron_backend  # noqa: E402
+neuron_backend.register()  # `backend="neuron"` below is the stand-in
 
 CONFIRMED = [pytest.param(r, id=r.code) for r in all_rules() if r.CONFIRM is not None]
 ALL = CheckOptions(min_severity=Severity.INFO)
@@ -85,22 +86,20 @@ def test_nm116_automatic_dynamic_shapes_are_rejected(dynamo_config: None) -> Non
     """`torch.compile` without `dynamic=False` turns a dimension symbolic on the second shape."""
     source = "import torch\n\ndef forward(x):\n    return x * 2\n\ncompiled = torch.compile(forward, backend='neuron')\n"
     assert "NM116" in {d.code for d in check_source(source, "m.py", ALL).diagnostics}
-    torch._dynamo.reset()
-    neuron_backend.STATE.graphs, neuron_backend.STATE.symbolic = 0, []
-    compiled = torch.compile(_forward(source), backend="neuron")
-    compiled(torch.randn(8))
-    with pytest.raises(Exception) as caught:
-        compiled(torch.randn(16))
-    assert isinstance(neuron_backend._root(caught.value), neuron_backend.NeuronRejected)
+    with neuron_backend.recording():
+        compiled = torch.compile(_forward(source), backend="neuron")
+        compiled(torch.randn(8))
+        with pytest.raises(Exception) as caught:
+            compiled(torch.randn(16))
+    assert isinstance(neuron_backend.root_cause(caught.value), neuron_backend.NeuronRejected)
 
     fixed = check_source(source, "m.py", CheckOptions(codes=frozenset({"NM116"}), fix=True)).fixed
     assert fixed is not None and "dynamic=False" in fixed
-    torch._dynamo.reset()
-    neuron_backend.STATE.graphs = 0
-    static = torch.compile(_forward(source), backend="neuron", dynamic=False)
-    static(torch.randn(8))
-    static(torch.randn(16))
-    assert neuron_backend.STATE.graphs == 2  # one static graph per shape, nothing rejected
+    with neuron_backend.recording() as log:
+        static = torch.compile(_forward(source), backend="neuron", dynamic=False)
+        static(torch.randn(8))
+        static(torch.randn(16))
+    assert log.graphs == 2 and not log.rejected  # one static graph per shape
 
 
 def test_nm113_varying_python_scalars_recompile(dynamo_config: None) -> None:
@@ -115,9 +114,8 @@ def test_nm113_varying_python_scalars_recompile(dynamo_config: None) -> None:
         ([0, 1, 2], 3),
         ([torch.tensor(0.0), torch.tensor(1.0), torch.tensor(2.0)], 1),
     ):
-        torch._dynamo.reset()
-        neuron_backend.STATE.graphs = 0
-        compiled = torch.compile(scaled, backend="neuron", dynamic=False)
-        for step in steps:
-            compiled(torch.randn(4), step)
-        assert neuron_backend.STATE.graphs == graphs
+        with neuron_backend.recording() as log:
+            compiled = torch.compile(scaled, backend="neuron", dynamic=False)
+            for step in steps:
+                compiled(torch.randn(4), step)
+        assert log.graphs == graphs

@@ -21,7 +21,7 @@ WALKTHROUGHS = sorted(path.name for path in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")
 BUDGET_SECONDS = 180  # each walkthrough runs in under three minutes on a CPU machine
 
 
-def test_the_six_walkthroughs_are_there() -> None:
+def test_the_walkthroughs_are_there() -> None:
     assert WALKTHROUGHS == [
         "01_xla_training_loop.ipynb",
         "02_sft_tensor_parallel.ipynb",
@@ -29,6 +29,7 @@ def test_the_six_walkthroughs_are_there() -> None:
         "04_static_shape_lint.ipynb",
         "05_validate_side_by_side.ipynb",
         "06_localize_a_difference.ipynb",
+        "07_architecture_sweep.ipynb",
     ]
 
 
@@ -252,4 +253,26 @@ def test_05_validate_side_by_side(tmp_path: Path) -> None:
     assert "the losses agree until step 2, where they part" in hand_port
     assert 'class="nm-comparison"' in widget_html(notebook)
     assert "DIVERGE" in widget_html(notebook) and "data:image/png;base64," in widget_html(notebook)
+    assert_skipped_on_cpu(notebook)
+
+
+@pytest.mark.slow
+def test_07_architecture_sweep(tmp_path: Path) -> None:
+    notebook = execute("07_architecture_sweep.ipynb", tmp_path / "work")
+    standin = text(cell(notebook, "def positives(x):"))
+    assert "refused: Dynamic shapes detected in the model, but torch-neuronx requires static shapes" in standin
+    assert "2 graphs for inputs of [[(4,)], [(8,)]]" in standin
+    generated = text(cell(notebook, "from transformers import CompileConfig"))
+    assert "same tokens as plain generation: True" in generated
+    assert "23 tokens, padded to 32: graphs so far 3" in generated
+    assert "stride mismatch" in generated  # the second prefill bucket: same shapes, other strides
+    table = "\n".join(o.data.get("text/markdown", "") for o in cell(notebook, "from neuron_migrate.sweep import report").outputs if "data" in o)
+    assert "| `opt` | `OPTForCausalLM` | yes | yes | 2 / 2 | yes | 1 (0) |  |" in table
+    assert "| `mistral` |" in table and "**recompile per shape** at `transformers/cache_utils.py:" in table
+    causes = text(cell(notebook, "for record in records:\n    for stage"))
+    assert "bamba build: cannot build" in causes
+    assert "check: not flagged" in text(cell(notebook, "from neuron_migrate.sweep.lint import"))
+    assert re.search(r"\d+ architectures( \(\d+ not run\))?: \d+ build, \d+ generate with static shapes", text(cell(notebook, "everything = ")))
+    committed = nbformat.read(NOTEBOOKS / "07_architecture_sweep.ipynb", as_version=nbformat.NO_CONVERT)
+    assert "widgets" not in committed.metadata  # it displays no widget: no state to keep
     assert_skipped_on_cpu(notebook)

@@ -130,28 +130,15 @@ def test_generation_compiled_as_on_neuron_matches_reference(
     tmp_path: Path, tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a Neuron device transformers compiles `generate` with its default CompileConfig
-    (backend "neuron", dynamic=False); emulate that with a stand-in backend on CPU."""
-    import torch._dynamo
+    (backend "neuron", dynamic=False); emulate that with the stand-in backend on CPU."""
     from transformers import CompileConfig, GenerationMixin, PreTrainedModel
 
-    graphs: list[tuple[int, ...]] = []
+    from neuron_migrate.core import neuron_backend
 
-    def stand_in(gm: torch.fx.GraphModule, example_inputs: list) -> object:
-        symbolic = [x for x in example_inputs if isinstance(x, torch.SymInt)]
-        assert not symbolic, "the Neuron backend rejects dynamic shapes"
-        graphs.append(tuple(example_inputs[0].shape) if example_inputs else ())
-        return gm.forward
-
-    torch._dynamo.reset()
-    if "neuron_stand_in" not in torch._dynamo.list_backends(exclude_tags=()):
-        torch._dynamo.register_backend(name="neuron_stand_in")(stand_in)
-    else:
-        monkeypatch.setitem(
-            torch._dynamo.backends.registry._COMPILER_FNS, "neuron_stand_in", stand_in
-        )
+    assert neuron_backend.register()
 
     def neuron_default(self: PreTrainedModel) -> CompileConfig:
-        config = CompileConfig(backend="neuron_stand_in", dynamic=False, mode="default")
+        config = CompileConfig(backend=neuron_backend.NAME, dynamic=False, mode="default")
         config._compile_all_devices = True
         return config
 
@@ -169,12 +156,13 @@ def test_generation_compiled_as_on_neuron_matches_reference(
     args = ["--model_id", str(tiny_llama), "--max_new_tokens", "6"]
     for prompt in PROMPTS:
         args += ["--prompt", prompt]
-    tokens = _tokens(run_script(script, *args))
-    torch._dynamo.reset()
+    with neuron_backend.recording() as log:
+        tokens = _tokens(run_script(script, *args))
     assert tokens == _reference_tokens(tiny_llama, PROMPTS, 6)
-    assert graphs, "generate did not compile"
+    assert log.graphs, "generate did not compile"
+    assert not log.rejected, log.rejected  # no dynamic shape reached the backend
     # Prompts of 6, 2 and 10 tokens are padded to 16: one prefill shape, one decode shape.
-    assert len(set(graphs)) <= 2, graphs
+    assert len({tuple(shapes[0]) for shapes in log.input_shapes}) <= 2, log.input_shapes
 
 
 def test_encoder_classification_matches_eager(

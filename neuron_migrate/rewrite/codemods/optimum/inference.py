@@ -12,6 +12,13 @@ import libcst as cst
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.core.scopes import Scope, ScopeTable
+from neuron_migrate.core.static_shapes import (
+    NEURON_COMPILE,
+    PREFILL_CHUNK_LIMIT,
+    PROMPT_PADDING,
+    STATIC_CACHE,
+    prefill_chunk,
+)
 from neuron_migrate.rewrite.codemods.base import arg_value, code_of, stmt
 from neuron_migrate.rewrite.codemods.optimum.fields import (
     CAST_DTYPES,
@@ -139,14 +146,21 @@ SHELL_RUNNERS = (
 )
 
 
-def prefill_chunk(sequence_length: object) -> int:
-    """Chunk the prompt in pieces of at most 128 tokens, and at most a quarter of the cache."""
-    if not isinstance(sequence_length, int) or sequence_length <= 0:
-        return 128
-    chunk = 128
-    while chunk > 8 and chunk * 4 > sequence_length:
-        chunk //= 2
-    return chunk
+def keywords(settings: dict[str, object]) -> list[str]:
+    """`key=value` for each setting, as the migration writes it."""
+    return [f"{key}={value_code(value)}" for key, value in settings.items()]
+
+
+def prompt_padding(model: str) -> dict[str, str]:
+    """The keywords (and their code) that pad the prompts of `model` to its prefill chunks."""
+    padding = {key: value_code(value) for key, value in PROMPT_PADDING.items()}
+    chunk = f"{model}.generation_config.prefill_chunk_size"
+    return {"padding": padding.pop("padding"), "pad_to_multiple_of": chunk, **padding}
+
+
+def value_code(value: object) -> str:
+    """A setting's value as code: strings in double quotes, as the migrated code writes them."""
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 @dataclass
@@ -371,8 +385,10 @@ class OptimumInference(RenamingCodemod):
     ## Fix safety
     The model loads from the original checkpoint: a directory of Neuron-compiled artifacts
     (exported earlier with `export=True` or `optimum-cli export neuron`) cannot be loaded and
-    gets a TODO. Padding changes nothing in the generated tokens (the attention mask hides it),
-    and the first `generate` call compiles.
+    gets a TODO. Padding changes nothing in the generated tokens: every architecture
+    optimum-neuron exports takes `position_ids`, which `generate` derives from the attention
+    mask (a model without them, such as BlenderBot, would see its positions shifted; see
+    docs/architectures.md). The first `generate` call compiles.
     """
 
     code = "NM021"
@@ -797,7 +813,7 @@ class OptimumInference(RenamingCodemod):
             self._generation_config(self._target, options.get("sequence_length"))
         else:
             self.todo(
-                'give the loaded model a static cache: `model.generation_config.update(cache_implementation="static", max_cache_len=<sequence_length>, prefill_chunk_size=128)`'
+                f"give the loaded model a static cache: `model.generation_config.update({', '.join(keywords(STATIC_CACHE))}, max_cache_len=<sequence_length>, prefill_chunk_size={PREFILL_CHUNK_LIMIT})`"
             )
         return with_args(call, args)
 
@@ -805,22 +821,20 @@ class OptimumInference(RenamingCodemod):
         variable = self.ctx.binding_key(model)
         if variable is not None:
             self._models[variable] = _Model("causal", sequence_length)
-        parts = ['cache_implementation="static"']
+        parts = keywords(STATIC_CACHE)
         if sequence_length is not None:
             parts.append(f"max_cache_len={code_of(sequence_length)}")
         parts.append(f"prefill_chunk_size={prefill_chunk(literal(sequence_length))}")
         if self.ctx.target.neuron:
             compile_config = self.ctx.need_from("transformers", "CompileConfig")
-            parts.append(
-                f'compile_config={compile_config}(backend="neuron", fullgraph=True, dynamic=False, mode="default")'
-            )
+            parts.append(f"compile_config={compile_config}({', '.join(keywords(NEURON_COMPILE))})")
         comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (each new prompt length compiles anew unless prompts are padded to a multiple of the chunk).\n"
         if variable in self.facts.padded_models and variable not in self.facts.unpadded:
             comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (padded to a multiple of the chunk) so that generate compiles a bounded set of graphs.\n"
         if variable in self.facts.unpadded:
             self.ctx.note(
                 self.code,
-                f"the prompts of `{model}` are not padded: this code reads the generated output whole (the pad tokens would come first), so each new prompt length compiles anew; to bound the graphs, slice the new tokens off by the padded input length (`out[:, inputs[\"input_ids\"].shape[1]:]`) and tokenize with `padding=True, pad_to_multiple_of={model}.generation_config.prefill_chunk_size, padding_side=\"left\"`",
+                f"the prompts of `{model}` are not padded: this code reads the generated output whole (the pad tokens would come first), so each new prompt length compiles anew; to bound the graphs, slice the new tokens off by the padded input length (`out[:, inputs[\"input_ids\"].shape[1]:]`) and tokenize with `{', '.join(f'{k}={v}' for k, v in prompt_padding(model).items())}`",
             )
         update = stmt(f"{comment}{model}.generation_config.update({', '.join(parts)})\n")
         if len(code_of(update).splitlines()[-1]) > 100:
@@ -985,9 +999,7 @@ class OptimumInference(RenamingCodemod):
                 self.changed(f"`padding_side={code_of(side.value)}` -> `padding_side=\"left\"`: transformers generates after the last column")
             args = [a for a in args if a is not side]
             new = [
-                make_arg("padding", "True"),
-                make_arg("pad_to_multiple_of", f"{model}.generation_config.prefill_chunk_size"),
-                make_arg("padding_side", '"left"'),
+                make_arg(key, value) for key, value in prompt_padding(model).items()
             ]
             self.changed(
                 "prompt left-padded to a multiple of the prefill chunk (one prefill graph per padded length)"

@@ -10,6 +10,7 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
+from neuron_migrate.core.static_shapes import TRL_NEURON_PAD_MULTIPLE
 from neuron_migrate.rewrite.codemods.base import arg_value, code_of, dotted_name, stmt
 from neuron_migrate.rewrite.codemods.optimum import diffusion, inference
 from neuron_migrate.rewrite.codemods.optimum.fields import (
@@ -121,6 +122,8 @@ RENAMES: dict[str, tuple[str, str]] = {
 OPTIMUM_RENAMES = {*RENAMES, *inference.RENAMES, *diffusion.RENAMES}
 
 FLOAT32 = frozenset({"torch.float32", "torch.float", '"float32"'})
+TRL_PADDING_NOTE = f'TRL pads SFT batches to a multiple of {TRL_NEURON_PAD_MULTIPLE} on Neuron (`pad_to_multiple_of="auto"`) instead of to `max_length`: a few compiled shapes rather than one'
+
 PARSE_METHODS = ("parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict")
 
 
@@ -891,10 +894,7 @@ class OptimumTraining(RenamingCodemod):
                 "training now runs eagerly unless `torch_compile=True` (or `--torch_compile`) is set; on Trainium transformers then compiles with the `neuron` backend and `dynamic=False`, as the old stack compiled every step",
             )
         if sft:
-            self.ctx.note(
-                self.code,
-                'TRL pads SFT batches to a multiple of 128 on Neuron (`pad_to_multiple_of="auto"`) instead of to `max_length`: a few compiled shapes rather than one',
-            )
+            self.ctx.note(self.code, TRL_PADDING_NOTE)
         self.changed(
             "`NeuronSFTConfig` -> `trl.SFTConfig`"
             if sft
@@ -1231,10 +1231,7 @@ class OptimumTraining(RenamingCodemod):
             "add `--torch_compile` to the launch command: training otherwise runs eagerly, while the old stack compiled every step (on Trainium transformers compiles with the `neuron` backend and `dynamic=False`)",
         )
         if "SFTConfig" in code_of(call):
-            self.ctx.note(
-                self.code,
-                'TRL pads SFT batches to a multiple of 128 on Neuron (`pad_to_multiple_of="auto"`) instead of to `max_length`: a few compiled shapes rather than one',
-            )
+            self.ctx.note(self.code, TRL_PADDING_NOTE)
 
     def _trainer(self, call: cst.Call) -> cst.Call:
         args = []
