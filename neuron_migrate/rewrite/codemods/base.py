@@ -173,16 +173,6 @@ NEURON = Target("neuron")
 TARGETS = {"portable": PORTABLE, "neuron": NEURON}
 
 
-# Wrappers whose backward pass averages the gradients across processes.
-GRADIENT_SYNCING_WRAPPERS = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.distributed.fsdp",
-    "torch.distributed._composable.fsdp",
-    "torch_xla.distributed.fsdp",
-)
-
-
 @dataclass
 class FileFacts:
     """File-wide facts some rewrites depend on, computed once before rewriting."""
@@ -232,17 +222,6 @@ class FileFacts:
         return (
             "no process group is created in this file: when it runs as several processes (torchrun), "
             "call `dist.init_process_group()` at start-up, or ranks, sizes and collectives act as one process"
-        )
-
-    @property
-    def syncs_gradients(self) -> bool:
-        """Gradients are already averaged by a wrapper, so no explicit all-reduce is needed: the
-        model is wrapped where no branch decides it (`if args.ddp: model = DDP(model)` leaves
-        the other branch's steps to average by themselves)."""
-        return any(
-            name == prefix or name.startswith(prefix + ".")
-            for prefix in GRADIENT_SYNCING_WRAPPERS
-            for name in self.always_called
         )
 
 
