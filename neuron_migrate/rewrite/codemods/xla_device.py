@@ -33,12 +33,11 @@ XLA_DEVICE = (
     "torch_xla.core.xla_model.xla_device",
     "torch_xla.device",
 )
+# The devices this process addresses. Counts over all processes (`global_device_count`) and
+# hosts are world sizes natively, one device per process: NM006 rewrites those.
 DEVICE_COUNT = (
     "torch_xla.device_count",
-    "torch_xla.runtime.global_runtime_device_count",
     "torch_xla.runtime.addressable_runtime_device_count",
-    "torch_xla.runtime.global_device_count",
-    "torch_xla.runtime.local_device_count",
     "torch_xla.runtime.addressable_device_count",
 )
 DEVICE_TYPE = ("torch_xla.runtime.device_type",)
@@ -52,7 +51,7 @@ class XlaDevice(Codemod):
     ## What it does
     Rewrites `xm.xla_device()` and `torch_xla.device()`, the string `"xla"` where it names a
     device (`.to("xla")`, `device="xla"`, `torch.device("xla:0")`, and `device = "xla"` when
-    `device` is then used as one), device counts (`xr.global_runtime_device_count()`),
+    `device` is then used as one), this process's device counts (`xr.addressable_device_count()`),
     `xr.device_type()`, `xm.xla_device_hw()` and `tensor.device.type == "xla"` tests.
     An `"xla"` that is a mode name (`if args.device == "xla":`, `choices=["cpu", "xla"]`, a
     `device_type = "xla"` that only selects code paths) is left as it is, with a TODO.
