@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
@@ -90,11 +91,17 @@ def split_trailing_blank_lines(text: str) -> tuple[str, str]:
     return text[: newline + 1], text[newline + 1 :]
 
 
-def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = None) -> FileResult:
-    """Migrate one Python source text. Never raises for bad input: errors go in the result."""
+def rewrite_source(
+    text: str, path: str = "<stdin>", options: Options | None = None, environment: Mapping[str, str] | None = None
+) -> FileResult:
+    """Migrate one Python source text. Never raises for bad input: errors go in the result.
+
+    `environment`: XLA variables the process running this code starts with, where the code's
+    launcher is known (a notebook's `%env`, the `!` command that runs a `%%writefile` script)."""
     options = options or Options()
+    environment = dict(environment or {})
     result = FileResult(path=path, original=text, migrated=text)
-    if not PREFILTER.search(text) and "neuron-migrate NM" not in text:
+    if not PREFILTER.search(text) and "neuron-migrate NM" not in text and not environment:
         result.skipped = True
         return result
     try:
@@ -111,6 +118,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         used=qualified_names_used(tree, table),
         always_called=unconditional_calls(tree, table),
         surely_called_by=surely_called_by(tree, table),
+        environment=environment,
     )
     old_names = table.names_under(OLD_STACK_PACKAGES)
     selected = _applicable(tree, text, table, facts, old_names, options)
@@ -137,7 +145,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
     expanded = expand_old_stack_suites(module, old_names) if has_one_line_bodies(tree, text) else module
     if expanded is not module and expanded.code != body:
         # Migrate the file as if those bodies had been written on their own lines.
-        result = rewrite_source(expanded.code + tail, path, options)
+        result = rewrite_source(expanded.code + tail, path, options, environment)
         result.original = text
         if result.error:
             result.migrated = text

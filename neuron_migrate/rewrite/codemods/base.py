@@ -182,6 +182,9 @@ class FileFacts:
     always_called: set[str] = field(default_factory=set)
     # Per module-level function ("" for the module's own statements): what it surely calls.
     surely_called_by: dict[str, frozenset[str]] = field(default_factory=dict)
+    # XLA variables the process running the file starts with, where its launcher is known (a
+    # notebook's `%env`, the `!` command that runs a `%%writefile` script): name -> value.
+    environment: dict[str, str] = field(default_factory=dict)
 
     def uses(self, *prefixes: str) -> bool:
         return any(

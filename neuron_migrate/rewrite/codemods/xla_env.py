@@ -12,6 +12,7 @@ from neuron_migrate.core.cst_children import children
 from neuron_migrate.core.oldstack import PRECISION, is_xla_variable, uses_pytorch_xla
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    FileFacts,
     code_of,
     expr,
     fix_trailing_comma,
@@ -24,6 +25,7 @@ from neuron_migrate.rewrite.codemods.precision import PrecisionPolicy
 GETENV = ("os.getenv", "os.environ.get")
 SETTERS = ("os.environ.setdefault", "os.putenv")
 UPDATE = ("os.environ.update",)
+SUBPROCESS = tuple(f"subprocess.{name}" for name in ("run", "Popen", "call", "check_call", "check_output"))
 
 # An XLA variable being set in this file: `env["XLA_X"] = ...`, `("XLA_X", ...)`, `{"XLA_X": ...}`, `XLA_X=...`.
 SETTING = re.compile(r"""['"](?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)['"]\s*(?:\]\s*=[^=]|,|:)|\b(?:XLA_\w+|PJRT_\w+)=""")
@@ -62,8 +64,9 @@ class XlaEnv(Codemod):
     `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1` set for this program become
     `torch.set_default_dtype(torch.bfloat16)` after the imports; models the file loads with
     `from_pretrained` / `from_config` get `dtype=torch.bfloat16`, since they keep the dtype of
-    their checkpoint or config whatever the default; code that read the switches to choose
-    behaviour now asks `torch.get_default_dtype() == torch.bfloat16`.
+    their checkpoint or config whatever the default; code that read the switch this program
+    turned on to choose behaviour now asks `torch.get_default_dtype() == torch.bfloat16` (a
+    reader of another switch, which that test cannot tell apart, gets a TODO).
 
     ## Why
     These variables configured the XLA runtime. `XLA_USE_BF16=1` silently stored every float32
@@ -124,11 +127,24 @@ class XlaEnv(Codemod):
         value = string_value(node)
         return value if value is not None and is_xla_variable(value, self.pytorch_xla) else None
 
+    @classmethod
+    def applies(cls, facts: FileFacts, text: str) -> bool:
+        return bool(facts.environment) or super().applies(facts, text)
+
     def visit_Module(self, node: cst.Module) -> None:
         # Readers anywhere in the file follow a policy set anywhere in it: find it first.
         if SETTING.search(self.ctx.source):
             self.roles = read_roles(node, self.qualify, _turns_on)
-            self.precision.start(self.roles.process_switches)
+        # Switches the process started with (`%env XLA_USE_BF16=1` in a notebook): its own
+        # environment, as `os.environ[...] = "1"` at the top of the file would have set it.
+        # Code that never imports torch (a notebook that only launches scripts) has no dtype to set.
+        torch_code = self.ctx.old_stack_file or self.ctx.facts.uses("torch")
+        environment = self.ctx.facts.environment.items() if torch_code else ()
+        started = [v for v, value in environment if v in PRECISION and value in TRUE_VALUES]
+        self.roles.process_switches[:0] = [(variable, True) for variable in started]
+        self.precision.start(self.roles.process_switches)
+        for variable in started:
+            self._policy_after_imports(variable)
 
     # -- setters --------------------------------------------------------------------------------
     def _apply_policy(self, variable: str, value: str | None) -> None:
@@ -137,16 +153,19 @@ class XlaEnv(Codemod):
             if value is None:
                 self.todo(f"{variable} was set from a non-literal value; choose the dtype explicitly (`torch.set_default_dtype(torch.{dtype})` or `torch.autocast`)")
             return
-        torch = self.ctx.torch()
-        line = f"{torch}.set_default_dtype({torch}.{dtype})"
-        comment = f"# Explicit precision policy (was {variable}=1, which stored float32 tensors as {dtype} on the device)."
         if len(self.ctx.frames) == 1:  # a plain module-level statement: after the imports
-            block = f"{comment}\n{line}\n"
-            if block not in self.ctx.module_prologue:
-                self.ctx.module_prologue.append(block)
-        else:  # conditional or inside a function: keep the condition, in place
-            self.ctx.comment(comment)
-            self.ctx.insert_after(stmt(f"{line}\n"))
+            self._policy_after_imports(variable)
+            return
+        torch = self.ctx.torch()  # conditional or inside a function: keep the condition, in place
+        self.ctx.comment(_policy_comment(variable))
+        self.ctx.insert_after(stmt(f"{torch}.set_default_dtype({torch}.{dtype})\n"))
+        self.precision.note_policy(variable)
+
+    def _policy_after_imports(self, variable: str) -> None:
+        torch = self.ctx.torch()
+        block = f"{_policy_comment(variable)}\n{torch}.set_default_dtype({torch}.{PRECISION[variable]})\n"
+        if block not in self.ctx.module_prologue:
+            self.ctx.module_prologue.append(block)
         self.precision.note_policy(variable)
 
     def _setting(self, variable: str, value: cst.BaseExpression | None, role: Role) -> bool:
@@ -223,7 +242,24 @@ class XlaEnv(Codemod):
             # `os.environ.update(XLA_USE_BF16="1")`, `env.update(PJRT_DEVICE="NEURON")`
             by_arg = dict(zip(map(id, updated_node.args), original_node.args, strict=False))
             return self._without_keywords(updated_node, lambda arg: self.roles.role(by_arg.get(id(arg), arg)))
-        return self.precision.leave_call(updated_node)
+        return self.precision.leave_call(self._without_emptied_env(original_node, updated_node))
+
+    def _without_emptied_env(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """`subprocess.run(cmd, env={**os.environ})` once its XLA entries went: the child gets this
+        process's environment either way, so the argument goes too."""
+        if self.qualify(call.func) not in SUBPROCESS or self._copies_environ(_env_argument(original)):
+            return call  # not a child process, or a copy the file made itself
+        kept = [arg for arg in call.args if not (arg.value is _env_argument(call) and self._copies_environ(arg.value))]
+        return call if len(kept) == len(call.args) else call.with_changes(args=fix_trailing_comma(kept))
+
+    def _copies_environ(self, value: cst.BaseExpression | None) -> bool:
+        """`{**os.environ}` or `dict(os.environ)`: a copy of this process's environment, nothing more."""
+        if isinstance(value, cst.Dict) and len(value.elements) == 1:
+            element = value.elements[0]
+            return isinstance(element, cst.StarredDictElement) and self.qualify(element.value) == ENVIRON
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+            return len(value.args) == 1 and value.args[0].keyword is None and self.qualify(value.args[0].value) == ENVIRON
+        return False
 
     def _without_keywords(self, call: cst.Call, role_of: Callable[[cst.Arg], Role]) -> cst.Call:
         kept = []
@@ -269,7 +305,7 @@ class XlaEnv(Codemod):
 
         A library that merely reads a user's XLA setting (among other devices) is left alone.
         """
-        return self.ctx.old_stack_file or bool(SETTING.search(self.ctx.source))
+        return self.ctx.old_stack_file or bool(SETTING.search(self.ctx.source)) or bool(self.ctx.facts.environment)
 
     def _policy_test(self, reader: cst.CSTNode, variable: str, negate: bool = False) -> cst.BaseExpression | None:
         if not self._migrating_readers():
@@ -279,7 +315,10 @@ class XlaEnv(Codemod):
             self.todo(f"`{variable}` configured the XLA runtime; natively it is never set, so this test is always false")
             return None
         dtype = PRECISION[variable]
-        if self.precision.dtype != dtype:
+        # Keyed by the variable, not its dtype: `XLA_DOWNCAST_BF16` also meant float64 -> float32,
+        # and a file that turns on `XLA_USE_BF16` never set it.
+        switched = {switch for switch, _ in self.roles.process_switches}
+        if switched != {variable}:  # the same words on a second run, which sees no switch at all
             self.todo(f"`{variable}` no longer changes precision natively; replace this test with your own flag and set the dtype explicitly")
             return None
         torch = self.ctx.torch()
@@ -349,6 +388,9 @@ class XlaEnv(Codemod):
     def _truth_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
         """A reader used as a truth value (`if os.getenv("XLA_USE_BF16"):`, `a or b`, `not a`)."""
         if isinstance(test, cst.BooleanOperation):
+            either = self._either_switch(test)
+            if either is not None:
+                return either
             left, right = self._truth_test(test.left), self._truth_test(test.right)
             if code_of(left) == code_of(right):
                 return left  # `XLA_USE_BF16 or XLA_DOWNCAST_BF16`: one policy, asked once
@@ -359,6 +401,21 @@ class XlaEnv(Codemod):
         if variable is None:
             return test
         return self._policy_test(test, variable) or test
+
+    def _either_switch(self, test: cst.BooleanOperation) -> cst.BaseExpression | None:
+        """`XLA_USE_BF16 or XLA_DOWNCAST_BF16` asks whether any bf16 switch is on: where this
+        program turns one of them on, that is the question the default dtype answers."""
+        variables = [self._reader_variable(side) for side in (test.left, test.right)]
+        switched = {switch for switch, _ in self.roles.process_switches}
+        if not isinstance(test.operator, cst.Or) or None in variables or len(switched) != 1:
+            return None
+        dtypes = {PRECISION.get(variable or "") for variable in variables}
+        (variable,) = switched
+        if variable not in variables or dtypes != {PRECISION[variable]}:
+            return None
+        self.answered[id(test.left)] = test.left
+        self.answered[id(test.right)] = test.right
+        return self._policy_test(test, variable)
 
     def _header_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
         test = self._truth_test(test)
@@ -377,6 +434,15 @@ class XlaEnv(Codemod):
             # A comparison binds tighter than `x if test else y`: no parentheses needed.
             test = test.with_changes(lpar=[], rpar=[])
         return updated_node.with_changes(test=test)
+
+
+def _env_argument(call: cst.Call) -> cst.BaseExpression | None:
+    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "env"), None)
+
+
+def _policy_comment(variable: str) -> str:
+    dtype = PRECISION[variable]
+    return f"# Explicit precision policy (was {variable}=1, which stored float32 tensors as {dtype} on the device)."
 
 
 def _turns_on(variable: str, value: cst.BaseExpression) -> bool:
