@@ -174,6 +174,8 @@ def rewrite_source(
     dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
         code, shared = _module_level(dispatcher.rewrite(module), ctx, scopes, tree, old_names, options, printer)
+        if code[:1] in ("\n", "\r") and body[:1] not in ("\n", "\r"):
+            code = code.lstrip("\r\n")  # what opened the file went: no blank line may open it now
         code += tail
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
