@@ -301,11 +301,7 @@ class _ImportRemover(Transformer):
             for name in map(_alias_binding, statement.names)
             if name in self.old
         ]
-        flags = [
-            name
-            for name in {**inside.names, **_bindings(*node.handlers).names}
-            if name not in old
-        ]
+        flags = list(_bindings(*node.handlers).names)  # `HAVE_XLA = False`, `xm = None`: what code tests
         if not old or not flags:
             return node
         names = ", ".join(f"`{name}`" for name in dict.fromkeys(old))
