@@ -242,6 +242,23 @@ def test_precision_set_in_magics_and_shell_lines_becomes_a_dtype_policy_where_it
     assert again == new
 
 
+def test_kernel_switch_sets_no_dtype_where_the_kernel_never_loads_the_old_stack() -> None:
+    # torch without torch_xla ignores XLA_USE_BF16: the kernel prepared its data in float32, and
+    # only the script it launches (which inherits the switch) read it.
+    prepare = "import torch\nx = torch.arange(4.0)\ntorch.save(x, 'data.pt')"
+    cells = [
+        ("code", "%env XLA_USE_BF16=1"),
+        ("code", prepare),
+        ("code", "!torchrun --nproc_per_node=2 train.py"),
+    ]
+    new, outcome = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert sources[1] == prepare
+    assert sources[2].startswith("# TODO(neuron-migrate NM009): `XLA_USE_BF16` set the precision of the process started here")
+    result = outcome.result  # type: ignore[attr-defined]
+    assert [(m.code, m.cell) for m in result.manual] == [("NM009", 3)]
+
+
 def test_clear_outputs_of_changed_cells_only(tmp_path: Path) -> None:
     nb = build()
     nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="xla:0\n")]

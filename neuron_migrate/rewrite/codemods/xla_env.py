@@ -137,9 +137,9 @@ class XlaEnv(Codemod):
             self.roles = read_roles(node, self.qualify, _turns_on)
         # Switches the process started with (`%env XLA_USE_BF16=1` in a notebook): its own
         # environment, as `os.environ[...] = "1"` at the top of the file would have set it.
-        # Code that never imports torch (a notebook that only launches scripts) has no dtype to set.
-        torch_code = self.ctx.old_stack_file or self.ctx.facts.uses("torch")
-        environment = self.ctx.facts.environment.items() if torch_code else ()
+        # Only the old stack read them: code that never loads it (a notebook that only launches
+        # scripts, or prepares data on the CPU) ran in float32 whatever they said.
+        environment = self.ctx.facts.environment.items() if self.ctx.old_stack_file else ()
         started = [v for v, value in environment if v in PRECISION and value in TRUE_VALUES]
         self.roles.process_switches[:0] = [(variable, True) for variable in started]
         self.precision.start(self.roles.process_switches)
