@@ -1,9 +1,9 @@
 """Train a small GPT-style decoder with neuronx-distributed tensor parallelism.
 
 Attention and MLP use column-parallel then row-parallel linears (the Megatron layout), the token
-embedding is split across the vocabulary, and the output head gathers the logits. Each rank holds
-1/TP of the attention heads and of the MLP, so the model code divides its head count by the
-tensor-parallel size.
+embedding and the output head are split across the vocabulary, and the loss is computed from the
+split logits. Each rank holds 1/TP of the attention heads and of the MLP, so the model code
+divides its head count by the tensor-parallel size.
 
 Launch on Trainium (old stack):
     torchrun --nproc_per_node=2 nxd_tensor_parallel_gpt.py --tensor_parallel_size 2
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import torch_xla.core.xla_model as xm
 import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
 from neuronx_distributed.parallel_layers import grads, layers, parallel_state
+from neuronx_distributed.parallel_layers.loss_functions import parallel_cross_entropy
 from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
 from torch import nn
 
@@ -64,7 +65,7 @@ class GPT(nn.Module):
         self.positions = nn.Embedding(SEQ, HIDDEN)
         self.blocks = nn.ModuleList(Block(HIDDEN, HEADS) for _ in range(LAYERS))
         self.norm = nn.LayerNorm(HIDDEN)
-        self.head = layers.ColumnParallelLinear(HIDDEN, VOCAB, bias=False)  # gathers the logits
+        self.head = layers.ColumnParallelLinear(HIDDEN, VOCAB, bias=False, gather_output=False)
 
     def forward(self, ids):
         x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
@@ -94,7 +95,7 @@ def main():
     for step in range(args.steps):
         ids, labels = data[step, :, :-1].to(device), data[step, :, 1:].to(device)
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(ids).reshape(-1, VOCAB), labels.reshape(-1))
+        loss = parallel_cross_entropy(model(ids), labels).mean()  # from this rank's slice of the vocabulary
         loss.backward()
         grads.clip_grad_norm(model.parameters(), args.max_grad_norm)  # the norm of the whole model
         optimizer.step()

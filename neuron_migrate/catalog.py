@@ -66,7 +66,11 @@ def all_rules() -> list[Rule]:
 def _check_facts(rule: type[CheckRule]) -> str:
     severity = rule.severity.label
     if rule.contextual:
-        where = f"{severity} in `forward`, compiled functions and training loops; info elsewhere"
+        eager = rule.eager_severity.label
+        where = (
+            f"{severity} in compiled code (`forward`, functions given to `torch.compile`, what they "
+            f"call); {eager} in eager code run every step (training steps and loops); info elsewhere"
+        )
     else:
         where = severity
     parts = [f"`neuron-migrate check` rule. Severity: {where}."]

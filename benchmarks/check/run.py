@@ -1,6 +1,9 @@
 """`neuron-migrate check` against `ruff check` (and optionally torchfix) on one source tree.
 
-Default tree: the installed `transformers` package (about 2,900 files, 1.2 M lines). Measures,
+Default tree: a copy of the installed `transformers` package (about 2,900 files, 1.2 M lines)
+in a temporary folder, so that no `.gitignore` of a checkout above the virtualenv hides it from
+either tool. The peer is `ruff check --select E,F,B`, run alternately with `check` so that both
+meet the same load, and the figure is the median ratio of those pairs. Also measures,
 for each tool, the wall time, the CPU time of the whole process tree and the peak memory of the
 process tree (RSS summed over the process and its workers, sampled every 20 ms). Then the time
 `check` needs for a single file of about 1,000 lines, the findings per rule, and a seeded sample
@@ -73,37 +76,53 @@ def measure(command: list[str], cwd: Path | None = None) -> dict[str, float]:
     }
 
 
-def repeat(command: list[str], runs: int) -> dict[str, object]:
-    results = [measure(command) for _ in range(runs)]
+def paired(first: list[str], second: list[str], runs: int) -> dict[str, object]:
+    """Run the two commands alternately; the ratios of wall and CPU time, pair by pair."""
+    a_runs, b_runs = [], []
+    for _ in range(runs):
+        a_runs.append(measure(first))
+        b_runs.append(measure(second))
+    wall = [a["wall_s"] / b["wall_s"] for a, b in zip(a_runs, b_runs, strict=True)]
+    cpu = [a["cpu_s"] / b["cpu_s"] for a, b in zip(a_runs, b_runs, strict=True) if b["cpu_s"]]
     return {
-        "command": " ".join(command),
         "runs": runs,
-        "wall_s_median": statistics.median(r["wall_s"] for r in results),
-        "wall_s_best": min(r["wall_s"] for r in results),
-        "cpu_s_median": statistics.median(r["cpu_s"] for r in results),
-        "peak_mb_max": max(r["peak_mb"] for r in results),
-        "last_output": results[-1]["output"],
+        "first_wall_s": [round(float(a["wall_s"]), 2) for a in a_runs],
+        "second_wall_s": [round(float(b["wall_s"]), 2) for b in b_runs],
+        "wall_ratio_median": statistics.median(wall),
+        "cpu_ratio_median": statistics.median(cpu) if cpu else None,
+        "first_output": a_runs[-1]["output"],
     }
 
 
 def single_file(tree: Path) -> dict[str, object]:
-    """`check_source` on the file closest to 1,000 lines, in process (best and median of 20)."""
+    """`check_source` on the file closest to 1,000 lines, in process (best and median of 20),
+    against `ast.parse` of the same text measured alongside."""
+    import ast
+    import gc
+
     from neuron_migrate.checks.checker import CheckOptions, check_source
 
     files = sorted(tree.rglob("*.py"))
     path = min(files, key=lambda p: (abs(p.read_text(encoding="utf-8").count("\n") - 1000), str(p)))
     text = path.read_text(encoding="utf-8")
-    times = []
+    times, parses = [], []
     for _ in range(20):
         start = time.perf_counter()
         check_source(text, str(path), CheckOptions())
         times.append(time.perf_counter() - start)
+        gc.disable()
+        start = time.perf_counter()
+        ast.parse(text)
+        parses.append(time.perf_counter() - start)
+        gc.enable()
     cli = measure([sys.executable, "-m", "neuron_migrate", "check", str(path), "--exit-zero", "-q"])
     return {
         "file": str(path.relative_to(tree)),
         "lines": text.count("\n"),
         "check_ms_best": 1000 * min(times),
         "check_ms_median": 1000 * statistics.median(times),
+        "ast_parse_ms_median": 1000 * statistics.median(parses),
+        "check_over_parse_median": statistics.median(t / p for t, p in zip(times, parses, strict=True)),
         "cli_ms_end_to_end": 1000 * cli["wall_s"],
     }
 
@@ -151,10 +170,15 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=4)
     args = parser.parse_args()
 
+    scratch = None
     if args.tree is None:
         import transformers
 
-        args.tree = Path(transformers.__file__).parent
+        scratch = tempfile.mkdtemp(prefix="nm-check-bench-")
+        args.tree = Path(scratch) / "transformers"
+        shutil.copytree(
+            Path(transformers.__file__).parent, args.tree, ignore=shutil.ignore_patterns("__pycache__")
+        )
     tree = args.tree.resolve()
     files = sorted(tree.rglob("*.py"))
     lines = sum(p.read_text(encoding="utf-8", errors="replace").count("\n") for p in files)
@@ -166,22 +190,28 @@ def main() -> int:
         "load_average_before": os.getloadavg(),
     }
 
-    check = repeat(
-        [
-            sys.executable,
-            "-m",
-            "neuron_migrate",
-            "check",
-            str(tree),
-            "--exit-zero",
-            "-q",
-            "-j",
-            str(args.jobs),
-            "--output-format",
-            "json",
-        ],
-        args.runs,
-    )
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    check_command = [
+        sys.executable,
+        "-m",
+        "neuron_migrate",
+        "check",
+        str(tree),
+        "--exit-zero",
+        "-q",
+        "-j",
+        str(args.jobs),
+        "--output-format",
+        "json",
+    ]
+    ruff_efb = [ruff, "check", str(tree), "--select", "E,F,B", "--exit-zero", "--no-cache", "--isolated", "-q"]
+    pairs = paired(check_command, ruff_efb, args.runs)
+    check = {
+        "command": " ".join(check_command),
+        "wall_s_median": statistics.median(pairs["first_wall_s"]),  # type: ignore[arg-type]
+        "last_output": pairs.pop("first_output"),
+    }
+    report["check_vs_ruff_select_E_F_B"] = pairs
     findings = json.loads(str(check.pop("last_output")))
     report["check"] = check
     report["findings"] = len(findings)
@@ -210,13 +240,9 @@ def main() -> int:
         "findings_per_rule": dict(sorted(Counter(str(f["code"]) for f in info_findings).items())),
     }
 
-    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     for name, extra in (("ruff_default", []), ("ruff_select_all", ["--select", "ALL"])):
-        result = repeat(
-            [ruff, "check", str(tree), "--exit-zero", "--no-cache", "--isolated", "-q", *extra],
-            args.runs,
-        )
-        result.pop("last_output")
+        result = measure([ruff, "check", str(tree), "--exit-zero", "--no-cache", "--isolated", "-q", *extra])
+        result.pop("output")
         report[name] = result
 
     report["single_file"] = single_file(tree)
@@ -229,11 +255,15 @@ def main() -> int:
     (HERE / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     if args.sample:
         (HERE / "sample.md").write_text(sample(findings, tree, args.sample, args.seed))
-    ratio = report["ruff_select_all"]["wall_s_median"]  # type: ignore[index]
     print(
         json.dumps({k: v for k, v in report.items() if k not in ("findings_per_rule",)}, indent=2)
     )
-    print(f"check / ruff --select ALL (wall): {check['wall_s_median'] / ratio:.1f}x")
+    print(
+        f"check / ruff --select E,F,B: {pairs['wall_ratio_median']:.2f}x wall, "
+        f"{pairs['cpu_ratio_median']:.2f}x CPU (median of {args.runs} alternating pairs)"
+    )
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Layout: `rules/` holds one module per rule (its docstring is its documentation, its VALID and
 INVALID snippets are its tests); `checker.py` runs them all in one `ast` walk and applies fixes;
-`context.py` answers "what does this name mean" and "is this code hot"; `suppressions.py`,
+`context.py` answers "what does this name mean" and "is this code compiled, an eager step, or
+neither"; `values.py` "is this a device tensor, a mask, NumPy or a number"; `suppressions.py`,
 `output.py`, `notebooks.py` and `command.py` do what their names say.
 """
 

@@ -1,7 +1,9 @@
 """Checks one source text: prefilter, parse with `ast`, one walk for all rules, suppressions, fixes.
 
 The cheap steps come first: a file that mentions none of the gate strings (torch, cuda, xla,
-transformers, ...) cannot match any rule and is not even parsed. All rules share a single walk of
+transformers, ...) cannot match any rule and is not even parsed; the rules that run on a file
+are those whose trigger strings it holds and that can report at the chosen severity there (a
+rule that weighs by place needs code that can be hot). All rules share a single walk of
 the tree, dispatched by callee name, keyword, attribute name or node type. Fixes are text edits at `ast`
 positions; they are applied in passes until nothing more applies, and the result of every pass
 must parse, or the file is left as it was.
@@ -21,6 +23,7 @@ from neuron_migrate.checks.context import FileContext
 from neuron_migrate.checks.model import Diagnostic, Edit, FileReport, Severity
 from neuron_migrate.checks.rules import REDIRECTS, all_rules, known_codes
 from neuron_migrate.checks.rules.base import Rule
+from neuron_migrate.checks.values import BINDERS
 from neuron_migrate.core.source import syntax_error_message
 
 MAX_FIX_PASSES = 10
@@ -107,6 +110,32 @@ def passes_gate(text: str) -> bool:
     return any(marker in text for marker in GATE)
 
 
+# Code becomes hot (compiled, or run every step) only through these words: `forward`, a
+# `torch.compile` (or `_dynamo.optimize`), a `*_step`/`compute_loss` function, a training loop.
+HOT_MARKERS = ("forward", "compile", "optimize", "_step", "_loss", ".backward(", ".step(")
+
+
+def applicable_rules(text: str, options: CheckOptions) -> list[type[Rule]]:
+    """The enabled rules that can find something at the chosen severity in this text: their
+    trigger strings occur, and (for rules that weigh by place) some code can be hot."""
+    enabled = options.enabled()
+    hot = any(marker in text for marker in HOT_MARKERS)
+    chosen = []
+    for rule in all_rules():
+        if rule.code not in enabled:
+            continue
+        if rule.contextual and rule.quiet_when_cold and not hot:
+            most = Severity.INFO
+        else:
+            most = max(rule.severity, rule.eager_severity) if rule.contextual else rule.severity
+        if most < options.min_severity:
+            continue
+        triggers = rule.triggers()
+        if triggers is None or any(t in text for t in triggers):
+            chosen.append(rule)
+    return chosen
+
+
 class Walker:
     """One walk over the tree, calling each rule where it asked to be called.
 
@@ -114,8 +143,22 @@ class Walker:
     locals and never descends into nodes no rule can use (names, constants, operators).
     """
 
-    def __init__(self, ctx: FileContext, rules: list[Rule]) -> None:
+    def __init__(self, ctx: FileContext, rules: list[Rule], skip_cold: bool = False) -> None:
         self.ctx = ctx
+        # With `skip_cold`, the body of a function that is not hot is not walked when nothing in
+        # its text could be reported there: no trigger of a rule that reports outside hot code
+        # too, no word that makes code hot (a nested `forward`, a training loop), no import.
+        anywhere: list[str] = []
+        for rule in rules:
+            if rule.contextual and rule.quiet_when_cold:
+                continue
+            triggers = rule.triggers()
+            if triggers is None:
+                skip_cold = False
+                break
+            anywhere += triggers
+        self.skip_cold = skip_cold
+        self.anywhere = tuple(sorted(set(anywhere)))
         calls: dict[str, list[Rule]] = defaultdict(list)
         keywords: dict[str, list[Rule]] = defaultdict(list)
         attributes: dict[str, list[Rule]] = defaultdict(list)
@@ -163,6 +206,9 @@ class Walker:
     ) -> Callable[[ast.AST], None]:
         ctx = self.ctx
         stack = ctx.stack
+        functions = ctx.functions
+        bind = ctx.values.bind
+        binders = BINDERS
         add_import = ctx.aliases.add
         bindings = ctx.aliases.bindings
         leaves = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue} - set(nodes))
@@ -204,6 +250,8 @@ class Walker:
                         rule.visit_attribute(node)  # type: ignore[arg-type]
             elif cls is import_t or cls is import_from_t:
                 add_import(node)  # type: ignore[arg-type]
+            if cls in binders and functions:
+                bind(node, functions[-1], stack[-2])
             if cls in nodes:
                 for rule in nodes[cls]:
                     rule.visit(node)
@@ -256,12 +304,27 @@ class Walker:
                 if node.body.__class__ not in leaves:  # type: ignore[attr-defined]
                     walk(node.body)  # type: ignore[attr-defined]
                 return
-            ctx.enter_function(node)
+            place = ctx.enter_function(node)
             ctx.functions.append(node)
-            for child in node.body:  # type: ignore[attr-defined]
-                walk(child)
+            if not (skip_cold and not place.hot and inert(node)):
+                for child in node.body:  # type: ignore[attr-defined]
+                    walk(child)
             ctx.functions.pop()
             ctx.place = previous
+
+        text = ctx.text
+        anywhere = self.anywhere
+        skip_cold = self.skip_cold
+        span = ctx.places.span
+
+        def inert(function: ast.AST) -> bool:
+            start, end = span(function)
+            body = text[start:end]
+            return not (
+                "import" in body
+                or any(marker in body for marker in HOT_MARKERS)
+                or any(trigger in body for trigger in anywhere)
+            )
 
         return walk
 
@@ -289,6 +352,7 @@ def _check(
     text: str, path: str, options: CheckOptions
 ) -> tuple[list[Diagnostic], str | None, bool]:
     enabled = options.enabled()
+    chosen = applicable_rules(text, options)
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -296,12 +360,12 @@ def _check(
     except (ValueError, RecursionError, MemoryError) as exc:
         return [], f"{path}:1:1: cannot parse: {exc}", True
     ctx = FileContext(path, text, tree, options.target, enabled)
-    rules = [
-        rule(ctx)
-        for rule in all_rules()
-        if rule.code in enabled and (not rule.requires or any(r in text for r in rule.requires))
-    ]
-    walker = Walker(ctx, rules)
+    rules = [rule(ctx) for rule in chosen]
+    audits_suppressions = suppressions.UNUSED_CODE in enabled and "NM" in text and bool(
+        suppressions.may_have_suppressions(text)
+    )
+    skip_cold = options.min_severity > Severity.INFO and not audits_suppressions
+    walker = Walker(ctx, rules, skip_cold)
     limit = sys.getrecursionlimit()
     try:
         sys.setrecursionlimit(max(limit, 20_000))
@@ -335,11 +399,12 @@ def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return unique
 
 
-def apply_fixes(text: str, diagnostics: list[Diagnostic], unsafe: bool) -> tuple[str, int]:
-    """Apply the non-overlapping fixes (first come first served); the rest wait for the next pass."""
+def apply_fixes(text: str, diagnostics: list[Diagnostic], unsafe: bool) -> tuple[str, list[str]]:
+    """Apply the non-overlapping fixes (first come first served); the rest wait for the next pass.
+    Returns the text and the codes of the fixes applied."""
     chosen: list[Edit] = []
     taken: list[tuple[int, int]] = []
-    count = 0
+    codes: list[str] = []
     for diagnostic in diagnostics:
         fix = diagnostic.fix
         if fix is None or not (fix.safe or unsafe):
@@ -349,10 +414,10 @@ def apply_fixes(text: str, diagnostics: list[Diagnostic], unsafe: bool) -> tuple
             continue
         taken += spans
         chosen += fix.edits
-        count += 1
+        codes.append(diagnostic.code)
     for edit in sorted(chosen, key=lambda e: (e.start, e.end), reverse=True):
         text = text[: edit.start] + edit.content + text[edit.end :]
-    return text, count
+    return text, codes
 
 
 def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -377,8 +442,8 @@ def check_source(
         for _ in range(MAX_FIX_PASSES):
             if not any(d.fix and (d.fix.safe or options.unsafe_fixes) for d in diagnostics):
                 break
-            candidate, count = apply_fixes(current, diagnostics, options.unsafe_fixes)
-            if count == 0 or candidate == current:
+            candidate, codes = apply_fixes(current, diagnostics, options.unsafe_fixes)
+            if not codes or candidate == current:
                 break
             after, error, _ = check_once(candidate, path, options)
             if error:
@@ -388,7 +453,9 @@ def check_source(
                 )
                 report.diagnostics = diagnostics
                 return report
-            current, diagnostics, applied = candidate, after, applied + count
+            current, diagnostics, applied = candidate, after, applied + len(codes)
+            for code in codes:
+                report.fixed_codes[code] = report.fixed_codes.get(code, 0) + 1
         if applied:
             report.fixed = current
             report.fixes_applied = applied

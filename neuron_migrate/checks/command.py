@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuron_migrate.checks import output
+from neuron_migrate.checks import output, suppressions
 from neuron_migrate.checks.checker import CheckOptions, check_source
 from neuron_migrate.checks.model import FileReport, Severity
 from neuron_migrate.checks.notebooks import check_notebook
@@ -43,7 +43,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "check",
         help="lint for static-shape hazards and unsupported ops (and fix the safe ones)",
         description="Point at the lines that will recompile, break graphs, sync the host or fail on "
-        "Trainium's static-shape compiler. Findings print as `path:line:col: CODE message`; "
+        "Trainium's static-shape compiler. Findings print as `path:line:col: CODE severity: message`; "
         "`[*]` marks those `--fix` can fix. Settings come from [tool.neuron-migrate] in the "
         "nearest pyproject.toml above each file.",
         epilog="Exit status: 0 no findings (or all fixed); 1 findings remain, or --diff has fixes "
@@ -61,7 +61,16 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--statistics",
         action="store_true",
-        help="print the number of findings per rule instead of each finding",
+        help="print the number of findings per rule and severity instead of each finding "
+        "(as JSON with --output-format json)",
+    )
+    parser.add_argument(
+        "--show-fixes", action="store_true", help="with --fix, list the fixes applied per file"
+    )
+    parser.add_argument(
+        "--add-noqa",
+        action="store_true",
+        help="add `# noqa: CODE` to every line with a finding (merged into an existing `# noqa:`)",
     )
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     parser.add_argument("--fix", action="store_true", help="apply the safe fixes")
@@ -79,6 +88,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="CODES",
         help="only these rule codes or prefixes (comma-separated; ALL)",
+    )
+    parser.add_argument(
+        "--extend-select",
+        type=_codes,
+        default=(),
+        metavar="CODES",
+        help="rule codes or prefixes to enable on top of the selection (comma-separated)",
     )
     parser.add_argument(
         "--ignore",
@@ -127,7 +143,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 class Job:
     path: Path
     options: CheckOptions
-    mode: str  # "check" | "fix" | "diff"
+    mode: str  # "check" | "fix" | "diff" | "noqa"
+    frames: bool = False  # `--output-format full`: render the code frame where the text is
 
 
 def options_for(args: argparse.Namespace, config: configuration.Config, path: Path) -> CheckOptions:
@@ -135,6 +152,9 @@ def options_for(args: argparse.Namespace, config: configuration.Config, path: Pa
     codes = resolve_selection(config.select_for(known_codes()), config.ignores_for(path))
     if args.select is not None or args.ignore:
         codes = resolve_selection(args.select, tuple(args.ignore), base=codes)
+    extend = getattr(args, "extend_select", ())  # callers that build their own namespace
+    if extend:
+        codes = codes | resolve_selection(tuple(extend), tuple(args.ignore))
     severity = args.min_severity or config.min_severity or "warning"
     return CheckOptions(
         codes=codes,
@@ -152,8 +172,19 @@ def process(job: Job) -> FileReport:
     except SourceError as exc:
         return FileReport(path=str(job.path), error=str(exc))
     if job.path.suffix == ".ipynb":
-        return check_notebook(source.text, str(job.path), job.options)  # report only, never fixed
+        report = check_notebook(source.text, str(job.path), job.options)  # never fixed
+        if job.frames:
+            _notebook_frames(report, source.text)
+        return report
     report = check_source(source.text, str(job.path), job.options)
+    if job.mode == "noqa" and report.error is None and report.diagnostics:
+        text, report.noqa_added = suppressions.add_noqa(source.text, report.diagnostics)
+        if report.noqa_added:
+            try:
+                write_back(source, text)
+                report.written = True
+            except SourceError as exc:
+                report.error = str(exc)
     if job.mode == "fix" and report.changed and report.error is None:
         try:
             write_back(source, report.fixed or source.text)
@@ -162,8 +193,26 @@ def process(job: Job) -> FileReport:
             report.error = str(exc)
     if job.mode == "diff" and report.changed:
         report.diff = file_diff(str(job.path), source.text, report.fixed or "")
+    if job.frames:
+        final = report.fixed if report.fixed is not None else source.text
+        for d in report.diagnostics:
+            d.frame = output.code_frame(final, d)
     report.original, report.fixed = "", None  # the text need not travel back from the worker
     return report
+
+
+def _notebook_frames(report: FileReport, raw: str) -> None:
+    """Code frames for notebook findings, from the source of the cell each one is in."""
+    import json
+
+    try:
+        cells = json.loads(raw)["cells"]
+    except (ValueError, KeyError, TypeError):
+        return
+    for d in report.diagnostics:
+        if d.cell is not None and 0 < d.cell <= len(cells):
+            source = cells[d.cell - 1].get("source", "")
+            d.frame = output.code_frame("".join(source) if isinstance(source, list) else str(source), d)
 
 
 def _crashed(job: Job, why: str) -> FileReport:
@@ -182,6 +231,10 @@ def _check_stdin(
     path = Path(args.stdin_filename or "stdin.py")
     config = configs.for_path(path)
     report = check_source(text, name, options_for(args, config, path))
+    if args.output_format == "full":
+        final = report.fixed if report.fixed is not None else text
+        for d in report.diagnostics:
+            d.frame = output.code_frame(final, d)
     fixed = None
     if args.fix and not args.diff:
         fixed = report.fixed if report.fixed is not None else text
@@ -192,7 +245,10 @@ def _check_stdin(
 
 def run(args: argparse.Namespace) -> int:
     fixing = args.fix and not args.diff
-    mode = "diff" if args.diff else "fix" if args.fix else "check"
+    mode = "diff" if args.diff else "fix" if args.fix else "noqa" if args.add_noqa else "check"
+    if args.add_noqa and (args.fix or args.diff or args.paths == ["-"]):
+        print("neuron-migrate: --add-noqa cannot be combined with --fix, --diff or stdin", file=sys.stderr)
+        return EXIT_ERROR
     try:
         fixed_config = None
         if args.config is not None:
@@ -228,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
                     explicit = path == given
                     if config.excluded(path) and (not explicit or args.force_exclude):
                         continue
-                    jobs.append(Job(path, options_for(args, config, path), mode))
+                    jobs.append(
+                        Job(path, options_for(args, config, path), mode, args.output_format == "full")
+                    )
         except configuration.ConfigError as exc:
             print(f"neuron-migrate: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -237,8 +295,17 @@ def run(args: argparse.Namespace) -> int:
     _print(reports, args, stdin_fixed)
     for problem in problems:
         print(f"neuron-migrate: {problem}", file=sys.stderr)
+    if args.show_fixes and fixing:
+        print(output.fixes_applied(reports), end="", file=sys.stderr)
+    noqa_added = sum(r.noqa_added for r in reports) if args.add_noqa else None
     if not args.quiet and args.paths != ["-"]:
-        print(output.summary(reports, fixing=fixing, diff=args.diff), end="", file=sys.stderr)
+        print(
+            output.summary(reports, fixing=fixing, diff=args.diff, noqa_added=noqa_added),
+            end="",
+            file=sys.stderr,
+        )
+    if args.add_noqa:
+        return EXIT_ERROR if problems or any(r.error for r in reports) else EXIT_OK
     if problems or any(r.error for r in reports):
         return EXIT_ERROR
     if args.exit_zero:
@@ -281,8 +348,12 @@ def _print(reports: list[FileReport], args: argparse.Namespace, stdin_fixed: str
             for d in report.diagnostics:
                 print(output.text_line(report.path, d), file=sys.stderr)
         return
+    if args.add_noqa:
+        return
     if args.statistics:
-        out.write(output.statistics(reports))
+        out.write(output.statistics(reports, args.output_format))
+    elif args.output_format == "full":
+        out.write(output.as_full(reports))
     elif args.output_format == "json":
         out.write(output.as_json(reports))
     elif args.output_format == "sarif":
@@ -297,4 +368,7 @@ def _print(reports: list[FileReport], args: argparse.Namespace, stdin_fixed: str
 
 
 def _selected(args: argparse.Namespace) -> set[str]:
-    return set(resolve_selection(args.select, tuple(args.ignore)))
+    selected = set(resolve_selection(args.select, tuple(args.ignore)))
+    if args.extend_select:
+        selected |= resolve_selection(tuple(args.extend_select), tuple(args.ignore))
+    return selected

@@ -1,20 +1,24 @@
-"""What a rule sees of the file being checked: positions, import aliases, and where a node sits.
+"""What a rule sees of the file being checked: positions, import aliases, what values are, and
+where a node sits.
 
 Everything here is built from the stdlib `ast` and plain text scans (no LibCST metadata), so a
 check costs little more than the parse. "Where" is the point of the module: `.item()` inside
-`forward`, a compiled function or a training-loop body is a graph break or a host sync on every
-step; the same call in data preparation is harmless, and the severity says so.
+`forward` or a function given to `torch.compile` (and what they call) is a graph break; in the
+eager code of a training step it is a host sync every step; in data preparation, generation
+rounds, reward scoring or logging it is harmless, and the severity says so.
 """
 
 from __future__ import annotations
 
 import ast
 import enum
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from neuron_migrate.checks.model import SAFE, Diagnostic, Edit, Fix, RuleIdentity, Severity
+from neuron_migrate.checks.values import Values
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
@@ -25,7 +29,10 @@ class Positions:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+        if "\r" in text:
+            self.starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+        else:  # the common case, a third of the time
+            self.starts = [0, *itertools.accumulate(len(line) + 1 for line in text.split("\n")[:-1])]
 
     def line_text(self, line: int) -> str:
         start = self.starts[line - 1]
@@ -82,8 +89,8 @@ def new_alias_table() -> ImportTable:
 
 
 class Region(enum.Enum):
-    COMPILED = "compiled"  # forward, a compiled function, a step function, or what they call
-    LOOP = "loop"  # the body of a training loop (it calls `.backward()` or `optimizer.step()`)
+    COMPILED = "compiled"  # forward, a function given to torch.compile, or what they call
+    STEP = "step"  # eager code that runs every step: a training/eval step, a training-loop body
     DATA = "data"  # data preparation: collators, datasets, tokenization
     OTHER = "other"
 
@@ -91,15 +98,37 @@ class Region(enum.Enum):
 @dataclass(frozen=True)
 class Place:
     region: Region
-    label: str  # the reason, in the user's words: "in `forward` of `Net`"
+    label: str  # the reason, in the user's words: "in `forward` of `Net`, traced when compiled"
 
     @property
     def hot(self) -> bool:
-        return self.region in (Region.COMPILED, Region.LOOP)
+        return self.region in (Region.COMPILED, Region.STEP)
+
+    @property
+    def compiled(self) -> bool:
+        return self.region is Region.COMPILED
 
 
-MODULE = Place(Region.OTHER, "outside forward, compiled functions and training loops")
-HOT_NAMES = re.compile(r"forward|\w*_step|compute_loss|_?forward_\w+")
+MODULE = Place(Region.OTHER, "outside forward, compiled functions and training steps")
+COMPILED_NAMES = re.compile(r"forward|_?forward_\w+")
+STEP_NAMES = re.compile(r"\w*_step|compute_loss|_compute_loss\w*|compute_\w*_loss")
+# Eager orchestration a training step calls that is not on its gradient path: generation
+# rounds, reward scoring, logging, decoding to text, checkpoints. Matched word by word
+# (`_get_per_token_logps` is no logging, `decoder_forward` no decoding).
+ORCHESTRATION_WORDS = frozenset(
+    {
+        *("generate", "generation", "rollout", "rollouts", "sample", "sampling", "decode"),
+        *("reward", "rewards", "score", "scores", "scoring", "judge", "tool", "tools"),
+        *("log", "logs", "logging", "metric", "metrics", "print", "report", "save", "checkpoint"),
+        *("callback", "callbacks", "evaluate", "evaluation", "eval", "profile", "profiling"),
+    }
+)
+
+
+def orchestration(name: str) -> bool:
+    return any(word in ORCHESTRATION_WORDS for word in name.lower().split("_"))
+
+
 DATA_NAMES = re.compile(
     r"_?(collate|preprocess|prepare_(data|dataset|batch|features|train|validation|inputs_for_training)|"
     r"tokeniz|encode|load|build_dataset|get_dataset|make_dataset|create_dataset|group_texts|"
@@ -113,7 +142,6 @@ COMPILED_DECORATORS = frozenset(
 )
 _COMPILE_ARG = re.compile(r"\bcompile\(\s*(?:model\s*=\s*)?([A-Za-z_][\w.]*)\s*[,)]")
 _SELF_CALL = re.compile(r"\bself\.([A-Za-z_]\w*)\s*\(")
-_BARE_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
 _IDENTIFIER_END = re.compile(r"\w+$")
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -167,30 +195,40 @@ class Places:
                     )
                 if place is not None:
                     self.by_node[id(method)] = place
-                    if place.region is Region.COMPILED:
+                    if place.hot:
                         hot.append((method, cls))
         for function in module_functions.values():
             place = self.classify(function, None)
             if place is not None:
                 self.by_node[id(function)] = place
-                if place.region is Region.COMPILED:
+                if place.hot:
                     hot.append((function, None))
-        # What hot code calls is hot too: `self.helper(...)` and module-level functions.
+        called = (
+            re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, module_functions)) + r")\s*\(")
+            if module_functions
+            else None
+        )
+        # What compiled code calls is compiled too, and what a step calls runs every step
+        # (`self.helper(...)` and module-level functions), except the step's orchestration.
         while hot:
             function, owner = hot.pop()
             start, end = self.span(function)
-            caller = self._roots.get(id(function)) or self.by_node[id(function)].label.removeprefix(
-                "in "
+            region = self.by_node[id(function)].region
+            caller = self._roots.get(id(function)) or (
+                self.by_node[id(function)].label.removeprefix("in ").split(", ")[0].split(": ")[0]
             )
+            callees: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str, ast.ClassDef | None]] = []
             if owner is not None:
                 for match in _SELF_CALL.finditer(text, start, end):
                     callee = methods_of[id(owner)].get(match.group(1))
-                    if callee is not None and self._promote(callee, match.group(1), caller):
-                        hot.append((callee, owner))
-            for match in _BARE_CALL.finditer(text, start, end):
-                callee = module_functions.get(match.group(1))
-                if callee is not None and self._promote(callee, match.group(1), caller):
-                    hot.append((callee, None))
+                    if callee is not None:
+                        callees.append((callee, match.group(1), owner))
+            if called is not None:
+                for match in called.finditer(text, start, end):
+                    callees.append((module_functions[match.group(1)], match.group(1), None))
+            for callee, name, callee_owner in callees:
+                if self._promote(callee, name, caller, region):
+                    hot.append((callee, callee_owner))
 
     def _collect(
         self,
@@ -215,13 +253,26 @@ class Places:
                 for handler in getattr(node, "handlers", []):
                     self._collect(handler.body, functions, classes)
 
-    def _promote(self, callee: ast.AST, name: str, caller: str) -> bool:
+    def _promote(self, callee: ast.AST, name: str, caller: str, region: Region) -> bool:
         current = self.by_node.get(id(callee))
-        if current is not None and current.region is Region.COMPILED:
+        if current is not None and (
+            current.region is Region.COMPILED or current.region is region
+        ):
             return False
-        self.by_node[id(callee)] = Place(Region.COMPILED, f"in `{name}`, called from {caller}")
+        if region is Region.COMPILED:
+            place = Place(Region.COMPILED, f"in `{name}`, called from {caller}, traced when compiled")
+        elif current is not None and current.region is Region.OTHER:
+            return False  # orchestration already
+        elif orchestration(name):
+            place = Place(
+                Region.OTHER,
+                f"in `{name}`, eager orchestration called from {caller}, not on the compiled or gradient path",
+            )
+        else:
+            place = Place(Region.STEP, f"in `{name}`, called from {caller}: eager code run every step")
+        self.by_node[id(callee)] = place
         self._roots[id(callee)] = caller  # deeper helpers name the hot function they serve
-        return True
+        return place.hot
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         return self.positions.lines_span(node.lineno, node.end_lineno or node.lineno)  # type: ignore[attr-defined]
@@ -237,9 +288,10 @@ class Places:
                 return Place(Region.COMPILED, f"in `{name}`{owner}, compiled with torch.compile")
         if name in self.compiled_names:
             return Place(Region.COMPILED, f"in `{name}`{owner}, passed to torch.compile")
-        if HOT_NAMES.fullmatch(name):
-            kind = "" if name == "forward" else ", which runs every step"
-            return Place(Region.COMPILED, f"in `{name}`{owner}{kind}")
+        if COMPILED_NAMES.fullmatch(name):
+            return Place(Region.COMPILED, f"in `{name}`{owner}, traced when the model is compiled")
+        if STEP_NAMES.fullmatch(name):
+            return Place(Region.STEP, f"in `{name}`{owner}: eager code run every step")
         if DATA_NAMES.match(name):
             return Place(Region.DATA, f"in data preparation (`{name}`), which runs on the host")
         return None
@@ -266,6 +318,12 @@ class FileContext:
         self.claimed: set[int] = set()  # nodes a more specific rule already explained
         self.diagnostics: list[Diagnostic] = []
         self.has_training_markers = ".backward(" in text or ".step(" in text
+        self.values = Values(self.aliases)
+
+    # -- values --------------------------------------------------------------------------------
+    def kind(self, node: ast.AST) -> str | None:
+        """What `node` holds here: a device tensor, a mask, NumPy, a CPU copy... (values.py)."""
+        return self.values.kind(node, self.functions[-1] if self.functions else None)
 
     # -- names ---------------------------------------------------------------------------------
     def qualify(self, node: ast.AST) -> str | None:
@@ -281,8 +339,8 @@ class FileContext:
         place = self.places.by_node.get(id(node))
         if place is None and isinstance(node, FUNCTIONS):
             place = self.places.classify(node, None)  # nested definitions
-        if place is None or (
-            previous.region is Region.COMPILED and place.region is not Region.COMPILED
+        if place is None or (previous.compiled and not place.compiled) or (
+            previous.hot and not place.hot
         ):
             place = previous
         self.place = place
@@ -290,7 +348,7 @@ class FileContext:
 
     def loop_place(self, node: ast.AST) -> Place | None:
         """The training-loop place for a `for`/`while` loop, if it is one and nothing hotter applies."""
-        if not self.has_training_markers or self.place.region in (Region.COMPILED, Region.LOOP):
+        if not self.has_training_markers or self.place.hot:
             return None
         start, end = self.places.span(node)
         text = self.text
@@ -309,7 +367,10 @@ class FileContext:
             else:
                 return None
             what = "`optimizer.step()`"
-        return Place(Region.LOOP, f"in the training loop at line {node.lineno}, which calls {what}")  # type: ignore[attr-defined]
+        return Place(
+            Region.STEP,
+            f"in the training loop at line {node.lineno}, which calls {what}: eager code run every step",  # type: ignore[attr-defined]
+        )
 
     def parent(self, up: int = 1) -> ast.AST | None:
         index = len(self.stack) - 1 - up
@@ -363,11 +424,14 @@ class FileContext:
         line, column = self.positions.location(node_start if start is None else start)
         end_line, end_column = self.positions.location(end)
         where = ""
+        if rule.contextual:
+            where = self.place.label
         if severity is None:
             severity = rule.severity
             if rule.contextual:
-                where = self.place.label
-                if not self.place.hot:
+                if self.place.region is Region.STEP:
+                    severity = rule.eager_severity
+                elif not self.place.compiled:
                     severity = Severity.INFO
         statement = self.statement()
         last = (
@@ -435,7 +499,13 @@ class FileContext:
         index = next(i for i, a in enumerate(args) if a is keyword)
         start, end = self.span(keyword)
         if index + 1 < len(args):
-            return Edit(start, self.span(args[index + 1])[0], "")
+            following = self.span(args[index + 1])[0]
+            between = self.text[end:following]
+            if "#" in between:
+                # A comment after the argument stays on its line: only `name=value,` goes.
+                comma = between.find(",")
+                return Edit(start, end + comma + 1 if comma != -1 else end, "")
+            return Edit(start, following, "")
         if index > 0:
             previous_end = self.span(args[index - 1])[1]
             return Edit(previous_end, end, "")
@@ -468,6 +538,9 @@ class FileContext:
         alone = not before.strip() and (not after.strip() or after.strip().startswith("#"))
         if len(siblings) == 1 or not alone:
             return Edit(start, end, "pass")
+        if after.strip().startswith("#"):
+            # Its trailing comment stays, on a line of its own at the statement's indent.
+            return Edit(start, end + len(after) - len(after.lstrip(" \t")), "")
         return Edit(line_start, line_end, "")
 
     def iter_keywords(self, call: ast.Call) -> Iterator[tuple[str, ast.expr]]:

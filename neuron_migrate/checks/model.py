@@ -75,6 +75,7 @@ class Diagnostic:
     where: str = ""  # why it was raised here ("in `forward` of `Net`")
     statement_end: int = 0  # last line of the simple statement holding it (a `# noqa` may sit there)
     cell: int | None = None  # in a notebook: the cell (1-based); lines then count within it
+    frame: str = ""  # for `--output-format full`: the code frame and fix preview, made where the text is
 
     @property
     def text(self) -> str:
@@ -93,6 +94,8 @@ class FileReport:
     fixed: str | None = None  # the text after fixes, when any fix was applied
     changed: bool = False  # the fixes changed the text
     fixes_applied: int = 0
+    fixed_codes: dict[str, int] = field(default_factory=dict)  # fixes applied, per rule
+    noqa_added: int = 0  # with --add-noqa: the directives written
     diff: str = ""  # with --diff: the unified diff of the fixes
     skipped: bool = False  # the prefilter ruled the file out without parsing it
     written: bool = False
@@ -107,3 +110,5 @@ class RuleIdentity(Protocol):
     def severity(self) -> Severity: ...
     @property
     def contextual(self) -> bool: ...
+    @property
+    def eager_severity(self) -> Severity: ...

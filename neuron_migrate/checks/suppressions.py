@@ -189,3 +189,54 @@ def _comment_starts(text: str) -> set[int]:
 def _inside_comment(text: str, offset: int, comments: set[int]) -> bool:
     line_start = text.rfind("\n", 0, offset) + 1
     return any(line_start <= c < offset for c in comments)
+
+
+def add_noqa(text: str, diagnostics: list[Diagnostic]) -> tuple[str, int]:
+    """ruff's `--add-noqa`: a `# noqa: CODE` for each finding, on a line where a comment can go
+    and that suppresses it (its first line, its last, or the end of its statement), merged into a
+    `# noqa:` already there. Returns the new text and the number of lines given a directive."""
+    positions = Positions(text)
+    open_lines = _comment_lines(text)
+    wanted: dict[int, set[str]] = {}
+    for d in diagnostics:
+        if d.code == UNUSED_CODE:
+            continue
+        for line in (d.line, d.end_line, d.statement_end):
+            if line and line in open_lines:
+                wanted.setdefault(line, set()).add(d.code)
+                break
+    found = find(text, positions, {})
+    edits: list[tuple[int, int, str]] = []
+    for line, codes in wanted.items():
+        existing = [s for s in found.get(line, []) if s.kind == "noqa"]
+        if existing:
+            directive = existing[0]
+            if directive.codes is None:
+                continue  # a blanket `# noqa` covers them already
+            merged = sorted(set(directive.codes) | codes)
+            if set(merged) == set(directive.codes):
+                continue
+            head = text[directive.start : directive.end]
+            head = head[: head.lower().index("noqa") + 4]
+            edits.append((directive.start, directive.end, f"{head}: {', '.join(merged)}"))
+            continue
+        start, end = positions.lines_span(line, line)
+        body = text[start:end]
+        stripped = body.rstrip("\r\n")
+        at = start + len(stripped.rstrip(" \t"))
+        edits.append((at, start + len(stripped), f"  # noqa: {', '.join(sorted(codes))}"))
+    for start, end, content in sorted(edits, reverse=True):
+        text = text[:start] + content + text[end:]
+    return text, len(edits)
+
+
+def _comment_lines(text: str) -> set[int]:
+    """Lines whose end is outside any string: a comment there is a comment."""
+    lines: set[int] = set()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT) or (token.type == tokenize.ENDMARKER and token.start[1] > 0):
+                lines.add(token.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return lines

@@ -179,10 +179,12 @@ def run(args: argparse.Namespace) -> int:
     if clash:
         print(f"neuron-migrate: {clash}", file=sys.stderr)
         return EXIT_ERROR
+    jobs, meshes = _nxd_programs(jobs)
     if args.helpers_module:
         results, modules = _sharing_helpers(jobs, args, mode)
     else:
         results, modules = run_jobs(process, jobs, args.jobs, _crashed), []
+    modules += _write_modules(meshes, mode)
     for message in missing:
         results.append(FileResult(path=message.split(":")[0], error=message))
     return _finish([*results, *modules], args, mode)
@@ -234,6 +236,46 @@ def _sharing_helpers(jobs: list[Job], args: argparse.Namespace, mode: str) -> tu
     for i, result in zip(again, rerun, strict=True):
         results[i] = result
     return results, modules
+
+
+def _nxd_programs(jobs: list[Job]) -> tuple[list[Job], list[FileResult]]:
+    """neuronx-distributed programs of several files (a script and its model code): each file
+    learns its part, and each program migrated gets its folder's mesh module (see `nxd_program`)."""
+    from neuron_migrate.rewrite.codemods.nxd_program import MESH_MODULE, MESH_MODULE_TEXT, programs
+
+    parts = programs([job.path for job in jobs if job.options.enabled("NM025")])
+    if not parts:
+        return jobs, []
+    modules: dict[Path, FileResult] = {}
+    updated = []
+    for job in jobs:
+        part = parts.get(job.path)
+        if part is None:
+            updated.append(job)
+            continue
+        folder = (job.output or job.path).parent
+        path = folder / f"{MESH_MODULE}.py"
+        before = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if before and before != MESH_MODULE_TEXT and part.blocked is None:
+            part = replace(part, blocked=f"`{path.name}` is in the folder already and was not written by this tool")
+        elif part.blocked is None and before != MESH_MODULE_TEXT:
+            change = Change("NM025", "the device mesh the folder's tensor-parallel program shares")
+            modules[folder] = FileResult(path=str(path), original=before, migrated=MESH_MODULE_TEXT, changes=[change])
+        updated.append(replace(job, options=replace(job.options, mesh_program=part)))
+    return updated, list(modules.values())
+
+
+def _write_modules(modules: list[FileResult], mode: str) -> list[FileResult]:
+    """Write (in write and output modes) the modules a migration adds beside the files."""
+    if mode not in ("write", "output"):
+        return modules
+    for module in modules:
+        try:
+            write_atomic(Path(module.path), module.migrated.encode("utf-8"))
+            module.written = True
+        except OSError as exc:
+            module.error = f"{module.path}: cannot write: {exc}"
+    return modules
 
 
 def _jobs(args: argparse.Namespace, configs: configuration.Configs, mode: str) -> tuple[list[Job], list[str]]:

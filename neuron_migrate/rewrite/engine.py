@@ -35,6 +35,7 @@ from neuron_migrate.rewrite.codemods.base import (
     MigrationContext,
     Target,
 )
+from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram
 from neuron_migrate.rewrite.dispatch import Dispatcher
 from neuron_migrate.rewrite.imports import (
     add_from_imports,
@@ -65,6 +66,7 @@ class Options:
     select: tuple[str, ...] = ()  # codes, prefixes or ALL; empty means all
     ignore: tuple[str, ...] = ()
     helpers_module: str | None = None  # import def/class helpers from this module (see shared_helpers)
+    mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
 
     def enabled(self, code: str) -> bool:
         return selection.enabled(code, self.select, self.ignore)
@@ -164,6 +166,7 @@ def rewrite_source(
         source=text,
         old_stack_file=bool(old_names),
         scopes=scopes,
+        mesh_program=options.mesh_program,
     )
     codemods = [c(ctx) for c in selected]
 
@@ -230,7 +233,7 @@ def _module_level(
     if options.enabled("NM012"):
         migrated = remove_dead_imports(migrated, ctx, tree, after, old_names, printed)
     used = used_names(after)
-    wanted = {name: source for name, source in ctx.helpers.items() if name in used}
+    wanted = _helpers_used(ctx.helpers, used)
     shared = shareable(wanted, ctx.spelled) if options.helpers_module and not ctx.notebook else {}
     if shared:
         assert options.helpers_module is not None
@@ -246,12 +249,25 @@ def _module_level(
     loaded = {m for m, a in [*existing, *imports] if a is not None}
     imports = [(m, a) for m, a in imports if not (a is None and "." in m and m in loaded)]
     if imports or helpers or ctx.module_prologue:
-        migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers])
+        local = frozenset({ctx.mesh_program.module} if ctx.mesh_program is not None else ())
+        migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers], local)
     if migrated is traversed:
         return printed, shared  # parsed above
     code = printer.code(migrated)
     ast.parse(code)
     return code, shared
+
+
+def _helpers_used(helpers: dict[str, str], used: set[str]) -> dict[str, str]:
+    """The helpers the migrated code uses, and those they use in turn, in the order they were asked for."""
+    wanted: set[str] = set()
+    pending = [name for name in helpers if name in used]
+    while pending:
+        name = pending.pop()
+        if name not in wanted:
+            wanted.add(name)
+            pending.extend(n for n in used_names(ast.parse(helpers[name])) if n in helpers)
+    return {name: source for name, source in helpers.items() if name in wanted}
 
 
 def _constants_first(helpers: list[str]) -> list[str]:

@@ -401,6 +401,11 @@ def _is_import(statement: cst.CSTNode) -> bool:
     )
 
 
+def _starts_group(statement: cst.CSTNode) -> bool:
+    """The import follows a blank line: the first of a group."""
+    return any(line.comment is None for line in getattr(statement, "leading_lines", ()))
+
+
 def _is_future_or_docstring(statement: cst.CSTNode, index: int) -> bool:
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
@@ -443,8 +448,11 @@ def add_module_level(
     imports: Sequence[tuple[str, str | None]],
     existing: set[tuple[str, str | None]],
     blocks: Sequence[str],
+    local: frozenset[str] = frozenset(),
 ) -> cst.Module:
-    """Add imports next to their kind, then `blocks` (helpers, set-up) after the import block."""
+    """Add imports next to their kind, then `blocks` (helpers, set-up) after the import block.
+    Modules in `local` are the folder's own: they go last, in the file's own group of such
+    imports if its import block ends with one (a group after a blank line), else in a new one."""
     body: list[Any] = list(module.body)
     # The import block: from the first import to the last import before any def/class/if/for.
     first_code = 0
@@ -468,7 +476,18 @@ def add_module_level(
         imports_at = [i for i in range(first_code, anchor) if _is_import(body[i])]
         same_kind = [i for i in imports_at if _top_module(body[i]) == top]
         stdlib = [i for i in imports_at if _is_stdlib(_top_module(body[i]))]
-        if same_kind:
+        if module_name in local:
+            group = [i for i in imports_at if i > imports_at[0] and _starts_group(body[i])] if imports_at else []
+            ours = [i for i in imports_at if group and i >= group[-1] and not _is_stdlib(_top_module(body[group[-1]]))]
+            # As isort orders a group: `import` lines first, then the `from` imports.
+            later = [i for i in ours if _is_from(body[i]) or _module_of(body[i]) > module_name]
+            position = later[0] if later else anchor
+            if later:
+                line = line.with_changes(leading_lines=body[position].leading_lines)
+                body[position] = body[position].with_changes(leading_lines=[])
+            elif imports_at and not ours:
+                line = line.with_changes(leading_lines=[cst.EmptyLine()])
+        elif same_kind:
             # As isort orders a group: `import` lines by module, then the `from` imports.
             plain = [i for i in same_kind if not _is_from(body[i])]
             before = [i for i in plain if _module_of(body[i]) <= module_name]
@@ -604,25 +623,32 @@ def add_from_lines(module: cst.Module, needed: dict[str, dict[str, None]]) -> cs
             break
         if merged:
             continue
-        line = cst.parse_statement(f"from {module_name} import {', '.join(sorted(names))}\n")
-        # After the last import of the same package, else after the last import.
-        position = -1
+        line = cst.parse_statement(_from_line(module_name, sorted(names)))
+        # After the last import of the same package (`import torch` or `from torch...`), else
+        # after the last import.
+        position = same = -1
         for i, statement in enumerate(body):
             if isinstance(statement, cst.FunctionDef | cst.ClassDef):
                 break
             if _is_import(statement):
-                found = _from_module(statement)
-                if (
-                    (found is not None and _top(found[0]) == _top(module_name))
-                    or position < 0
-                    or _top_of(body[position]) != _top(module_name)
-                ):
-                    position = i
+                position = i
+                if _top_module(statement) == _top(module_name):
+                    same = i
+        if same >= 0:
+            position = same
         if position < 0:
             position = _after_docstring(body) - 1
         position = max(min(position, first_use - 1), _after_docstring(body) - 1)
         body.insert(position + 1, line)
     return module.with_changes(body=body)
+
+
+def _from_line(module: str, entries: Sequence[str]) -> str:
+    """`from module import a, b`, one name a line in parentheses when longer than 100 characters."""
+    one_line = f"from {module} import {', '.join(entries)}"
+    if len(one_line) <= 100:
+        return one_line + "\n"
+    return f"from {module} import (\n" + "".join(f"    {e},\n" for e in entries) + ")\n"
 
 
 def _merged_import(
@@ -634,21 +660,11 @@ def _merged_import(
         entries = sorted([*entries, *new])
     else:
         entries += new
-    one_line = f"from {module} import {', '.join(entries)}"
-    if len(one_line) <= 100:
-        source = one_line + "\n"
-    else:
-        source = f"from {module} import (\n" + "".join(f"    {e},\n" for e in entries) + ")\n"
-    parsed = cst.parse_statement(source)
+    parsed = cst.parse_statement(_from_line(module, entries))
     assert isinstance(parsed, cst.SimpleStatementLine)
     return parsed.with_changes(
         leading_lines=statement.leading_lines, trailing_whitespace=statement.trailing_whitespace
     )
-
-
-def _top_of(statement: cst.CSTNode) -> str:
-    found = _from_module(statement)
-    return _top(found[0]) if found else ""
 
 
 def _after_docstring(body: Sequence[cst.CSTNode]) -> int:

@@ -56,7 +56,7 @@ def test_fix_writes_safe_fixes_and_reports_the_rest(
     assert (tree / "bad.py").read_text() == FIXED
     out, err = capsys.readouterr()
     assert "NM101" in out and "NM103" not in out
-    assert "Found 2 findings in 1 file (1 fixed, 1 remaining)." in err
+    assert "Found 2 findings in 1 file (1 checked; 1 fixed, 1 remaining)." in err
     assert main(["check", "bad.py", "--fix", "--select", "NM103"]) == 0
 
 
@@ -216,3 +216,38 @@ def test_unreadable_file(tree: Path, capsys: pytest.CaptureFixture[str]) -> None
     (tree / "latin.py").write_bytes(b"x = '\xff'\n")
     assert main(["check", "latin.py"]) == 2
     assert "latin.py:1:1: invalid or missing encoding declaration" in capsys.readouterr().err
+
+
+def test_show_fixes_lists_what_was_fixed(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "bad.py", "--fix", "--show-fixes"]) == 1
+    err = capsys.readouterr().err
+    assert "Fixed 1 finding:\n- bad.py:\n    1 × NM103 (boolean-mask-write)\n" in err
+
+
+def test_add_noqa_silences_every_finding_once(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tree / "more.py").write_text(
+        "import torch\n\ndef forward(x):\n    doc = '''\n    text\n    ''' + str(x.sum().item())  # noqa: E501\n"
+        "    return torch.nonzero(x)  # keep\n"
+    )
+    assert main(["check", "bad.py", "more.py", "--add-noqa"]) == 0
+    assert "Added 4 noqa directives" in capsys.readouterr().err
+    assert (tree / "bad.py").read_text().splitlines()[3] == "    x[x < 0] = 0  # noqa: NM103"
+    more = (tree / "more.py").read_text().splitlines()
+    assert more[3] == "    doc = '''"  # inside the string nothing is added
+    assert more[5] == "    ''' + str(x.sum().item())  # noqa: E501, NM110"
+    assert more[6] == "    return torch.nonzero(x)  # keep  # noqa: NM101"
+    assert main(["check", "bad.py", "more.py"]) == 0
+    assert main(["check", "bad.py", "--add-noqa"]) == 0  # nothing more to add
+    assert "Added 0 noqa directives" in capsys.readouterr().err
+
+
+def test_add_noqa_refuses_fix(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "bad.py", "--add-noqa", "--fix"]) == 2
+    assert "--add-noqa cannot be combined" in capsys.readouterr().err
+
+
+def test_extend_select_adds_to_the_selection(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "bad.py", "--select", "NM101", "--output-format", "json"]) == 1
+    assert {r["code"] for r in __import__("json").loads(capsys.readouterr().out)} == {"NM101"}
+    assert main(["check", "bad.py", "--select", "NM101", "--extend-select", "NM103", "--output-format", "json"]) == 1
+    assert {r["code"] for r in __import__("json").loads(capsys.readouterr().out)} == {"NM101", "NM103"}

@@ -34,14 +34,14 @@ def test_text(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "bad.py"]) == 1
     out, err = capsys.readouterr()
     assert out.splitlines() == [
-        "bad.py:4:5: NM103 [*] assigning through a boolean mask is a boolean `index_put`, which Neuron's compiler "
+        "bad.py:4:5: NM103 [*] error: assigning through a boolean mask is a boolean `index_put`, which Neuron's compiler "
         "refuses; use `x.masked_fill_(mask, value)` or `torch.where(mask, value, x)` (in `forward`, passed to torch.compile)",
-        "bad.py:5:12: NM101 `torch.nonzero` has a data-dependent output size: a graph break (GB0036), or a dynamic "
+        "bad.py:5:12: NM101 warning: `torch.nonzero` has a data-dependent output size: a graph break (GB0036), or a dynamic "
         "shape Neuron rejects under fullgraph=True; keep the mask (`torch.where`) or use `torch.nonzero_static` (in `forward`, passed to torch.compile)",
-        "bad.py:8:9: NM116 [*] without `dynamic=False`, automatic dynamic shapes make a dimension symbolic on the "
+        "bad.py:8:9: NM116 [*] warning: without `dynamic=False`, automatic dynamic shapes make a dimension symbolic on the "
         "second input shape, which Neuron rejects; pass `dynamic=False`",
     ]
-    assert "Found 3 findings in 1 file." in err
+    assert "Found 3 findings in 1 file (1 checked)." in err
     assert "[*] 2 fixable with `--fix`." in err
 
 
@@ -120,7 +120,71 @@ def test_github_annotations(bad: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_statistics(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "bad.py", "--statistics"]) == 1
     assert capsys.readouterr().out.splitlines() == [
-        "1  NM101      nonzero",
-        "1  NM103  [*] boolean-mask-write",
-        "1  NM116  [*] dynamic-shapes",
+        "1\tNM103\terror  \t[*] boolean-mask-write",
+        "1\tNM101\twarning\t[ ] nonzero",
+        "1\tNM116\twarning\t[*] dynamic-shapes",
     ]
+
+
+def test_full_shows_the_code_frame_where_and_the_fix(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "bad.py", "--output-format", "full"]) == 1
+    blocks = capsys.readouterr().out.split("\n\n")
+    assert blocks[0].splitlines() == [
+        "NM103 [*] error: assigning through a boolean mask is a boolean `index_put`, which Neuron's "
+        "compiler refuses; use `x.masked_fill_(mask, value)` or `torch.where(mask, value, x)`",
+        " --> bad.py:4:5",
+        "  |",
+        "3 | def forward(x, mask):",
+        "4 |     x[x < 0] = 0",
+        "  |     ^^^^^^^^^^^^",
+        "5 |     return torch.nonzero(x)",
+        "  |",
+        "help: use `masked_fill_`",
+        "  |",
+        "  -     x[x < 0] = 0",
+        "4 +     x.masked_fill_(x < 0, 0)",
+        "  |",
+        "  = error here: in `forward`, passed to torch.compile",
+    ]
+    assert "help:" not in blocks[1]  # NM101 has no fix
+    assert "note: This is an unsafe fix" not in blocks[2]
+
+
+def test_statistics_show_severity_and_honour_json(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "bad.py", "--statistics", "--output-format", "json"]) == 1
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0] == {
+        "code": "NM103",
+        "name": "boolean-mask-write",
+        "severity": "error",
+        "count": 1,
+        "fixable": True,
+        "fixable_count": 1,
+    }
+    assert [r["code"] for r in rows] == ["NM103", "NM101", "NM116"]
+
+
+def test_summary_counts_the_files_with_findings(
+    bad: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (bad.parent / "clean.py").write_text("import torch\n\nx = torch.zeros(2)\n")
+    assert main(["check", "."]) == 1
+    assert "Found 3 findings in 1 file (2 checked)." in capsys.readouterr().err
+
+
+def test_rule_links_come_from_the_published_rules_page(
+    bad: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from neuron_migrate.checks.rules import base
+
+    monkeypatch.setattr(base, "rules_page", lambda: None)
+    assert main(["check", "bad.py", "--output-format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)[0]["url"] is None  # no page named: no link
+    monkeypatch.setattr(base, "rules_page", lambda: "https://example.org/neuron-migrate/rules")
+    assert main(["check", "bad.py", "--output-format", "sarif"]) == 1
+    rules = json.loads(capsys.readouterr().out)["runs"][0]["tool"]["driver"]["rules"]
+    nm103 = next(r for r in rules if r["id"] == "NM103")
+    assert nm103["helpUri"] == "https://example.org/neuron-migrate/rules#nm103"
+    assert "## " not in nm103["help"]["text"] and "What it does:" in nm103["help"]["text"]
+    assert nm103["help"]["markdown"].startswith("Flags")
+    assert nm103["fullDescription"]["text"].startswith("Finds assignments")

@@ -14,10 +14,11 @@ model = torch.nn.Linear(4, 2)
 loader = DataLoader(torch.randn(10, 4), batch_size=3, drop_last=True)
 """
 LOOP = """\
+total = 0.0
 for x in loader:
     loss = model(x).sum()
     loss.backward()
-    print(loss.item())
+    total += loss.item()
 """
 DYNAMIC = "compiled = torch.compile(model, dynamic=True)\n"
 
@@ -25,8 +26,8 @@ DYNAMIC = "compiled = torch.compile(model, dynamic=True)\n"
 def test_cells_are_checked_together_and_findings_point_into_cells() -> None:
     report = check_cells([Cell("In [1]", SETUP), Cell("In [4]", "%%time\n" + LOOP)])
     [finding] = report.findings
-    assert (finding.label, finding.line, finding.column, finding.code) == ("In [4]", 5, 16, "NM110")
-    assert repr(report).startswith("In [4]:5:16: NM110 `.item()`")
+    assert (finding.label, finding.line, finding.column, finding.code) == ("In [4]", 6, 19, "NM110")
+    assert repr(report).startswith("In [4]:6:19: NM110 `.item()`")
     assert report.headline() == "the cells run in this session: 1 finding (2 code cells)"
 
 

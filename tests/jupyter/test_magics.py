@@ -136,12 +136,12 @@ import torch
 from torch.utils.data import DataLoader
 
 model = torch.nn.Linear(4, 2)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+optimizer, losses = torch.optim.SGD(model.parameters(), lr=0.1), []
 for x in DataLoader(torch.randn(10, 4), batch_size=3):
     loss = model(x).sum()
     loss.backward()
     optimizer.step()
-    print(loss.item())
+    losses.append(loss.item())
 """
 
 
@@ -189,7 +189,7 @@ def test_check_without_a_notebook_checks_the_cells_run_in_this_session(ip: Any) 
     ip.run_cell(HAZARDS, store_history=True)
     report = ip.run_cell("%neuron_migrate_check", store_history=True).result
     assert report.source == ""
-    assert f"In [{number}]:10:16: NM110" in repr(report)
+    assert f"In [{number}]:10:24: NM110" in repr(report)
     assert "the cells run in this session" in repr(report)
 
 

@@ -10,14 +10,18 @@ rejection really happens.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from typing import ClassVar
 
+from neuron_migrate.checks import values
 from neuron_migrate.checks.context import FileContext, dotted
 from neuron_migrate.checks.model import Fix, Severity
 
-DOCS_URL = "docs/rules.md#{code}"  # relative to the neuron-migrate repository
+# The published rules page (docs/rules.md, whose `## NM101` headings are its anchors) is named
+# once, as `[project.urls] Rules` in pyproject.toml; a build that names none prints no links.
+RULES_URL_LABEL = "rules"
 GRAPH_BREAK_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{gb}.html"
 
 
@@ -62,7 +66,12 @@ class Rule:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.WARNING
-    contextual: ClassVar[bool] = False  # severity drops to info outside hot code
+    contextual: ClassVar[bool] = False  # `severity` in compiled code, less elsewhere
+    # With `contextual`: the severity in eager code that runs every step (a training step or
+    # loop body). Graph breaks and dynamic shapes cost nothing there; host syncs and dtypes do.
+    eager_severity: ClassVar[Severity] = Severity.INFO
+    # With `contextual`: False when the rule may report above info outside hot code too.
+    quiet_when_cold: ClassVar[bool] = True
     graph_breaks: ClassVar[tuple[str, ...]] = ()  # the PyTorch graph-break ids it predicts
     # For rules that look at common nodes (every call, every function): the rule runs on a file
     # only if one of these strings occurs in it. Empty: always (dispatch is cheap).
@@ -105,8 +114,40 @@ class Rule:
         self.ctx.report(self, node, message, fix=fix, severity=severity, start=start)
 
     @classmethod
-    def url(cls) -> str:
-        return DOCS_URL.format(code=cls.code.lower())
+    def triggers(cls) -> tuple[str, ...] | None:
+        """Strings one of which a file must hold for the rule to find anything in it: `requires`,
+        else the names it is dispatched on; None when it visits every node of some kind."""
+        if cls.requires:
+            return cls.requires
+        if cls.nodes:
+            return None
+        return tuple(sorted({*cls.calls, *cls.keywords, *cls.attributes}))
+
+    @classmethod
+    def url(cls) -> str | None:
+        return rule_url(cls.code)
+
+
+@functools.cache
+def rules_page() -> str | None:
+    """The published rules page of the installed distribution, if its metadata names one."""
+    from importlib import metadata  # only when links are printed
+
+    try:
+        urls = metadata.metadata("neuron-migrate").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == RULES_URL_LABEL and url.strip().startswith(("https://", "http://")):
+            return url.strip().split("#")[0]
+    return None
+
+
+def rule_url(code: str) -> str | None:
+    """`https://.../rules.md#nm101`, or None when the build publishes no rules page."""
+    page = rules_page()
+    return f"{page}#{code.lower()}" if page else None
 
 
 # ---- expression tests shared by rules --------------------------------------------------------
@@ -262,6 +303,10 @@ def depends_on_values(ctx: FileContext, node: ast.AST) -> ast.AST | None:
                 "type",
             ):
                 continue
+            if func.__class__ is ast.Attribute and (
+                func.attr in values.STATIC_METHODS or func.attr.startswith("is_")
+            ):
+                continue
             stack.extend(current.args)  # type: ignore[attr-defined]
             stack.append(func)
             continue
@@ -370,6 +415,16 @@ def mask_kind(ctx: FileContext, node: ast.AST) -> str | None:
         if name == "to" and any(ctx.qualify(a) == "torch.bool" for a in node.args):  # type: ignore[attr-defined]
             return "certain"
         return None
+    if cls is ast.Name or cls is ast.Subscript:
+        kind = ctx.kind(node)
+        if kind == values.MASK:
+            return "certain"  # made boolean: a comparison, `.bool()`, `dtype=torch.bool`
+        if cls is ast.Name and kind is None and ctx.functions:
+            made = ctx.values.assigned(node, ctx.functions[-1])  # type: ignore[arg-type]
+            if made is not None and made.__class__ is not ast.Name and mask_kind(ctx, made) == "certain":
+                return "certain"  # `keep = probs.sum(-1) > 0`
+        if kind is not None and kind != values.TENSOR and cls is ast.Name:
+            return None  # known not to be a boolean device tensor, whatever its name
     if cls is ast.Name or cls is ast.Attribute:
         name = node.id if cls is ast.Name else node.attr  # type: ignore[attr-defined]
         if (
@@ -459,28 +514,33 @@ def is_compile_config(ctx: FileContext, call: ast.Call) -> bool:
 
 
 def numpy_value(ctx: FileContext, node: ast.AST) -> bool:
-    """Whether `node` is a NumPy value by syntax: a `np.*(...)` call (or a method chain on one), or
-    a local name last assigned from one in the enclosing function. NumPy runs on the host, so
-    `.item()`, `.max()` and masks on it are no device hazard."""
-    numpy = ctx.aliases.local_for("numpy") if "numpy" in ctx.text else None
-    if numpy is None:
-        return False
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        if (ctx.qualify(node.func) or "").startswith("numpy."):
-            return True
-        node = node.func.value
-    if isinstance(node, ast.Call):
-        return (ctx.qualify(node.func) or "").startswith("numpy.")
-    if not isinstance(node, ast.Name) or not ctx.functions:
-        return False
-    start, _ = ctx.places.span(ctx.functions[-1])
-    end = (
-        ctx.positions.starts[node.lineno - 1]
-        if node.lineno <= len(ctx.positions.starts)
-        else len(ctx.text)
-    )
-    pattern = re.compile(rf"^[ \t]*{re.escape(node.id)}\s*=\s*(\S+)", re.MULTILINE)
-    last = None
-    for match in pattern.finditer(ctx.text, start, end):
-        last = match.group(1)
-    return last is not None and last.startswith(f"{numpy}.")
+    """Whether `node` holds a host value by how it was made: NumPy (`np.*(...)`, a method chain
+    on one, or a local name last assigned from one), a CPU copy or a Python number. Nothing on
+    those waits for the device, so `.item()`, `.max()` and masks on them are no device hazard."""
+    return ctx.kind(node) in HOST_KINDS
+
+
+HOST_KINDS = frozenset({values.NUMPY, values.CPU, values.PYTHON})
+
+
+def tensor_truth(ctx: FileContext, test: ast.AST) -> ast.AST | None:
+    """A device tensor (or a number read from one) used directly as a truth value in `test`:
+    `if expert_idx == self.num_experts:` where `expert_idx` came from iterating a tensor."""
+    stack = [test]
+    while stack:
+        current = stack.pop()
+        cls = current.__class__
+        if cls is ast.BoolOp:
+            stack.extend(current.values)  # type: ignore[attr-defined]
+        elif cls is ast.UnaryOp and current.op.__class__ is ast.Not:  # type: ignore[attr-defined]
+            stack.append(current.operand)  # type: ignore[attr-defined]
+        elif cls is ast.Compare:
+            if any(op.__class__ in (ast.Is, ast.IsNot, ast.In, ast.NotIn) for op in current.ops):  # type: ignore[attr-defined]
+                continue
+            stack.extend((current.left, *current.comparators))  # type: ignore[attr-defined]
+        elif (cls is ast.Name or cls is ast.Subscript) and ctx.kind(current) in DATA_KINDS:
+            return current
+    return None
+
+
+DATA_KINDS = frozenset({*values.DEVICE_TENSORS, values.READ})

@@ -10,6 +10,7 @@ from neuron_migrate.checks.rules.base import (
     Invalid,
     Rule,
     mask_kind,
+    numpy_value,
     plain_reference,
     scalar_literal,
 )
@@ -52,11 +53,15 @@ class MaskWrite(Rule):
     ```
 
     ## Fix safety
-    Safe when the mask is a comparison (or `.bool()`, `isnan`, ...) and the value is a number
-    literal, `float("inf")`, `math.inf` or `torch.finfo(...).min`: `masked_fill_` writes the same
-    values in place, so aliases see the change as before. Unsafe when the mask is only a name
-    (it may hold integer indices) or the value is a variable (it must be a scalar or a 0-d
-    tensor for `masked_fill_`). No fix for augmented assignments or multi-dimensional indices.
+    Safe when the mask is made from the target itself (`x[x < t]`, `x[x.isnan()]`) and the
+    value is a number literal, `float("inf")`, `math.inf` or `torch.finfo(...).min`:
+    `masked_fill_` writes the same values in place, so aliases see the change as before.
+    Unsafe when the mask comes from elsewhere: indexing lines a shorter mask up with the
+    tensor's leading dimensions, `masked_fill_` broadcasts it from the trailing ones (a
+    `(B, T)` mask on a `(B, T, H)` tensor). Unsafe too when the mask is only a name (it may hold
+    integer indices) or the value is a variable (it must be a scalar or a 0-d tensor for
+    `masked_fill_`). No fix for augmented assignments or multi-dimensional indices. NumPy
+    arrays and CPU copies are not flagged.
     """
 
     code = "NM103"
@@ -69,6 +74,9 @@ class MaskWrite(Rule):
         GOOD,
         "def forward(x, idx):\n    x[idx] = 0\n    x[:, 0] = 1\n    return x\n",
         "def forward(x):\n    y = x[x > 0]\n    return y\n",  # a read: NM102
+        "import numpy as np\n\ndef forward(n, length):\n    idx = np.random.randint(0, 9, size=(n, 4))\n"
+        "    idx = idx + np.arange(4)\n    if idx.max() > length - 1:\n        idx[idx > length - 1] = length - 1\n"
+        "    return idx\n",
     )
     INVALID = (
         Invalid(BAD, line=4, severity="error", fixed=GOOD),
@@ -86,6 +94,14 @@ class MaskWrite(Rule):
             unsafe_fixed="def forward(x, value):\n    x.masked_fill_(x.isnan(), value)\n",
         ),
         Invalid("def forward(x):\n    x[x > 1] += 1\n", line=2),
+        Invalid(
+            "import torch\n\ndef forward(features, idx):\n"
+            "    keep = torch.tensor(idx, dtype=torch.bool)\n    features[keep] = 0\n    return features\n",
+            line=5,
+            fixed=None,
+            unsafe_fixed="import torch\n\ndef forward(features, idx):\n"
+            "    keep = torch.tensor(idx, dtype=torch.bool)\n    features.masked_fill_(keep, 0)\n    return features\n",
+        ),
         Invalid("def forward(x, mask):\n    x[:, mask] = 0\n", line=2),
         Invalid(
             "import torch\n\ndef collate(batch):\n    batch[batch < 0] = 0\n    return batch\n",
@@ -94,6 +110,25 @@ class MaskWrite(Rule):
         ),
     )
     CONFIRM = Confirm(BAD, GOOD, inputs="torch.randn(8)", fullgraph="rejected", partial="rejected")
+
+    def _mask_of(self, target: ast.AST, mask: ast.AST) -> bool:
+        """The mask is made from the target itself (`x[x < 0]`, `x[x.isnan()]`), so it has the
+        target's shape: `masked_fill_` broadcasts a mask from the right, where indexing lines a
+        shorter mask up from the left (a `(B, T)` mask on a `(B, T, H)` tensor)."""
+        ctx = self.ctx
+        name = ctx.source(target)
+        while isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert):
+            mask = mask.operand
+        if isinstance(mask, ast.Compare):
+            return ctx.source(mask.left) == name and all(
+                scalar_literal(ctx, c) or plain_reference(c) for c in mask.comparators
+            )
+        if isinstance(mask, ast.Call):
+            func = mask.func
+            if isinstance(func, ast.Attribute) and not mask.args and ctx.source(func.value) == name:
+                return True
+            return len(mask.args) == 1 and ctx.source(mask.args[0]) == name
+        return False
 
     def visit(self, node: ast.AST) -> None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
@@ -105,6 +140,8 @@ class MaskWrite(Rule):
             kinds = [mask_kind(self.ctx, p) for p in parts]
             if "certain" not in kinds and "named" not in kinds:
                 continue
+            if numpy_value(self.ctx, target.value):
+                continue  # NumPy (or a CPU copy): written on the host
             fix = None
             value = node.value  # type: ignore[attr-defined]
             if (
@@ -115,7 +152,7 @@ class MaskWrite(Rule):
             ):
                 scalar = scalar_literal(self.ctx, value)
                 if scalar or plain_reference(value):
-                    safe = scalar and kinds[0] == "certain"
+                    safe = scalar and kinds[0] == "certain" and self._mask_of(target.value, index)
                     ctx = self.ctx
                     text = f"{ctx.source(target.value)}.masked_fill_({ctx.source(index)}, {ctx.source(value)})"
                     fix = ctx.fix(

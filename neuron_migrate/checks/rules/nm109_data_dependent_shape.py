@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.checks import values
 from neuron_migrate.checks.rules.base import Confirm, Invalid, Rule, is_tensor_call
 
 BAD = """
@@ -74,10 +75,17 @@ def value_source(ctx, node: ast.AST, tensor_ok: bool) -> ast.AST | None:
                 return current
             if tensor_ok and is_tensor_call(ctx, current):
                 return current
-            if isinstance(func, ast.Name) and func.id in ("len", "min", "max"):
+            if isinstance(func, ast.Name) and func.id == "len":
+                continue  # a length is a shape, known when tracing
+            if isinstance(func, ast.Name) and func.id in ("min", "max"):
                 stack.extend(current.args)
                 continue
             stack.extend(current.args)
+            continue
+        if isinstance(current, ast.Name):
+            kind = ctx.kind(current)
+            if kind == values.READ or (tensor_ok and kind in values.DEVICE_TENSORS):
+                return current  # a local name that holds a value read from a tensor
             continue
         if isinstance(current, ast.Attribute) and current.attr in ("shape", "ndim"):
             continue
@@ -130,6 +138,7 @@ class DataDependentShape(Rule):
         GOOD,
         "def forward(x):\n    return x.view(x.size(0), -1)[:, : x.shape[1] // 2]\n",
         "import torch\n\ndef forward(x, n):\n    return torch.zeros(n, len(x))\n",
+        "import torch\n\ndef forward(logits: torch.Tensor):\n    return torch.arange(len(logits), device=logits.device)\n",
     )
     INVALID = (
         Invalid(BAD, line=3, severity="warning"),
@@ -140,6 +149,15 @@ class DataDependentShape(Rule):
         ),
         Invalid("def forward(x, t):\n    return x[: t.sum()]\n", line=2),
         Invalid("import torch\n\ndef collate(x, n):\n    return x[: n.item()]\n", severity="info"),
+        Invalid(
+            "import torch\n\ndef forward(scores, lengths):\n    k = int(lengths.max())\n"
+            "    return torch.topk(scores, k).values\n",
+            line=5,
+        ),
+        Invalid(
+            "def forward(x, lengths):\n    longest = lengths.max().item()\n    return x[:, :longest]\n",
+            line=3,
+        ),
     )
     CONFIRM = Confirm(
         BAD,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.checks.rules.base import Confirm, Invalid, Rule, depends_on_values
+from neuron_migrate.checks import values
+from neuron_migrate.checks.rules.base import (
+    Confirm,
+    Invalid,
+    Rule,
+    depends_on_values,
+    tensor_truth,
+)
 
 BAD = """
 def forward(x):
@@ -55,7 +62,7 @@ class DataDependentBranch(Rule):
     summary = "`if`/`while`/`assert` on tensor values"
     contextual = True
     graph_breaks = ("GB0170",)
-    nodes = (ast.If, ast.While, ast.Assert, ast.IfExp, ast.For)
+    nodes = (ast.If, ast.While, ast.Assert, ast.IfExp, ast.For, ast.comprehension)
     VALID = (
         GOOD,
         "def forward(self, x, mask=None):\n    if mask is not None and x.shape[0] > 1 and self.training:\n        x = x * mask\n    return x\n",
@@ -87,6 +94,8 @@ class DataDependentBranch(Rule):
 
     def visit(self, node: ast.AST) -> None:
         if isinstance(node, ast.For):
+            if self._ragged_loop(node.iter):
+                return
             iterator = node.iter
             if not (
                 isinstance(iterator, ast.Call)
@@ -94,28 +103,47 @@ class DataDependentBranch(Rule):
                 and iterator.func.id == "range"
             ):
                 return
-            test: ast.AST = iterator
-            kind = "`range()` bound"
-        else:
-            test = node.test  # type: ignore[attr-defined]
-            kind = {
-                ast.If: "`if`",
-                ast.While: "`while`",
-                ast.Assert: "`assert`",
-                ast.IfExp: "conditional expression",
-            }[type(node)]
-        source = depends_on_values(self.ctx, test)
-        if source is None:
+            self._branch(iterator, "`range()` bound", "use `torch.where` or `torch.cond`")
             return
-        for child in ast.walk(test):
-            self.ctx.claimed.add(id(child))
+        if isinstance(node, ast.comprehension):
+            if self._ragged_loop(node.iter):
+                return
+            for condition in node.ifs:
+                self._branch(condition, "comprehension filter", "keep every element and mask")
+            return
+        kind = {
+            ast.If: "`if`",
+            ast.While: "`while`",
+            ast.Assert: "`assert`",
+            ast.IfExp: "conditional expression",
+        }[type(node)]
         hint = (
             "use `torch._check(...)` or drop it"
             if isinstance(node, ast.Assert)
             else "use `torch.where` or `torch.cond`"
         )
+        self._branch(node.test, kind, hint)  # type: ignore[attr-defined]
+
+    def _branch(self, test: ast.AST, kind: str, hint: str) -> None:
+        source = depends_on_values(self.ctx, test) or tensor_truth(self.ctx, test)
+        if source is None:
+            return
+        for child in ast.walk(test):
+            self.ctx.claimed.add(id(child))
         self.report(
             source,
             f"{kind} decided by tensor values: data-dependent branching (GB0170), a graph split per branch, "
             f"and a failure under fullgraph=True; {hint}",
         )
+
+    def _ragged_loop(self, iterator: ast.AST) -> bool:
+        """`for expert_idx in expert_hit:` over a tensor whose length its values decide."""
+        if self.ctx.kind(iterator) != values.RAGGED:
+            return False
+        shown = self.ctx.source(iterator)
+        self.report(
+            iterator,
+            f"a loop over `{shown}`, whose length depends on tensor values (`nonzero`, `unique`, a mask): "
+            "Dynamo cannot unroll it, a failure under fullgraph=True; loop over a fixed range and mask",
+        )
+        return True

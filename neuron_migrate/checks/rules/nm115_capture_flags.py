@@ -76,6 +76,10 @@ class CaptureFlags(Rule):
             fixed="import os\nx = 1\n",
         ),
         Invalid(
+            "import os\nos.environ['TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS'] = '1'  # for the sampler\nx = 1\n",
+            fixed="import os\n# for the sampler\nx = 1\n",
+        ),
+        Invalid(
             "import torch\n\nwith torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):\n    pass\n",
             line=3,
         ),

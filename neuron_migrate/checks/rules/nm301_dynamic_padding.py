@@ -24,6 +24,66 @@ COLLATORS = frozenset(
     }
 )
 BUCKET = 128
+# Prompt and completion padded apart and joined: padding either further would misalign them.
+JOINED = """
+import torch
+
+def collate(self, prompts, completions):
+    p = self.tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+    c = self.tokenizer(completions, padding=True, padding_side="right", return_tensors="pt")
+    p_ids, c_ids = p["input_ids"], c["input_ids"]
+    return torch.cat((p_ids, c_ids), dim=1)
+"""
+# Only some fields kept, to go beside ids made elsewhere.
+FILTERED = """
+def prompt_inputs(self, texts, images):
+    inputs = self.processing_class(images=images, text=texts, padding=True, return_tensors="pt")
+    return {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+"""
+# Callees that take `pad_to_multiple_of` for certain: tokenizers (a processor forwards it to its
+# tokenizer only sometimes, and some collators reject it).
+TOKENIZER_ONLY = re.compile(r"(?i)\w*(tokenizer|tokeniser|tok)")
+CONCATENATES = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "pad_sequence"})
+
+
+def reshaped_downstream(ctx, call: ast.Call) -> bool:
+    """Whether what `call` returns, or a field of it, is later joined with other tensors,
+    sliced, or filtered by key in the same function: padding it to another length there would
+    misalign it with what it meets (`token_type_ids` beside `prompt_ids`, prompt beside
+    completion), or be trimmed away again."""
+    statement = ctx.statement()
+    if not isinstance(statement, ast.Assign | ast.AnnAssign):
+        return False
+    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+    names = {t.id for t in targets if isinstance(t, ast.Name)}
+    if not names:
+        return True  # stored somewhere else: what happens to it is out of sight
+    scope = ctx.functions[-1] if ctx.functions else ctx.tree
+    after = statement.end_lineno or statement.lineno
+    later = sorted(
+        (n for n in ast.walk(scope) if isinstance(n, ast.stmt) and n.lineno > after),
+        key=lambda n: n.lineno,
+    )
+    for node in later:
+        if isinstance(node, ast.Assign) and _mentions(node.value, names):
+            names |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for part in ast.walk(node):
+            if isinstance(part, ast.Call):
+                callee = (dotted(part.func) or "").rsplit(".", 1)[-1]
+                if callee in CONCATENATES and _mentions(part, names):
+                    return True
+            elif (isinstance(part, ast.Subscript) and _sliced(part.slice) and _mentions(part.value, names)) or (isinstance(part, ast.comprehension) and part.ifs and _mentions(part.iter, names)):
+                return True
+    return False
+
+
+def _mentions(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+def _sliced(index: ast.AST) -> bool:
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    return any(isinstance(p, ast.Slice) for p in parts)
 
 
 class DynamicPadding(Rule):
@@ -53,9 +113,14 @@ class DynamicPadding(Rule):
     ```
 
     ## Fix safety
-    Safe when the call already has `max_length=`: `padding="max_length"` pads to that fixed
-    length. Otherwise unsafe: `pad_to_multiple_of=128` (the bucket TRL uses on Neuron) is added,
-    which changes tensor shapes code after the call may rely on.
+    Safe when the call already has `max_length=` and truncation: `padding="max_length"` then
+    pads every row to that length, on every device. Unsafe for a tokenizer call without
+    `max_length=` and for transformers' collators: `pad_to_multiple_of=128` (the bucket TRL uses
+    on Neuron) changes tensor shapes code after the call may rely on. No fix at all when the
+    padded batch, or a field of it, is later joined with other tensors (`torch.cat`), sliced
+    or filtered by key in the same function (padding it would misalign it with what it meets),
+    for processors and other callees that may not take `pad_to_multiple_of`, and for collators
+    not from transformers.
     """
 
     code = "NM301"
@@ -73,6 +138,23 @@ class DynamicPadding(Rule):
         Invalid(
             "batch = tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors='pt')\n",
             fixed="batch = tokenizer(texts, padding=\"max_length\", truncation=True, max_length=512, return_tensors='pt')\n",
+        ),
+        Invalid(
+            "batch = tokenizer(texts, padding=True, max_length=512, return_tensors='pt')\n",
+            fixed=None,
+            message="new shape",
+        ),
+        Invalid(
+            JOINED,
+            line=5,
+            fixed=None,
+            unsafe_fixed=JOINED,
+        ),
+        Invalid(
+            FILTERED,
+            line=3,
+            fixed=None,
+            unsafe_fixed=FILTERED,
         ),
         Invalid(
             "enc = tok(texts, padding='longest', return_tensors='pt')\n",
@@ -102,14 +184,20 @@ class DynamicPadding(Rule):
         ):
             return
         ctx = self.ctx
-        if keyword(call, "max_length") is not None:
-            fix = ctx.fix(ctx.replace(kw.value, '"max_length"'), "pad to `max_length`", SAFE)
-        else:
-            fix = ctx.fix(
-                ctx.add_argument(call, f"pad_to_multiple_of={BUCKET}"),
-                f"pad to a multiple of {BUCKET}",
-                UNSAFE,
-            )
+        fix = None
+        if not reshaped_downstream(ctx, call):
+            truncated = keyword(call, "truncation")
+            if keyword(call, "max_length") is not None and truncated is not None and constant(
+                truncated.value
+            ) in (True, "longest_first", "only_first", "only_second"):
+                # Every row is cut to `max_length`, so padding to it gives one shape.
+                fix = ctx.fix(ctx.replace(kw.value, '"max_length"'), "pad to `max_length`", SAFE)
+            elif keyword(call, "max_length") is None and last and TOKENIZER_ONLY.fullmatch(last):
+                fix = ctx.fix(
+                    ctx.add_argument(call, f"pad_to_multiple_of={BUCKET}"),
+                    f"pad to a multiple of {BUCKET}",
+                    UNSAFE,
+                )
         self.report(
             kw,
             f"`padding={value!r}` pads each batch to its longest sequence: a new shape (and compile) per batch; "
@@ -127,8 +215,12 @@ class DynamicPadding(Rule):
         if padding is not None and constant(padding.value) in ("max_length", False, "do_not_pad"):
             return
         fix = None
-        if all(k.arg for k in node.keywords) and not any(
-            isinstance(a, ast.Starred) for a in node.args
+        if (
+            qualified is not None
+            and qualified.startswith("transformers")
+            and all(k.arg for k in node.keywords)
+            and not any(isinstance(a, ast.Starred) for a in node.args)
+            and not reshaped_downstream(self.ctx, node)
         ):
             fix = self.ctx.fix(
                 self.ctx.add_argument(node, f"pad_to_multiple_of={BUCKET}"),

@@ -44,8 +44,9 @@ class TrlPadding(Rule):
     ```
 
     ## Fix safety
-    Safe for `pad_to_multiple_of=None`, which is removed (back to `"auto"`). No fix for
-    `padding_free` or packing.
+    Safe for `pad_to_multiple_of=None`, which is removed: TRL's default `"auto"` resolves to
+    `None` on CPU and CUDA (nothing changes there) and to 128 on Neuron, where TRL's collator
+    pads every field of the batch alike. No fix for `padding_free` or packing.
     """
 
     code = "NM303"

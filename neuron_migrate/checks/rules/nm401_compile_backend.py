@@ -74,6 +74,10 @@ class CompileBackend(Rule):
             fixed='import torch\n\nmodel = torch.compile(model, dynamic=False, backend="neuron")\n',
         ),
         Invalid(
+            "import torch\n\nmodel = torch.compile(\n    model,\n    backend='inductor',  # the fast one\n    dynamic=False,\n)\n",
+            fixed="import torch\n\nmodel = torch.compile(\n    model,\n      # the fast one\n    dynamic=False,\n)\n",
+        ),
+        Invalid(
             "import torch\n\nmodel = torch.compile(model, backend='aot_eager', dynamic=False)\n",
             fixed=None,
             unsafe_fixed="import torch\n\nmodel = torch.compile(model, dynamic=False)\n",

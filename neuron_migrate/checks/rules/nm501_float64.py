@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.checks.model import UNSAFE
+from neuron_migrate.checks.context import dotted
+from neuron_migrate.checks.model import UNSAFE, Severity
 from neuron_migrate.checks.rules.base import Invalid, Rule
 
 DTYPES = frozenset({"torch.float64", "torch.double"})
@@ -42,11 +43,16 @@ class Float64(Rule):
     name = "float64"
     summary = "float64 is downcast to float32 on Neuron"
     contextual = True
+    eager_severity = Severity.WARNING  # eager ops downcast float64 too
+    quiet_when_cold = False  # `torch.set_default_dtype(torch.float64)` counts anywhere
     attributes = frozenset({"float64", "double"})
     calls = frozenset({"double"})
     VALID = (
         "import torch\n\ndef forward(x):\n    return x.to(torch.float32)\n",
         "import torch\n\ndef forward(t):\n    return t if t.dtype in (torch.float32, torch.float64) else t.float()\n",
+        "import torch\n\ndef get_time_embed(self, sample, timestep):\n"
+        "    dtype = dtype_for_device(torch.float64 if isinstance(timestep, float) else torch.int64, sample.device)\n"
+        "    return torch.tensor([timestep], dtype=dtype, device=sample.device)\n",
     )
     INVALID = (
         Invalid(
@@ -75,6 +81,8 @@ class Float64(Rule):
             and isinstance(self.ctx.parent(2), ast.Compare)
         ):
             return  # `x.dtype == torch.float64` tests a dtype, it creates nothing
+        if self._mapped_per_device():
+            return
         global_default = (
             isinstance(parent, ast.Call)
             and self.ctx.qualify(parent.func) == "torch.set_default_dtype"
@@ -82,14 +90,26 @@ class Float64(Rule):
         fix = self.ctx.fix(
             self.ctx.replace(node, f"{self.ctx.source(node.value)}.float32"), "use float32", UNSAFE
         )
-        from neuron_migrate.checks.model import Severity
-
         self.report(
             node,
             f"`{qualified}` is computed in float32 on Neuron (64-bit floats are downcast); use float32 or bfloat16",
             fix=fix,
             severity=Severity.WARNING if global_default else None,
         )
+
+    def _mapped_per_device(self) -> bool:
+        """Handed to a helper that picks the dtype per device (`maybe_adjust_dtype_for_device(
+        torch.float64, x.device)`): the helper, not this line, decides what the device gets."""
+        for node in reversed(self.ctx.stack[:-1]):
+            if isinstance(node, ast.stmt):
+                return False
+            if isinstance(node, ast.Call):
+                callee = (dotted(node.func) or "").rsplit(".", 1)[-1].lower()
+                if "dtype" in callee and self.ctx.qualify(node.func) is None and any(
+                    "device" in self.ctx.source(a) for a in (*node.args, *(k.value for k in node.keywords))
+                ):
+                    return True
+        return False
 
     def visit_call(self, node: ast.Call, name: str) -> None:
         func = node.func

@@ -80,6 +80,7 @@ class SparseTensors(Rule):
     name = "sparse-tensors"
     summary = "sparse tensors are not compiled (Dynamo) or supported (Neuron)"
     contextual = True
+    quiet_when_cold = False  # sparse layouts fail wherever they are made
     graph_breaks = ("GB0277", "GB0374", "GB0015")
     calls = frozenset({*CONVERSIONS, *CREATION, "SparseAdam"})
     keywords = frozenset({"sparse", "layout"})

@@ -61,6 +61,7 @@ class OldStack(Rule):
     severity = Severity.ERROR
     nodes = (ast.Import, ast.ImportFrom, ast.Subscript)
     calls = frozenset({"get", "setdefault", "getenv", "pop", "putenv"})
+    requires = (*(p.split(".")[-1] for p in PACKAGES), *ENV)
     VALID = (
         "import torch\n\ndevice = torch.device('neuron')\n",
         "import os\n\nimport jax\n\nos.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\n",

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import libcst as cst
 
@@ -27,6 +27,9 @@ from neuron_migrate.core.oldstack import OPTIMUM_NEURON
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.results import Change, Note
 from neuron_migrate.rewrite.spelling import State, renamed, state, visible_import
+
+if TYPE_CHECKING:
+    from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram
 
 _EMPTY = cst.Module(body=[])
 N = TypeVar("N", bound=cst.CSTNode)
@@ -242,6 +245,7 @@ class Frame:
     # binds, repeated (at the top of a function, or above a module-level statement) if the
     # rewritten statement reads the name.
     late_imports: dict[str, str] = field(default_factory=dict)
+    explained: set[str] = field(default_factory=set)  # names a codemod's own TODO here speaks of
 
 
 @dataclass
@@ -277,6 +281,7 @@ class MigrationContext:
     spelled: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     more_imports: dict[tuple[str, str | None], None] = field(default_factory=dict)  # beyond `new_imports`
     file_names: frozenset[str] | None = None  # every name the source binds or reads (see unused_name)
+    mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
     _at_module_end: bool = False
 
     def __post_init__(self) -> None:
@@ -336,13 +341,15 @@ class MigrationContext:
         if not any(n.code == code and n.message == message for n in self.notes):
             self.notes.append(Note(code, message))
 
-    def todo(self, code: str, message: str) -> None:
-        """Attach `# TODO(neuron-migrate CODE): message` to the statement being rewritten."""
+    def todo(self, code: str, message: str, explains: Sequence[str] = ()) -> None:
+        """Attach `# TODO(neuron-migrate CODE): message` to the statement being rewritten; the
+        names it `explains` (as written) get no generic TODO of their own there."""
         frame = self.frames[-1] if self.frames else None
         if frame is None:
             raise RuntimeError("todo() outside a statement")
         if (code, message) not in frame.todos:
             frame.todos.append((code, message))
+        frame.explained.update(explains)
 
     def comment(self, text: str) -> None:
         """Put a plain comment line above the statement being rewritten (never twice)."""
@@ -686,5 +693,5 @@ class Codemod(Transformer):
     def changed(self, message: str) -> None:
         self.ctx.changed(self.code, message)
 
-    def todo(self, message: str) -> None:
-        self.ctx.todo(self.code, message)
+    def todo(self, message: str, explains: Sequence[str] = ()) -> None:
+        self.ctx.todo(self.code, message, explains)

@@ -24,10 +24,31 @@ MOVE_TO_DEVICE = (
     f"{NXD}.parallel_layers.move_model_to_device",
 )
 INF1_TRACE = ("torch.neuron.trace", "torch_neuron.trace")
+PIPELINE_MODEL = (f"{NXD}.pipeline.NxDPPModel", f"{NXD}.pipeline.model.NxDPPModel")
 INF1 = "Inf1 torch-neuron (the `torch.neuron` trace API of Inferentia 1) is out of scope for TorchNeuron, which runs on Trn2/Trn3 only and owns the `torch.neuron` namespace; keep this code on the Inf1 stack or rewrite it for the `neuron` device with `torch.compile(model, dynamic=False)`"
 
 ROOTS = (NXD, "transformers_neuronx", "neuronx_distributed_inference", "torch_neuron")
 
+# Worked TODOs: what a person writes instead, spelled out with this program's own values.
+PIPELINE = (
+    "`{name}` cuts the model into pipeline stages (at `transformer_layer_cls` boundaries or `pipeline_cuts`) and "
+    "runs microbatches through them: natively build a (\"pp\", \"dp\", \"tp\") mesh, cut the plain model at the same "
+    "layers with `torch.distributed.pipelining.pipeline(model, mb_args=(one_microbatch,), split_spec={\"layers.<k>\": "
+    "SplitPoint.BEGINNING, ...})`, take this rank's stage with `pipe.build_stage(mesh[\"pp\"].get_local_rank(), device, "
+    "group=mesh[\"pp\"].get_group())`, and drive it with `Schedule1F1B(stage, n_microbatches=<num_microbatches>, "
+    "loss_fn=...)` (NxD's default schedule; `ScheduleGPipe` for all-forward-then-backward): `run_train(**batch)` "
+    "becomes `schedule.step(**batch)` on the first stage and `schedule.step(target=labels, losses=losses)` on the last; "
+    "transformers models: `DistributedConfig(pp_size=...)`"
+)
+INFERENCE = (
+    "`{name}` is NxD Core's inference path (traced buckets of a sharded model, loaded as one `NxDModel`), which "
+    "TorchNeuron replaces: shard the same model with `parallelize_module(model, mesh[\"tp\"], plan)` (or load it with "
+    "`from_pretrained(..., distributed_config=DistributedConfig(tp_size=...))`), load its full weights "
+    "(`set_model_state_dict` shards them; `shard_checkpoint` goes), compile it with `torch.compile(model, "
+    "backend=\"neuron\", dynamic=False, fullgraph=True)`, call it once per bucket with that bucket's example inputs "
+    "(each `ModelBuilder.add(..., example_inputs=[...])`) to compile every shape before serving, and pad requests "
+    "to the nearest bucket so no new shape compiles"
+)
 TP_PLAN = 'build the model from `nn.Linear`/`nn.Embedding` and shard it with `torch.distributed.tensor.parallel.parallelize_module(model, mesh["tp"], plan)`; for transformers models pass `distributed_config=DistributedConfig(tp_size=...)` to `from_pretrained`'
 
 
@@ -106,14 +127,15 @@ class NeuronxDistributed(Codemod):
         "neuronx_distributed_inference.utils.distributed.get_tp_group": '`{name}(config)` is the tensor-parallel process group: `mesh["tp"].get_group()` of the `DeviceMesh` the model is sharded on',
         f"{NXD}.parallel_layers.parallel_state": 'ask the `DeviceMesh` instead: `mesh["tp"].get_local_rank()`, `mesh["dp"].size()`, `mesh["tp"].get_group()`',
         f"{NXD}.parallel_layers.mappings": "express the region mapping as a DTensor layout: `SequenceParallel()` in the plan or `dtensor.redistribute(mesh, [Shard(...)/Replicate()])`",
-        f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": "use `F.cross_entropy` inside `with torch.distributed.tensor.parallel.loss_parallel():` on vocabulary-sharded logits",
+        f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": '`{name}(logits, target)` is each token\'s loss from logits split across the vocabulary, and a target outside it (-100) costs the log-sum-exp of the shifted logits: `F.cross_entropy(DTensor.from_local(logits, mesh["tp"], [Shard(-1)]), target, reduction="none")` under `loss_parallel()` gives 0 there instead, so mask such targets out before you rely on it',
+        f"{NXD}.parallel_layers.layer_norm.LayerNorm": "`{name}` is `nn.LayerNorm` whose parameters `allreduce_sequence_parallel_gradients` sums over the tensor-parallel ranks: with sequence parallelism shard an `nn.LayerNorm` with `SequenceParallel(sequence_dim=..., use_local_output=True)`, which sums them in backward; without it use `nn.LayerNorm`",
         f"{NXD}.parallel_layers.random": "seed with `torch.manual_seed(seed)`: DTensor random ops keep shards consistent",
         f"{NXD}.parallel_layers.grads": "use `torch.nn.utils.clip_grad_norm_`, which handles DTensor parameters",
         f"{NXD}.parallel_layers.checkpointing": "use `torch.distributed.checkpoint.save/load` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
         f"{NXD}.parallel_layers.save": "use `torch.distributed.checkpoint.save` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
         f"{NXD}.parallel_layers.load": "use `torch.distributed.checkpoint.load` (DCP) into the DTensor state dict, or `from_pretrained` for transformers models",
         f"{NXD}.parallel_layers": f"use plain modules sharded by a DTensor plan: {TP_PLAN}",
-        f"{NXD}.pipeline": "use `torch.distributed.pipelining` (`pipeline()`/`PipelineStage` + `ScheduleGPipe` or `Schedule1F1B`); transformers models: `DistributedConfig(pp_size=...)`",
+        f"{NXD}.pipeline": PIPELINE,
         f"{NXD}.optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`",
         f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)` (ZeRO-style sharding of optimizer state)",
         f"{NXD}.trainer.initialize_parallel_model": "use `AutoModel...from_pretrained(id, distributed_config=DistributedConfig(tp_size=..., fsdp_size=...))` for transformers models, else `parallelize_module` + `fully_shard`",
@@ -137,8 +159,12 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.trainer": "use FSDP2 (`fully_shard`) / DTensor (`parallelize_module`) on a `DeviceMesh`, or `transformers.Trainer` with `DistributedConfig`",
         f"{NXD}.lightning": "use Lightning's FSDP/DDP strategy on the `neuron` device (not verified on TorchNeuron)",
         f"{NXD}.utils.model_utils": 'for meta-device init use `torch.device("meta")` + `model.to_empty(device=...)`',
-        f"{NXD}.trace": "use a model sharded with `parallelize_module` (or `DistributedConfig(tp_size=...)`) compiled with `torch.compile(dynamic=False)`",
-        f"{NXD}.quantization": "`{name}` belongs to neuronx-distributed's quantization (quantized parallel layers, their dtypes and configs), which has no native counterpart here: keep the model in bfloat16, or quantize with a PyTorch-native library once it is verified on the `neuron` device",
+        **dict.fromkeys(
+            (f"{NXD}.trace", *(f"{NXD}.{name}" for name in ("ModelBuilder", "NxDModel", "BaseNxDModel", "TorchScriptNxDModel", "shard_checkpoint", "NxDParallelState", "convert_nxd_model_to_torchscript_model"))),
+            INFERENCE,
+        ),
+        f"{NXD}.quantization": "`{name}` belongs to neuronx-distributed's quantization (quantized parallel layers, their dtypes and configs): keep the model in bfloat16, or quantize the plain model with torchao before sharding it (`torchao.quantization.quantize_(model, Int8WeightOnlyConfig())` for int8 weights, `Float8WeightOnlyConfig()` for fp8) once torchao is verified on the `neuron` device",
+        f"{NXD}.modules.lora": "`{name}` is NxD's LoRA: use peft on the plain model (`peft.get_peft_model(model, peft.LoraConfig(r=..., lora_alpha=..., lora_dropout=..., target_modules=[...]))`, `merge_and_unload()` to fold the adapters in), then shard it; NxD's `lora_rank` (default 16) is peft's `r` (default 8: pass it), and `lora_alpha`, `lora_dropout`, `target_modules`, `bias` and `use_rslora` keep their names",
         f"{NXD}.modules.moe.moe_fused_tkg._convert_torch_dtype_to_nki_dtype": "`{name}` maps a torch dtype to an NKI dtype for NxD's fused MoE kernel: native experts run in the torch dtype itself",
         f"{NXD}.modules.moe": "use transformers' expert parallelism (`DistributedConfig(ep_size=...)`) or your own experts sharded with DTensor",
         f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` or `model.gradient_checkpointing_enable()`",
@@ -161,7 +187,37 @@ class NeuronxDistributed(Codemod):
                 return cst.parse_expression(f"{code_of(model.value)}.to({code_of(device.value)})")
         if name in INF1_TRACE:
             self.todo(INF1)
+        if name in PIPELINE_MODEL:
+            self._pipeline_todo(original_node)
         return updated_node
+
+    def _pipeline_todo(self, call: cst.Call) -> None:
+        """`NxDPPModel(...)`: the native pipeline, with this call's own cut and microbatches."""
+        written = code_of(call.func)
+        module = arg_value(call, 0, "module")
+        layer = arg_value(call, 1, "transformer_layer_cls")
+        cuts = arg_value(call, None, "pipeline_cuts")
+        microbatches = arg_value(call, 2, "num_microbatches")
+        model = code_of(module.value) if module is not None else "the model"
+        where = (
+            f"at the layers `{code_of(cuts.value)}` names"
+            if cuts is not None
+            else f"between its `{code_of(layer.value)}` layers"
+            if layer is not None
+            else "where NxD's partitioner cut it"
+        )
+        n = code_of(microbatches.value) if microbatches is not None else "1"
+        runs = "one microbatch" if n == "1" else f"{n} microbatches"
+        self.todo(
+            f"`{written}` cut `{model}` into pipeline stages {where} and ran {runs} through them: "
+            f'natively build a ("pp", "dp", "tp") mesh, cut the plain model at the same layers with '
+            f"`pipe = torch.distributed.pipelining.pipeline({model}, mb_args=(one_microbatch,), "
+            f'split_spec={{"<layer path>": SplitPoint.BEGINNING, ...}})`, take this rank\'s stage with '
+            f'`pipe.build_stage(mesh["pp"].get_local_rank(), device, group=mesh["pp"].get_group())` and drive it with '
+            f"`Schedule1F1B(stage, n_microbatches={n}, loss_fn=...)` (NxD's schedule): `run_train(**batch)` becomes "
+            "`schedule.step(**batch)` on the first stage and `schedule.step(target=labels, losses=losses)` on the last",
+            explains=(written,),
+        )
 
     def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> Any:
         if any(code_of(alias.name) == "torch_neuron" for alias in updated_node.names):

@@ -3,13 +3,15 @@
 NxD keeps its process groups in module globals and builds each layer already sharded. The native
 program keeps one `DeviceMesh` in a module-level variable and shards plain layers with
 `parallelize_module` where NxD built its parallel ones, so model code written for local shards
-(head counts divided by the tensor-parallel size) computes what it did.
+(head counts divided by the tensor-parallel size) computes what it did. NxD's region mappings
+become DTensor redistributions with the same forward and backward (`nxd_layouts.py`).
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 from typing import Any, ClassVar
@@ -18,11 +20,48 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    arg_value,
+    code_of,
+    expr,
+    fix_trailing_comma,
+    stmt,
+)
 from neuron_migrate.rewrite.codemods.neuronx_distributed import MOVE_TO_DEVICE
+from neuron_migrate.rewrite.codemods.nxd_layouts import (
+    LAYER_NAMES,
+    LAYERS,
+    LAYERS_MODULE,
+    MAPPING_NAMES,
+    MAPPINGS,
+    NXD,
+    SEQUENCE_OPTIONS,
+    Layer,
+    Mapping,
+    redistribution,
+)
+from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram, sibling_modules
+from neuron_migrate.rewrite.codemods.nxd_trainer import (
+    CHECKPOINT_IGNORED,
+    CONFIG,
+    HAS,
+    HAS_HELPER,
+    LOAD,
+    LOAD_HELPER,
+    MODEL,
+    OPTIMIZER,
+    SAVE,
+    SAVE_HELPER,
+    STEP_HOOK,
+    TRAINER_CALLS,
+    TrainerPlan,
+    trainer_blocker,
+    uses_blocker,
+)
+from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
 
-NXD = "neuronx_distributed"
-STATE = f"{NXD}.parallel_layers.parallel_state"
+STATE = f"{LAYERS_MODULE}.parallel_state"
 INITIALIZE = f"{STATE}.initialize_model_parallel"
 IS_INITIALIZED = f"{STATE}.model_parallel_is_initialized"
 DESTROY = f"{STATE}.destroy_model_parallel"
@@ -35,88 +74,47 @@ MESH_QUERIES = {
     f"{STATE}.get_data_parallel_rank": ("dp", "get_local_rank()"),
     f"{STATE}.get_data_parallel_group": ("dp", "get_group()"),
 }
+# The replica groups (lists of ranks) of each mesh dimension: the rows of the ("dp", "tp") mesh
+# are its tensor-parallel groups, the columns its data-parallel ones.
+REPLICA_GROUPS = {
+    f"{STATE}.get_tensor_model_parallel_replica_groups": ("tp", "{mesh}.mesh.tolist()"),
+    f"{STATE}.get_data_parallel_replica_groups": ("dp", "{mesh}.mesh.T.tolist()"),
+}
+# torch_xla steps that average gradients over `groups=`: with the data-parallel groups, each rank
+# averages its own shard over the replicas of that shard (position of `groups`).
+DATA_PARALLEL_AVERAGES = {
+    "torch_xla.core.xla_model.optimizer_step": 3,
+    "torch_xla.core.xla_model.reduce_gradients": 1,
+}
+XLA_COLLECTIVES = tuple(
+    f"torch_xla.core.xla_model.{name}" for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+)
 # initialize_model_parallel's other arguments, accepted at their default only.
 INITIALIZE_DEFAULTS = {
     "pipeline_model_parallel_size": "1",
     "context_parallel_size": "1",
     "expert_model_parallel_size": "1",
 }
+TENSOR_CLASSES = ("DTensor", "Replicate", "Shard", "Partial")
 
-
-@dataclass(frozen=True)
-class Layer:
-    """One NxD parallel layer and the plain module plus `parallelize_module` style that replace it."""
-
-    native: str  # the `torch.nn` class
-    sizes: tuple[tuple[str, str], ...]  # NxD's first two parameters -> the native ones
-    switch: str  # the keyword that picks the layout
-    switch_default: bool
-    styles: tuple[str, str]  # the style when the switch is False, when it is True
-    passed: frozenset[str]  # keywords with the same name and meaning natively
-    # Keywords accepted only at NxD's default (their code), where they change nothing natively.
-    defaults: tuple[tuple[str, str], ...]
-
-
-LINEAR_DEFAULTS = (
-    ("stride", "1"),
-    ("init_method", "None"),
-    ("sequence_parallel_enabled", "False"),
-    ("sequence_dimension", "None"),
-    ("keep_master_weight", "False"),
-    ("skip_bias_add", "False"),
-    ("pad", "False"),
-    ("tensor_model_parallel_group", "None"),
-    ("reduce_dtype", "torch.float32"),
-    ("rank_ordering", "None"),
+# NxD's vocabulary-parallel loss. Its custom backward is the gradient of this expression with the
+# maximum held constant; a target outside the vocabulary (-100) picks no logit on any rank.
+CROSS_ENTROPY = (f"{LAYERS_MODULE}.loss_functions.parallel_cross_entropy", f"{LAYERS_MODULE}.parallel_cross_entropy")
+CROSS_ENTROPY_HELPER = '''\
+def $name(logits, target):
+    """NxD's `parallel_cross_entropy`: each token's loss from logits split across the vocabulary
+    over the tensor-parallel ranks, gathered whole here. A target outside the vocabulary (such as
+    -100) costs the log-sum-exp of the logits less their maximum, as in NxD."""
+    logits = $DTensor.from_local(logits, $mesh["tp"], [$Shard(-1)]).full_tensor()
+    logits = logits - logits.amax(dim=-1, keepdim=True).detach()
+    inside = (target >= 0) & (target < logits.size(-1))
+    picked = logits.gather(-1, (target * inside).unsqueeze(-1)).squeeze(-1)
+    return logits.logsumexp(dim=-1) - picked * inside.float()
+'''
+# NxD's all-reduce of the gradients of sequence-parallel norms and biases: DTensor does it in backward.
+SEQUENCE_GRADIENTS = (
+    f"{LAYERS_MODULE}.grads.allreduce_sequence_parallel_gradients",
 )
-COLWISE_GATHERED = "ColwiseParallel(output_layouts=Replicate())"
-ROWWISE_SCATTERED = "RowwiseParallel(input_layouts=Replicate())"
-
-LAYERS = {
-    "ColumnParallelLinear": Layer(
-        native="Linear",
-        sizes=(("input_size", "in_features"), ("output_size", "out_features")),
-        switch="gather_output",
-        switch_default=True,
-        styles=("ColwiseParallel()", COLWISE_GATHERED),
-        passed=frozenset({"bias", "dtype", "device"}),
-        defaults=(*LINEAR_DEFAULTS, ("pad_alignment_size_per_rank", "1"), ("keep_padded_output", "False")),
-    ),
-    "RowParallelLinear": Layer(
-        native="Linear",
-        sizes=(("input_size", "in_features"), ("output_size", "out_features")),
-        switch="input_is_parallel",
-        switch_default=False,
-        styles=(ROWWISE_SCATTERED, "RowwiseParallel()"),
-        passed=frozenset({"bias", "dtype", "device"}),
-        defaults=(*LINEAR_DEFAULTS, ("reduce_output", "True"), ("tile_cc", "False")),
-    ),
-    "ParallelEmbedding": Layer(
-        native="Embedding",
-        sizes=(("num_embeddings", "num_embeddings"), ("embedding_dim", "embedding_dim")),
-        switch="shard_across_embedding",
-        switch_default=False,
-        styles=(ROWWISE_SCATTERED, COLWISE_GATHERED),  # the vocabulary or the embedding dimension
-        passed=frozenset({"dtype", "device"}),
-        defaults=(
-            ("padding_idx", "None"),
-            ("max_norm", "None"),
-            ("scale_grad_by_freq", "False"),
-            ("sparse", "False"),
-            ("pad", "False"),
-            ("sequence_parallel_enabled", "False"),
-            ("sequence_dimension", "None"),
-            ("tensor_model_parallel_group", "None"),
-            ("use_spmd_rank", "False"),
-            ("tile_cc", "False"),
-            ("rank_ordering", "None"),
-            ("collect_output", "True"),
-        ),
-    ),
-}
-LAYER_NAMES = {
-    f"{NXD}.parallel_layers{module}.{name}": name for name in LAYERS for module in ("", ".layers")
-}
 
 # Gradient clipping over the whole model: NxD's own, and torch's, which cannot mix DTensor and plain
 # parameters; both become a helper that can.
@@ -159,8 +157,8 @@ NOT_WITH_DTENSORS_METHODS = {
     "load_state_dict": "the state dict would hold DTensors, not NxD's per-rank shards: load with `torch.distributed.checkpoint`",
 }
 NOT_WITH_DTENSORS_CALLS = {
-    "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` all-reduces every gradient over all processes, tensor-parallel shards included",
-    "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` all-reduces gradients over process groups this migration does not map",
+    "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` without the data-parallel `groups=` all-reduces every gradient over all processes, tensor-parallel shards included",
+    "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` without the data-parallel `groups=` all-reduces gradients over all processes, tensor-parallel shards included",
     "torch.nn.parallel.DistributedDataParallel": "DDP over tensor-parallel DTensor parameters needs a data-parallel mesh dimension",
     "torch.distributed.fsdp.fully_shard": "FSDP2 with tensor parallelism needs the 2-D mesh wired by hand",
     "torch.nn.utils.clip_grad_value_": "`clip_grad_value_` cannot mix DTensor and plain parameters",
@@ -171,14 +169,40 @@ NOT_WITH_DTENSORS_CALLS = {
 
 LEFT_TODO = "TODO(neuron-migrate NM025)"
 ALREADY_LEFT = "an earlier migration left it to a person"
+SEQUENCE_MARK = "sequence_parallel_enabled"  # the attribute NxD's gradient all-reduce looks for
 
 
-def blocker(source: str, resolve: Any, always_called: set[str], path: str) -> str | None:
-    """Why the file's NxD tensor parallelism cannot be migrated as a whole, or None if it can.
+@dataclass
+class Plan:
+    """What the whole-file check decided: why the file is left as it is, or how it is migrated."""
+
+    blocked: str | None = None
+    sequence_dims: set[str] = field(default_factory=set)  # of the sequence-parallel layers and mappings
+    sequence_norms: bool = False  # sequence-parallel parameters whose gradients NxD all-reduced
+    reduces_sequence_gradients: bool = False
+    trainer: TrainerPlan = field(default_factory=TrainerPlan)
+
+    @property
+    def sequence_dim(self) -> str:
+        """The sequence dimension for norms, which work on any: the file's own when it has one."""
+        return next(iter(self.sequence_dims)) if len(self.sequence_dims) == 1 else "0"
+
+
+def plan(source: str, resolve: Any, always_called: set[str], path: str, program: MeshProgram | None = None) -> Plan:
+    """Whether the file's NxD tensor parallelism can be migrated as a whole, and what it needs.
 
     All or nothing: replacing NxD's process groups breaks every NxD call left in the file, so each
-    use must be one this codemod rewrites, in a file that sets the groups up on every run.
+    use must be one this codemod rewrites, in a file that sets the groups up on every run (or, in
+    a `program` of several files, in the one file of them that does).
     """
+    found = Plan()
+    found.blocked = program.blocked if program is not None and program.blocked else _blocker(source, resolve, always_called, path, found, program)
+    return found
+
+
+def _blocker(
+    source: str, resolve: Any, always_called: set[str], path: str, found: Plan, program: MeshProgram | None
+) -> str | None:
     if LEFT_TODO in source:
         return ALREADY_LEFT  # an earlier run said why; what it saw (`xm.optimizer_step`) may be rewritten since
     try:
@@ -194,37 +218,96 @@ def blocker(source: str, resolve: Any, always_called: set[str], path: str) -> st
             return f"`from {node.module} import *` hides which NxD names the file uses"
         if isinstance(node, ast.Attribute) and node.attr in NOT_WITH_DTENSORS_METHODS:
             return NOT_WITH_DTENSORS_METHODS[node.attr]
+        if _marks_sequence_parallel(node):
+            return (
+                f"a parameter is marked `{SEQUENCE_MARK}` by hand for NxD's gradient all-reduce; natively only "
+                "the norms and layers sharded with `SequenceParallel`/`RowwiseParallel` reduce their gradients"
+            )
         if not isinstance(node, ast.Name | ast.Attribute):
             continue
         dotted = ast_dotted_name(node)
         qualified = resolve(dotted) if dotted else None
         if qualified is None:
             continue
+        parent = parents.get(id(node))
+        if qualified in DATA_PARALLEL_AVERAGES and _averages_over_data_parallel(parent, node, DATA_PARALLEL_AVERAGES[qualified], resolve):
+            continue
         if qualified in NOT_WITH_DTENSORS_CALLS:
             return NOT_WITH_DTENSORS_CALLS[qualified]
+        if qualified in XLA_COLLECTIVES and isinstance(parent, ast.Call) and _reads_parameters(parent):
+            return f"`{dotted}` reduces gradients or parameters, which are DTensors natively"
         if qualified not in REWRITTEN and qualified != NXD and not qualified.startswith(NXD + "."):
             continue
-        parent = parents.get(id(node))
         if isinstance(parent, ast.Attribute) and resolve(ast_dotted_name(parent) or "") is not None:
             continue  # the inner part of a longer name
         if not (isinstance(parent, ast.Call) and parent.func is node):
             return f"`{dotted}` is used other than by calling it"
         names.add(qualified)
-        reason = _call_blocker(qualified, parent, parents.get(id(parent)))
+        reason = _call_blocker(qualified, parent, parents.get(id(parent)), found)
         if reason is not None:
             return reason
         initializes += qualified == INITIALIZE
-    if initializes != 1 or INITIALIZE not in always_called:
+    trainer = found.trainer
+    builds = initializes + bool(trainer.config)
+    surely = INITIALIZE in always_called or bool(always_called & set(CONFIG))
+    if program is not None and not program.builds_mesh:
+        pass  # the program's own script builds the mesh
+    elif builds != 1 or not surely:
         return (
-            "the file does not call `initialize_model_parallel` once on every run: the mesh that replaces NxD's "
-            "process groups would be built elsewhere"
+            "the file does not call `initialize_model_parallel` or `neuronx_distributed_config` once on every run: "
+            "the mesh that replaces NxD's process groups would be built elsewhere"
         )
+    reason = uses_blocker(tree, source, trainer)
+    if reason is not None:
+        return reason
     if IS_INITIALIZED in names and DESTROY in names:
         return "`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks"
-    return _sibling_blocker(tree, path)
+    found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
+    if found.sequence_norms and not found.reduces_sequence_gradients:
+        return (
+            "sequence-parallel norms or biases are never all-reduced (`allreduce_sequence_parallel_gradients`), "
+            "so their copies drift apart on each rank; natively DTensor reduces them in backward"
+        )
+    return _sibling_blocker(tree, path) if program is None else None
 
 
-def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None) -> str | None:
+def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: int, resolve: Any) -> bool:
+    """`xm.reduce_gradients(opt, groups=parallel_state.get_data_parallel_replica_groups())`."""
+    if not (isinstance(call, ast.Call) and call.func is func):
+        return False
+    groups = _argument(call, position, "groups")
+    if not (isinstance(groups, ast.Call) and not groups.args and not groups.keywords):
+        return False
+    return resolve(ast_dotted_name(groups.func) or "") == f"{STATE}.get_data_parallel_replica_groups"
+
+
+def _reads_parameters(call: ast.Call) -> bool:
+    """The collective's arguments name gradients or parameters (`p.grad`, `model.parameters()`)."""
+    return any(
+        isinstance(node, ast.Attribute) and node.attr in ("grad", "parameters", "named_parameters", "main_grad")
+        for arg in (*call.args, *(k.value for k in call.keywords))
+        for node in ast.walk(arg)
+    )
+
+
+def _marks_sequence_parallel(node: ast.AST) -> bool:
+    """`setattr(p, "sequence_parallel_enabled", ...)` or `p.sequence_parallel_enabled = ...`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+        return len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == SEQUENCE_MARK
+    if isinstance(node, ast.Assign):
+        # A model configuration's flag of the same name (`config.sequence_parallel_enabled = True`)
+        # is no parameter.
+        return any(
+            isinstance(t, ast.Attribute) and t.attr == SEQUENCE_MARK and not _CONFIGURATION.search(ast.unparse(t.value))
+            for t in node.targets
+        )
+    return False
+
+
+_CONFIGURATION = re.compile(r"(?:config|conf|cfg|args|flags|options)$", re.IGNORECASE)
+
+
+def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, found: Plan) -> str | None:
     if any(isinstance(arg, ast.Starred) for arg in call.args) or any(k.arg is None for k in call.keywords):
         return f"`{qualified.rpartition('.')[2]}` is called with `*args`/`**kwargs`"
     short = qualified.rpartition(".")[2]
@@ -235,7 +318,7 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None) -> 
             if keyword.arg != "tensor_model_parallel_size" and INITIALIZE_DEFAULTS.get(keyword.arg or "") != ast.unparse(keyword.value):
                 return f"`initialize_model_parallel({keyword.arg}=...)`: only tensor parallelism is migrated"
         return None
-    if qualified in MESH_QUERIES or qualified == IS_INITIALIZED:
+    if qualified in MESH_QUERIES or qualified in REPLICA_GROUPS or qualified == IS_INITIALIZED:
         return None if not call.args and not call.keywords else f"`{short}` is called with arguments"
     if qualified == DESTROY:
         return None if isinstance(statement, ast.Expr) and not call.args else f"`{short}` is called for its value"
@@ -243,6 +326,8 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None) -> 
         return None  # NM024 makes it `model.to(device)`
     if qualified in SEED:
         return None if len(call.args) == 1 and not call.keywords else f"`{short}` is called with other than a seed"
+    if qualified in SEQUENCE_GRADIENTS:
+        return None if isinstance(statement, ast.Expr) else f"`{short}` is called for its value"
     if qualified in CLIP:
         if len(call.args) > 2:
             return f"`{short}` has options given by position"
@@ -250,21 +335,93 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None) -> 
             if keyword.arg not in ("parameters", "max_norm", "force_spmd") and ast.unparse(keyword.value) not in CLIP_OPTIONS.get(keyword.arg or "", ()):
                 return f"`{short}({keyword.arg}=...)` has no counterpart for DTensor parameters here"
         return None
-    if qualified in LAYER_NAMES:
-        layer = LAYERS[LAYER_NAMES[qualified]]
-        if len(call.args) > 2:
-            return f"`{short}` has options given by position"
-        for keyword in call.keywords:
-            name = keyword.arg or ""
-            value = ast.unparse(keyword.value)
-            if name in (*(old for old, _ in layer.sizes), *layer.passed):
-                continue
-            if name == layer.switch and value in ("True", "False"):
-                continue
-            if dict(layer.defaults).get(name) != value:
-                return f"`{short}({name}={value})` has no native counterpart here"
+    if qualified in CROSS_ENTROPY:
+        smoothing = _argument(call, 2, "label_smoothing")
+        if len(call.args) < 2 and not {"vocab_parallel_logits", "target"} <= {k.arg for k in call.keywords}:
+            return f"`{short}` is called without logits and targets"
+        if smoothing is not None and ast.unparse(smoothing) not in ("0", "0.0"):
+            return f"`{short}(label_smoothing=...)`: NxD's backward does not match its forward with smoothing"
         return None
+    if qualified in MAPPING_NAMES:
+        return _mapping_blocker(short, MAPPINGS[MAPPING_NAMES[qualified]], call, found)
+    if qualified in TRAINER_CALLS:
+        return trainer_blocker(qualified, call, statement, found.trainer)
+    if qualified in LAYER_NAMES:
+        return _layer_blocker(short, LAYERS[LAYER_NAMES[qualified]], call, found)
     return f"`{short}` has no native rewrite yet"
+
+
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+    for given in call.keywords:
+        if given.arg == keyword:
+            return given.value
+    return call.args[position] if len(call.args) > position else None
+
+
+def _plain(node: ast.expr) -> bool:
+    """An expression that reads a value and does nothing else (safe to keep where it was)."""
+    return isinstance(node, ast.Constant | ast.Name) or (
+        isinstance(node, ast.Attribute) and _plain(node.value)
+    ) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _plain(node.operand))
+
+
+def _mapping_blocker(short: str, mapping: Mapping, call: ast.Call, found: Plan) -> str | None:
+    known = {"input_", *(k for k, _ in mapping.defaults)}
+    if mapping.dimension is not None:
+        keyword, position, default = mapping.dimension
+        known.add(keyword)
+        dim = _argument(call, position, keyword)
+        if dim is None and default is None:
+            return f"`{short}` is called without `{keyword}`"
+        if dim is not None and not _plain(dim):
+            return f"`{short}({keyword}=...)` is computed where it is passed"
+        if "sequence" in short:
+            found.sequence_dims.add(ast.unparse(dim) if dim is not None else str(default))
+    if mapping.grad_switch is not None:
+        keyword, position, values = mapping.grad_switch
+        known.add(keyword)
+        value = _argument(call, position, keyword)
+        if value is not None and ast.unparse(value) not in values:
+            return f"`{short}({keyword}=...)` is not `True` or `False` where it is passed"
+    positional = 1 + (mapping.dimension is not None) + (mapping.grad_switch is not None)
+    if len(call.args) > positional:
+        return f"`{short}` has options given by position"
+    for keyword_arg in call.keywords:
+        name = keyword_arg.arg or ""
+        if name not in known:
+            return f"`{short}({name}=...)` is not an option of NxD's mapping"
+        if dict(mapping.defaults).get(name, ast.unparse(keyword_arg.value)) != ast.unparse(keyword_arg.value):
+            return f"`{short}({name}={ast.unparse(keyword_arg.value)})` has no native counterpart here"
+    return None
+
+
+def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str | None:
+    if len(call.args) > len(layer.sizes):
+        return f"`{short}` has options given by position"
+    given = {k.arg or "": ast.unparse(k.value) for k in call.keywords}
+    sequence = given.get(SEQUENCE_OPTIONS[0], "False")
+    if sequence not in ("True", "False"):
+        return f"`{short}(sequence_parallel_enabled={sequence})` is decided at run time"
+    if sequence == "True":
+        if layer.sequence_style is None:
+            return f"`{short}(sequence_parallel_enabled=True)` lays its output out in a way DTensor does not"
+        if layer.switch and given.get(layer.switch, str(layer.switch_default)) != str(layer.sequence_switch):
+            return f"`{short}` with sequence parallelism needs `{layer.switch}={layer.sequence_switch}` (NxD refuses it otherwise)"
+        dim = next((k.value for k in call.keywords if k.arg == SEQUENCE_OPTIONS[1]), None)
+        if dim is not None and not _plain(dim):
+            return f"`{short}(sequence_dimension=...)` is computed where it is passed"
+        if layer.switch:
+            found.sequence_dims.add("0" if dim is None or ast.unparse(dim) == "None" else ast.unparse(dim))
+        if layer.native == "LayerNorm" or (short == "RowParallelLinear" and given.get("bias", "True") != "False"):
+            found.sequence_norms = True
+    for name, value in given.items():
+        if name in (*(old for old, _ in layer.sizes), *layer.passed, *SEQUENCE_OPTIONS):
+            continue
+        if name == layer.switch and value in ("True", "False"):
+            continue
+        if dict(layer.defaults).get(name) != value:
+            return f"`{short}({name}={value})` has no native counterpart here"
+    return None
 
 
 def _sibling_blocker(tree: ast.Module, path: str) -> str | None:
@@ -272,23 +429,13 @@ def _sibling_blocker(tree: ast.Module, path: str) -> str | None:
     would expect the NxD state this file no longer sets up."""
     if not path:
         return None
-    folder = Path(path).parent
-    for node in all_nodes(tree):
-        modules: list[str] = []
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            modules = [base] if node.module else [alias.name for alias in node.names]
-        for module in modules:
-            relative = Path(*module.split("."))
-            for candidate in (folder / relative.with_suffix(".py"), folder / relative / "__init__.py"):
-                try:
-                    text = candidate.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    continue
-                if NXD in text:
-                    return f"`{module}` next to this file uses neuronx-distributed as well: migrate the two together"
+    for module, candidate in sibling_modules(tree, Path(path).parent):
+        try:
+            text = candidate.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if NXD in text:
+            return f"`{module}` next to this file uses neuronx-distributed as well: migrate the two together"
     return None
 
 
@@ -309,6 +456,21 @@ class NxdTensorParallel(Codemod):
     | `RowParallelLinear(i, o)` (scatters its input by default) | `... RowwiseParallel(input_layouts=Replicate())` |
     | `ParallelEmbedding(v, d)` (vocabulary-sharded) | `parallelize_module(nn.Embedding(v, d), mesh["tp"], RowwiseParallel(input_layouts=Replicate()))` |
     | `ParallelEmbedding(v, d, shard_across_embedding=True)` | `... ColwiseParallel(output_layouts=Replicate())` |
+    | `ColumnParallelLinear(..., sequence_parallel_enabled=True, sequence_dimension=d)` | `... ColwiseParallel(input_layouts=Shard(d))` (the input arrives split along the sequence) |
+    | `RowParallelLinear(..., sequence_parallel_enabled=True, sequence_dimension=d)` | `... RowwiseParallel(output_layouts=Shard(d))` (reduce-scattered along the sequence) |
+    | `layer_norm.LayerNorm(h, sequence_parallel_enabled=True)` | `parallelize_module(nn.LayerNorm(h), mesh["tp"], SequenceParallel(sequence_dim=d, use_local_output=True))`; without sequence parallelism `nn.LayerNorm(h)` |
+    | `grads.allreduce_sequence_parallel_gradients(optimizer)` | removed: DTensor sums those gradients in backward |
+    | `copy_to_tensor_model_parallel_region(x)` | `DTensor.from_local(x, mesh["tp"], [Replicate()]).to_local(grad_placements=[Partial()])` |
+    | `reduce_from_tensor_model_parallel_region(x)` | `DTensor.from_local(x, mesh["tp"], [Partial()]).full_tensor()` |
+    | `scatter_to_tensor_model_parallel_region(x)` / `gather_from_...(x)` | `... [Replicate()]).redistribute(placements=[Shard(-1)]).to_local()` / `... [Shard(-1)]).full_tensor()` |
+    | `scatter_to_` / `gather_from_` / `reduce_scatter_to_sequence_parallel_region(x, d)` | the same redistributions along `Shard(d)` (`gather_from` with `to_model_parallel=True` reduce-scatters the gradient: `grad_placements=[Partial()]`) |
+    | `parallel_cross_entropy(logits, target)` | `vocab_parallel_cross_entropy(logits, target)`, a helper computing NxD's per-token loss from the gathered logits |
+    | `xm.reduce_gradients(opt, groups=get_data_parallel_replica_groups())` | `average_gradients_in_group(opt, mesh["dp"].get_group())`, each rank its own shards |
+    | `get_data_parallel_replica_groups()` / `get_tensor_model_parallel_replica_groups()` | the columns / rows of `mesh.mesh` (a collective given them takes that dimension's own group) |
+    | `cfg = nxd.neuronx_distributed_config(tensor_parallel_size=tp, optimizer_config={...})` | the mesh, as above |
+    | `model = nxd.initialize_parallel_model(cfg, build, include_buffers, *args)` | `model = build(*args).to(device)`, `model.train()`; with ZeRO-1 `fully_shard(model, mesh=mesh["dp"])` (FSDP2) |
+    | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
+    | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
     | `model_parallel_xla_manual_seed(seed)` | `torch.manual_seed(seed)` |
     | `grads.clip_grad_norm(params, max_norm)`, `torch.nn.utils.clip_grad_norm_(params, max_norm)` | `clip_grad_norm_of_shards_(params, max_norm)`, a helper added to the file |
 
@@ -322,7 +484,13 @@ class NxdTensorParallel(Codemod):
     from the seed and kept its slice; `parallelize_module` shards rank 0's full weight, the
     same numbers for every tensor-parallel size (NxD drew each rank's slice of a bias apart).
     torch's `clip_grad_norm_` cannot mix DTensor and plain parameters; the helper takes the norm
-    of the whole model as NxD's `clip_grad_norm` did, each shard counted once.
+    of the whole model as NxD's `clip_grad_norm` did, each shard counted once. Each region
+    mapping is an `autograd.Function` in NxD; the DTensor redistribution that replaces it does
+    the same collective going forward and, through the layout it gives the gradient, the same
+    one coming back. NxD's `parallel_cross_entropy` returns each token's loss and charges a
+    target outside the vocabulary (-100) the log-sum-exp of the shifted logits, where
+    `F.cross_entropy` under `loss_parallel()` gives 0: the helper keeps NxD's values, at the
+    cost of gathering the logits on every rank.
 
     ## Example
     ```python
@@ -341,33 +509,62 @@ class NxdTensorParallel(Codemod):
     All or nothing per file, because replacing NxD's process groups breaks any NxD call left
     behind: the file must call `initialize_model_parallel` once on every run, with tensor
     parallelism only, and use no other NxD API; layer options must be ones with a native
-    meaning (sequence parallelism, `skip_bias_add`, padding, custom `init_method`, `stride` and
-    process groups are not). Files that read or load state dicts, clip gradients by value or with
-    another norm, step with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype are
-    left as they were, as are files whose own modules next to them use NxD. What is left gets NM024's TODOs, and the
-    report says why. A migrated program gives the losses and gradients of its one-process run
-    under `torchrun`, clipped gradients included (tested with two and four processes).
+    meaning (`skip_bias_add`, padding, custom `init_method`, `stride`, process groups, a
+    sequence-parallel embedding and sequence parallelism decided at run time are not). With
+    sequence parallelism, NxD only summed the gradients of the norms and biases a program passed
+    to `allreduce_sequence_parallel_gradients`; DTensor always does, so a file that never calls it,
+    or marks parameters for it by hand, is left. `parallel_cross_entropy` with label smoothing is
+    left too (NxD's backward does not match its forward then). The trainer API is migrated when
+    its configuration sets only tensor parallelism, ZeRO-1 and clipping (pipelines, activation
+    checkpointing, LoRA, meta-device initialisation and mixed-precision settings are left), goes
+    only to `initialize_parallel_model`/`initialize_parallel_optimizer`, and the model and
+    optimizer are not used through NxD's wrappers (`.module`, `.optimizer`); ZeRO-1 is left where
+    the file also uses 16-bit floats (NxD kept fp32 master weights). ZeRO-1 becomes FSDP2, which
+    averages the gradients as NxD did and shards the parameters too (ZeRO-3). Checkpoints are
+    written with DCP: ones NxD wrote cannot be read back, which the report says. Files that read or load state
+    dicts, clip gradients by value or with another norm, step with `xm.optimizer_step`, wrap in
+    DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
+    folder that it imports and that use NxD too (its model code) are one program: migrated
+    together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets
+    and the model code reads; if any of them is left, all are, and a file migrated without the
+    others it shares NxD's state with is left too. What is left gets NM024's TODOs, and the
+    report says why. A migrated
+    program gives the losses and gradients of its one-process run under `torchrun`, clipped
+    gradients, sequence parallelism, every region mapping and the loss of ignored targets
+    included (tested with two and four processes). The helper loss no longer shifts the caller's
+    logits in place, as NxD's did.
     """
 
     code = "NM025"
     name = "nxd-tensor-parallel"
     summary = "neuronx-distributed tensor parallelism -> `DeviceMesh` + `parallelize_module` (DTensor)"
-    triggers = (STATE, *LAYER_NAMES)
+    triggers = (STATE, *LAYER_NAMES, *TRAINER_CALLS)
     manual: ClassVar[dict[str, str]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._blocked: str | None = None
+        self._plan = Plan()
         self._mesh = ""
         self._statement_values: set[int] = set()  # assigned values: a layer there may span lines
 
+    @property
+    def _blocked(self) -> str | None:
+        return self._plan.blocked
+
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
-        self._blocked = blocker(ctx.source, ctx.imports.resolve_dotted, ctx.facts.always_called, ctx.path)
+        program = ctx.mesh_program
+        self._plan = plan(ctx.source, ctx.imports.resolve_dotted, ctx.facts.always_called, ctx.path, program)
         if self._blocked is not None:
             ctx.note(self.code, f"tensor parallelism left to a person: {self._blocked}")
-        else:
-            self._mesh = ctx.unused_name("mesh")
+            return
+        # One file: a module-level variable. A program of several: the attribute of the folder's
+        # mesh module, which the script sets and the model code reads.
+        self._mesh = f"{ctx.need_import(program.module)}.mesh" if program is not None else ctx.unused_name("mesh")
+        known = ctx.shared(MeshGroups)
+        known.sharded_parameters = True
+        for dim, groups in REPLICA_GROUPS.values():
+            known.groups[groups.format(mesh=self._mesh)] = f'{self._mesh}["{dim}"].get_group()'
 
     # -- process state ---------------------------------------------------------------------------
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
@@ -376,30 +573,39 @@ class NxdTensorParallel(Codemod):
             return updated_node
         name = self.qualify(call.func)
         if self._blocked is not None:
-            if name == INITIALIZE and self._blocked is not ALREADY_LEFT:
-                self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; a file's NxD code moves as a whole")
+            if name == INITIALIZE:
+                self._left_to_a_person()
             return updated_node
         if name == DESTROY:
             self.changed("removed `destroy_model_parallel()`: the mesh's groups end with the process group")
             return self.ctx.remove(updated_node)
+        if name in SEQUENCE_GRADIENTS:
+            self.changed(
+                "removed `allreduce_sequence_parallel_gradients(...)`: the sequence-parallel norms and biases are "
+                "replicated DTensors, whose gradients DTensor sums over `mesh[\"tp\"]` in backward"
+            )
+            return self.ctx.remove(updated_node)
         if name != INITIALIZE:
             return updated_node
         size = arg_value(call, 0, "tensor_model_parallel_size")
-        tp = "1" if size is None else code_of(size.value)
-        init_device_mesh = self.ctx.need_from("torch.distributed.device_mesh", "init_device_mesh")
-        world = f"{self.ctx.dist()}.get_world_size()"
-        if size is None or tp == "1":
-            shape = f"({world}, 1)"
-        elif isinstance(size.value, cst.Name | cst.Attribute | cst.Integer | cst.Call | cst.Subscript):
-            shape = f"({world} // {tp}, {tp})"
-        else:
-            shape = f"({world} // ({tp}), {tp})"
-        if self.ctx.scope is not self.ctx.scope.module:
-            self.ctx.insert_before(stmt(f"global {self._mesh}\n"))
         self.changed(
             "`initialize_model_parallel(tensor_model_parallel_size=...)` -> `init_device_mesh(..., "
             'mesh_dim_names=("dp", "tp"))` in a module-level variable'
         )
+        return self._mesh_assignment("1" if size is None else code_of(size.value))
+
+    def _mesh_assignment(self, tp: str) -> cst.BaseSmallStatement:
+        """`mesh = init_device_mesh(device_type, (world // tp, tp), mesh_dim_names=("dp", "tp"))`."""
+        init_device_mesh = self.ctx.need_from("torch.distributed.device_mesh", "init_device_mesh")
+        world = f"{self.ctx.dist()}.get_world_size()"
+        if tp == "1":
+            shape = f"({world}, 1)"
+        elif isinstance(expr(tp), cst.Name | cst.Attribute | cst.Integer | cst.Call | cst.Subscript):
+            shape = f"({world} // {tp}, {tp})"
+        else:
+            shape = f"({world} // ({tp}), {tp})"
+        if self.ctx.scope is not self.ctx.scope.module and "." not in self._mesh:
+            self.ctx.insert_before(stmt(f"global {self._mesh}\n"))
         args = [self.ctx.device_type_expr(), shape, 'mesh_dim_names=("dp", "tp")']
         assign = f"{self._mesh} = {init_device_mesh}({', '.join(args)})"
         if len(assign) > 88:  # one argument per line, as a formatter would
@@ -407,6 +613,105 @@ class NxdTensorParallel(Codemod):
         line = stmt(assign + "\n")
         assert isinstance(line, cst.SimpleStatementLine)
         return line.body[0]
+
+    # -- the trainer API -------------------------------------------------------------------------
+    def _left_to_a_person(self) -> None:
+        """The TODO on the statement that sets NxD's groups up: why the file stays as it is."""
+        if self._blocked is not ALREADY_LEFT:
+            whole = "a file's NxD code moves" if self.ctx.mesh_program is None else "the files of one NxD program move"
+            self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; {whole} as a whole")
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
+        call = updated_node.value
+        if not isinstance(call, cst.Call) or len(updated_node.targets) != 1:
+            return updated_node
+        name = self.qualify(call.func)
+        if self._blocked is not None:
+            if name in CONFIG:
+                self._left_to_a_person()
+            return updated_node
+        target = code_of(updated_node.targets[0].target)
+        trainer = self._plan.trainer
+        if name in CONFIG:
+            self.changed("`neuronx_distributed_config(...)` -> the device mesh (`init_device_mesh`)")
+            return self._mesh_assignment(trainer.tensor_parallel_size)
+        if name in MODEL:
+            model_args = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args[3:]]
+            model_args += [
+                code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
+                for a in call.args if a.keyword is not None and a.keyword.value != "include_buffers"
+            ]
+            function = code_of(call.args[1].value)
+            self.ctx.insert_after(stmt(f"{target}.train()  # as NxD's model wrapper left it\n"))
+            if trainer.zero1 != "False":
+                self._zero1(target, trainer.zero1)
+            self.changed("`initialize_parallel_model(config, build, ...)` -> `build(...)` on the device, in training mode")
+            return updated_node.with_changes(value=expr(f"{function}({', '.join(model_args)}).to({self.ctx.device_expr()})"))
+        if name in OPTIMIZER:
+            options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args[2:]]
+            hook = self._step_hook()
+            average = {"False": "True", "True": "False"}.get(trainer.zero1, f"not {trainer.zero1}")
+            norm = trainer.max_grad_norm or "None"
+            self.ctx.insert_after(stmt(f"{target}.register_step_pre_hook({hook}(average={average}, max_norm={norm}))\n"))
+            self.changed(
+                "`initialize_parallel_optimizer(config, cls, params, ...)` -> `cls(params, ...)` with a step pre-hook "
+                "that averages and clips the gradients as NxD's optimizer did"
+            )
+            return updated_node.with_changes(value=expr(f"{code_of(call.args[1].value)}({', '.join(options)})"))
+        return updated_node
+
+    def _zero1(self, model: str, enabled: str) -> None:
+        """NxD's ZeRO-1 sharded the optimizer state over the data-parallel ranks: FSDP2 over
+        `mesh["dp"]` does (and the parameters too), averaging the gradients as it goes."""
+        fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
+        shard = f'{fully_shard}({model}, mesh={self._mesh}["dp"])'
+        comment = "  # ZeRO-1: the optimizer state (and here the parameters) split over the data-parallel ranks"
+        if enabled == "True":
+            self.ctx.insert_after(stmt(shard + comment + "\n"))
+        else:
+            self.ctx.insert_after(stmt(f"if {enabled}:{comment}\n    {shard}\n"))
+        self.changed('ZeRO-1 -> FSDP2 `fully_shard(model, mesh=mesh["dp"])`')
+
+    def _step_hook(self) -> str:
+        name = self.ctx.unused_name("nxd_optimizer_step_hook")
+        source = Template(STEP_HOOK).substitute(
+            name=name,
+            DTensor=self.ctx.need_from("torch.distributed.tensor", "DTensor"),
+            dist=self.ctx.dist(),
+            mesh=self._mesh,
+            clip=self._clip_helper(),
+        )
+        return self.ctx.need_helper(name, source)
+
+    def _checkpoint(self, call: cst.Call, name: str) -> cst.BaseExpression:
+        kind = "save" if name in SAVE else "load" if name in LOAD else "has"
+        helper = self._checkpoint_helper(kind)
+        kept = [a for a in call.args if a.keyword is None or a.keyword.value not in CHECKPOINT_IGNORED]
+        self.changed(f"`{name.rpartition('.')[2]}` -> `{helper}` (`torch.distributed.checkpoint`)")
+        if kind == "load":
+            self.ctx.note(
+                self.code,
+                "checkpoints are written with `torch.distributed.checkpoint` now: ones NxD wrote before cannot be "
+                "loaded by the migrated program; convert them (NxD's per-rank files to a DCP state dict) or start anew",
+            )
+        return call.with_changes(func=expr(helper), args=fix_trailing_comma(kept))
+
+    def _checkpoint_helper(self, kind: str) -> str:
+        save = self.ctx.unused_name("save_dcp_checkpoint")
+        spelled = {
+            "name": self.ctx.unused_name(f"{kind}_dcp_checkpoint"),
+            "save": save,
+            "os": self.ctx.os(),
+            "torch": self.ctx.torch(),
+            "dist": self.ctx.dist(),
+            "dcp": self.ctx.need_import("torch.distributed.checkpoint", "dcp"),
+            **{
+                n: self.ctx.need_from("torch.distributed.checkpoint.state_dict", n)
+                for n in ("get_model_state_dict", "get_optimizer_state_dict", "set_model_state_dict", "set_optimizer_state_dict", "StateDictOptions")
+            },
+        }
+        template = {"save": SAVE_HELPER, "load": LOAD_HELPER, "has": HAS_HELPER}[kind]
+        return self.ctx.need_helper(spelled["name"], Template(template).substitute(spelled))
 
     # -- queries and layers ----------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -433,12 +738,23 @@ class NxdTensorParallel(Codemod):
             dim, method = MESH_QUERIES[name]
             self.changed(f"`{name.rpartition('.')[2]}()` -> `mesh[\"{dim}\"].{method}`")
             return expr(f'{self._mesh}["{dim}"].{method}')
+        if name in REPLICA_GROUPS:
+            dim, groups = REPLICA_GROUPS[name]
+            self.changed(f"`{name.rpartition('.')[2]}()` -> the ranks of each `mesh[\"{dim}\"]` group")
+            return expr(groups.format(mesh=self._mesh))
         if name == IS_INITIALIZED:
-            self.ctx.need_helper(self._mesh, f"{self._mesh} = None  # the device mesh, once built\n")
+            if "." not in self._mesh:
+                self.ctx.need_helper(self._mesh, f"{self._mesh} = None  # the device mesh, once built\n")
             self.changed("`model_parallel_is_initialized()` -> `mesh is not None`")
             return self.ctx.group(expr(f"{self._mesh} is not None"))
         if name in LAYER_NAMES:
             return self._layer(LAYER_NAMES[name], updated_node, id(original_node) in self._statement_values)
+        if name in MAPPING_NAMES:
+            return self._mapping(MAPPING_NAMES[name], updated_node, id(original_node) in self._statement_values)
+        if name in CROSS_ENTROPY:
+            return self._cross_entropy(updated_node)
+        if name is not None and name in (*SAVE, *LOAD, *HAS):
+            return self._checkpoint(updated_node, name)
         if name in SEED:
             self.changed("`model_parallel_xla_manual_seed(seed)` -> `torch.manual_seed(seed)`")
             return updated_node.with_changes(func=expr(f"{self.ctx.torch()}.manual_seed"))
@@ -454,45 +770,91 @@ class NxdTensorParallel(Codemod):
             return f"{self.ctx.torch()}.nn"
         return self.ctx.need_import("torch.nn", "nn")
 
+    def _spelled(self, code: str) -> str:
+        """`code` with the DTensor classes it names spelled as they can be here, imports added."""
+        for name in TENSOR_CLASSES:
+            if re.search(rf"\b{name}\b", code):
+                code = re.sub(rf"\b{name}\b", self.ctx.need_from("torch.distributed.tensor", name), code)
+        return code
+
+    def _mapping(self, kind: str, call: cst.Call, whole_value: bool) -> cst.BaseExpression:
+        mapping = MAPPINGS[kind]
+        tensor = arg_value(call, 0, "input_")
+        if tensor is None:
+            return call
+        dim = None
+        if mapping.dimension is not None:
+            keyword, position, default = mapping.dimension
+            given = arg_value(call, position, keyword)
+            dim = code_of(given.value) if given is not None else default
+        grad = mapping.grad
+        if mapping.grad_switch is not None:
+            keyword, position, values = mapping.grad_switch
+            given = arg_value(call, position, keyword)
+            grad = values[code_of(given.value) if given is not None else "True"]
+        chain = [self._spelled(part) for part in redistribution(mapping, code_of(tensor.value), f'{self._mesh}["tp"]', dim, grad)]
+        self.changed(f"`{kind}` -> a DTensor redistribution over `mesh[\"tp\"]` with NxD's forward and backward")
+        if whole_value and len("".join(chain)) > 72:  # one call of the chain a line, as a formatter would
+            return expr("(\n" + "".join(f"    {part}\n" for part in chain) + ")")
+        return expr("".join(chain))
+
+    def _cross_entropy(self, call: cst.Call) -> cst.BaseExpression:
+        logits = arg_value(call, 0, "vocab_parallel_logits")
+        target = arg_value(call, 1, "target")
+        if logits is None or target is None:
+            return call
+        helper = self.ctx.unused_name("vocab_parallel_cross_entropy")
+        source = Template(CROSS_ENTROPY_HELPER).substitute(
+            name=helper, mesh=self._mesh, **{n: self.ctx.need_from("torch.distributed.tensor", n) for n in ("DTensor", "Shard")}
+        )
+        self.ctx.need_helper(helper, source)
+        self.changed(
+            "`parallel_cross_entropy` -> a helper computing NxD's per-token loss from the logits gathered over "
+            '`mesh["tp"]` (for a large vocabulary, `loss_parallel()` keeps them split but gives 0, not the '
+            "log-sum-exp, for targets of -100)"
+        )
+        return expr(f"{helper}({code_of(logits.value)}, {code_of(target.value)})")
+
     def _clip(self, call: cst.Call, name: str) -> cst.BaseExpression:
         parameters = arg_value(call, 0, "parameters")
         max_norm = arg_value(call, 1, "max_norm")
         if parameters is None or max_norm is None:
             return call
-        torch = self.ctx.torch()  # spelled first, so the helper's `torch` stays torch itself
-        helper = self.ctx.unused_name("clip_grad_norm_of_shards_")
-        source = Template(CLIP_HELPER).substitute(
-            name=helper, torch=torch, DTensor=self.ctx.need_from("torch.distributed.tensor", "DTensor")
-        )
-        self.ctx.need_helper(helper, source)
+        helper = self._clip_helper()
         self.changed(
             f"`{name.rpartition('.')[2]}` -> a helper clipping the norm of DTensor and plain parameters together"
         )
         return expr(f"{helper}({code_of(parameters.value)}, {code_of(max_norm.value)})")
 
+    def _clip_helper(self) -> str:
+        torch = self.ctx.torch()  # spelled first, so the helper's `torch` stays torch itself
+        helper = self.ctx.unused_name("clip_grad_norm_of_shards_")
+        source = Template(CLIP_HELPER).substitute(
+            name=helper, torch=torch, DTensor=self.ctx.need_from("torch.distributed.tensor", "DTensor")
+        )
+        return self.ctx.need_helper(helper, source)
+
     def _layer(self, kind: str, call: cst.Call, whole_value: bool) -> cst.BaseExpression:
         layer = LAYERS[kind]
-        switch = arg_value(call, None, layer.switch)
-        on = layer.switch_default if switch is None else code_of(switch.value) == "True"
-        style = layer.styles[on]
-        defaults = dict(layer.defaults)
+        style = self._style(layer, call)
+        dropped = {layer.switch, *dict(layer.defaults), *SEQUENCE_OPTIONS}
         args = []
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
-            if keyword == layer.switch or keyword in defaults:
+            if keyword in dropped:
                 continue
             renamed = dict(layer.sizes).get(keyword or "")
             if renamed is not None:
                 arg = arg.with_changes(keyword=cst.Name(renamed))
             args.append(code_of(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip())
-        nn = self._nn()
+        module = f'{self._nn()}.{layer.native}({", ".join(args)})'
+        if not style:
+            self.changed(f"`{kind}` -> `nn.{layer.native}` (without sequence parallelism it is torch's)")
+            return expr(module)
         parallelize = self.ctx.need_from("torch.distributed.tensor.parallel", "parallelize_module")
         style_class, _, rest = style.partition("(")
-        spelled = self.ctx.need_from("torch.distributed.tensor.parallel", style_class) + "(" + rest
-        if "Replicate()" in style:
-            spelled = spelled.replace("Replicate()", self.ctx.need_from("torch.distributed.tensor", "Replicate") + "()")
+        spelled = self.ctx.need_from("torch.distributed.tensor.parallel", style_class) + "(" + self._spelled(rest)
         self.changed(f"`{kind}` -> `nn.{layer.native}` sharded by `parallelize_module(..., {style})`")
-        module = f'{nn}.{layer.native}({", ".join(args)})'
         arguments = f'{module}, {self._mesh}["tp"], {spelled}'
         if not whole_value or len(arguments) <= 64:
             return expr(f"{parallelize}({arguments})")
@@ -500,3 +862,17 @@ class NxdTensorParallel(Codemod):
             return expr(f"{parallelize}(\n    {arguments}\n)")
         one_per_line = "".join(f"    {argument},\n" for argument in (module, f'{self._mesh}["tp"]', spelled))
         return expr(f"{parallelize}(\n{one_per_line})")
+
+    def _style(self, layer: Layer, call: cst.Call) -> str:
+        """The `parallelize_module` style that lays the layer out as NxD did ("" for none)."""
+        sequence = arg_value(call, None, SEQUENCE_OPTIONS[0])
+        if sequence is not None and code_of(sequence.value) == "True":
+            assert layer.sequence_style is not None  # the whole-file check refused it otherwise
+            dim = arg_value(call, None, SEQUENCE_OPTIONS[1])
+            if not layer.switch:
+                return layer.sequence_style.format(dim=self._plan.sequence_dim)
+            given = code_of(dim.value) if dim is not None else "None"
+            return layer.sequence_style.format(dim="0" if given == "None" else given)
+        switch = arg_value(call, None, layer.switch) if layer.switch else None
+        on = layer.switch_default if switch is None else code_of(switch.value) == "True"
+        return layer.styles[on]

@@ -8,6 +8,8 @@ distinct `groups` value, in a small helper, and passes the group that holds this
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import MigrationContext, arg_value, code_of
@@ -34,6 +36,15 @@ def {name}(groups):
 '''
 
 
+@dataclass
+class MeshGroups:
+    """What a migrated `DeviceMesh` (NM025) tells the codemods that take replica groups: the
+    groups it already holds as process groups, and that parameters are then DTensors."""
+
+    groups: dict[str, str] = field(default_factory=dict)  # replica-groups expression -> process group
+    sharded_parameters: bool = False
+
+
 def groups_argument(call: cst.Call, position: int) -> cst.BaseExpression | None:
     """The `groups=` a torch_xla collective was given, or None where it means every process."""
     found = arg_value(call, position, "groups")
@@ -49,6 +60,9 @@ def groups_argument(call: cst.Call, position: int) -> cst.BaseExpression | None:
 
 def process_group(ctx: MigrationContext, groups: cst.BaseExpression) -> str:
     """The expression for this rank's native process group among `groups`, adding the helper."""
+    known = ctx.shared(MeshGroups).groups.get(code_of(groups))
+    if known is not None:
+        return known
     name = ctx.unused_name("replica_group")
     ctx.need_helper(name, REPLICA_GROUP.format(name=name, dist=ctx.dist()))
     return f"{name}({code_of(groups)})"

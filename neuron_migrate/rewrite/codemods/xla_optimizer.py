@@ -15,7 +15,11 @@ from neuron_migrate.rewrite.codemods.base import (
     stmt,
 )
 from neuron_migrate.rewrite.codemods.gradient_sync import FSDP, GradientSync, averaged_steps
-from neuron_migrate.rewrite.codemods.replica_groups import groups_argument, process_group
+from neuron_migrate.rewrite.codemods.replica_groups import (
+    MeshGroups,
+    groups_argument,
+    process_group,
+)
 
 OPTIMIZER_STEP = ("torch_xla.core.xla_model.optimizer_step",)
 REDUCE_GRADIENTS = ("torch_xla.core.xla_model.reduce_gradients",)
@@ -58,6 +62,23 @@ def {name}(optimizer, group):
                 {dist}.all_reduce(param.grad, group=group)
                 # torch_xla divided the group's sum by the world size, not by the group size
                 param.grad /= {dist}.get_world_size()
+'''
+
+# With tensor parallelism on a `DeviceMesh` the gradients of sharded parameters are DTensors:
+# each rank averages its own shard over its data-parallel group.
+AVERAGE_SHARDED_GRADIENTS_IN_GROUP = '''\
+def {name}(optimizer, group):
+    """Average gradients over a replica group, as `xm.optimizer_step(..., groups=...)` did; a
+    tensor-parallel parameter's gradient is a DTensor, whose shard on this rank is averaged."""
+    if not {dist}.is_initialized() or {dist}.get_world_size() == 1:
+        return
+    for param_group in optimizer.param_groups:
+        for param in param_group["params"]:
+            if param.grad is not None:
+                grad = param.grad.to_local() if isinstance(param.grad, {DTensor}) else param.grad
+                {dist}.all_reduce(grad, group=group)
+                # torch_xla divided the group's sum by the world size, not by the group size
+                grad /= {dist}.get_world_size()
 '''
 
 
@@ -173,7 +194,12 @@ class XlaOptimizer(Codemod):
             self.ctx.need_helper(name, AVERAGE_GRADIENTS.format(name=name, dist=self.ctx.dist()))
             return f"{name}({optimizer})"
         name = self.ctx.unused_name("average_gradients_in_group")
-        self.ctx.need_helper(name, AVERAGE_GRADIENTS_IN_GROUP.format(name=name, dist=self.ctx.dist()))
+        if self.ctx.shared(MeshGroups).sharded_parameters:
+            dtensor = self.ctx.need_from("torch.distributed.tensor", "DTensor")
+            source = AVERAGE_SHARDED_GRADIENTS_IN_GROUP.format(name=name, dist=self.ctx.dist(), DTensor=dtensor)
+        else:
+            source = AVERAGE_GRADIENTS_IN_GROUP.format(name=name, dist=self.ctx.dist())
+        self.ctx.need_helper(name, source)
         return f"{name}({optimizer}, {process_group(self.ctx, groups)})"
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:

@@ -1,0 +1,268 @@
+"""A labelled set in the style of real model and trainer code: what `check` must find at its
+default severity (true cases, with the line) and what it must leave alone (false cases).
+
+Each case is a pattern met in transformers, TRL or diffusers, written here from scratch: MoE
+expert dispatch, SpecAugment on NumPy, trainer metrics, generation rounds, cache set-up in
+`forward`, device-aware dtype helpers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_migrate.checks.checker import CheckOptions, check_source
+
+# (name, source, expected findings at the default severity: (code, line, severity))
+CASES: list[tuple[str, str, list[tuple[str, int, str]]]] = [
+    (
+        "moe-expert-loop",
+        """
+import torch
+from torch import nn
+
+
+class SparseExperts(nn.Module):
+    def forward(self, hidden, router_idx, router_w):
+        out = torch.zeros_like(hidden)
+        with torch.no_grad():
+            hits = torch.nn.functional.one_hot(router_idx, num_classes=self.n_experts + 1)
+            hits = hits.permute(2, 1, 0)
+            active = torch.greater(hits.sum(dim=(-1, -2)), 0).nonzero()
+        for e in active:
+            e = e[0]
+            if e == self.n_experts:
+                continue
+            out = out + self.proj[e](hidden) * router_w[..., :1]
+        return out
+""",
+        [("NM101", 12, "warning"), ("NM112", 13, "warning"), ("NM112", 15, "warning")],
+    ),
+    (
+        "conditional-expression-and-comprehension-filter",
+        """
+import torch
+
+
+class Pooler(torch.nn.Module):
+    def forward(self, states, scores):
+        best = states[:, 0] if scores.max() > 0.5 else states.mean(1)
+        kept = [s for s in states.unbind(0) if s.abs().sum() > 0]
+        return best, kept
+""",
+        [("NM112", 7, "warning"), ("NM112", 8, "warning")],
+    ),
+    (
+        "mask-by-dtype-not-name",
+        """
+import torch
+
+
+class TokenDrop(torch.nn.Module):
+    def forward(self, x, scores, threshold: float):
+        hit = scores > threshold
+        chosen = torch.tensor([1, 0, 1], dtype=torch.bool)
+        return x[hit], x[chosen]
+""",
+        [("NM102", 9, "warning"), ("NM102", 9, "warning")],
+    ),
+    (
+        "dynamic-cache-built-in-forward",
+        """
+from transformers import DynamicCache
+from torch import nn
+
+
+class TinyDecoder(nn.Module):
+    def forward(self, input_ids, past_key_values=None, use_cache=True):
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        return self.layers(input_ids, past_key_values)
+""",
+        [("NM307", 9, "warning")],
+    ),
+    (
+        "topk-with-data-dependent-k-and-slice-from-item",
+        """
+import torch
+
+
+class Retriever(torch.nn.Module):
+    def forward(self, scores, lengths):
+        k = int(lengths.max())
+        top = torch.topk(scores, k).indices
+        longest = lengths.max().item()
+        return top, scores[:, :longest]
+""",
+        [("NM110", 7, "error"), ("NM109", 8, "warning"), ("NM110", 9, "error"), ("NM109", 10, "warning")],
+    ),
+    (
+        "host-sync-in-a-training-step",
+        """
+import torch
+
+
+class MyTrainer:
+    def compute_loss(self, model, inputs):
+        out = model(**inputs)
+        n_tokens = inputs["attention_mask"].sum().item()
+        self._metrics["tokens"].append(n_tokens)
+        scale = out.loss.detach().abs().max().item()
+        return out.loss / scale
+""",
+        [("NM110", 10, "warning")],
+    ),
+    (
+        "trainer-orchestration-is-eager",
+        """
+import torch
+
+
+class RolloutTrainer:
+    def training_step(self, model, inputs):
+        batch = self._generate_and_score(model, inputs)
+        return model(**batch).loss
+
+    def _generate_and_score(self, model, inputs):
+        out = model.generate(**inputs, cache_implementation="static")
+        texts = self.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:])
+        rewards = torch.tensor([self.reward_fn(t) for t in texts])
+        keep = rewards > rewards.mean()
+        if keep.any():
+            out = out[keep]
+        self._metrics["reward"].append(rewards.mean().item())
+        return {"input_ids": out}
+""",
+        [],
+    ),
+    (
+        "spec-augment-on-numpy",
+        """
+import numpy as np
+import torch
+
+
+def _span_mask(shape, prob, span, lengths):
+    batch, seq = shape
+    starts = np.random.randint(0, seq - span, size=(batch, int(prob * seq / span)))
+    starts = starts + np.arange(span)[None, :1]
+    if starts.max() > seq - 1:
+        starts[starts > seq - 1] = seq - 1
+    mask = np.zeros(shape, dtype=bool)
+    return mask
+
+
+class Encoder(torch.nn.Module):
+    def forward(self, feats):
+        return feats * 2
+""",
+        [],
+    ),
+    (
+        "processor-outputs-moved-to-the-cpu",
+        """
+import torch
+
+
+class Captioner(torch.nn.Module):
+    def forward(self, pixel_values, sizes):
+        grid = torch.as_tensor(sizes, device="cpu")
+        rows = grid.prod(-1).tolist()
+        return self.encoder(pixel_values), rows
+""",
+        [],
+    ),
+    (
+        "a-cuda-method-of-its-own",
+        """
+import torch
+
+
+class QuantizedModel(torch.nn.Module):
+    def cuda(self, *args, **kwargs):
+        for module in self.modules():
+            if isinstance(module, PackedLinear):
+                module.cuda(*args)
+        return super().cuda(*args, **kwargs)
+""",
+        [],
+    ),
+    (
+        "device-guards-and-dtype-helpers",
+        """
+import torch
+
+
+def adjust_dtype_for_device(dtype, device):
+    return torch.float32 if device.type in ("mps", "neuron") and dtype == torch.float64 else dtype
+
+
+class TimeEmbedding(torch.nn.Module):
+    def forward(self, sample, timestep):
+        if sample.device.type == "cuda":
+            torch.cuda.synchronize()
+        dtype = adjust_dtype_for_device(torch.float64 if isinstance(timestep, float) else torch.int64, sample.device)
+        return torch.tensor([timestep], dtype=dtype, device=sample.device)
+""",
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), [(s, e) for _, s, e in CASES], ids=[n for n, _, _ in CASES])
+def test_labelled_case(source: str, expected: list[tuple[str, int, str]]) -> None:
+    report = check_source(source, "case.py", CheckOptions())
+    assert report.error is None
+    found = sorted((d.code, d.line, d.severity.label) for d in report.diagnostics)
+    assert found == sorted(expected), "\n".join(d.text for d in report.diagnostics)
+
+
+FIX_CASES = [
+    (
+        "empty-cache-outside-a-guard",
+        "import torch\n\n\ndef evaluate(model, loader):\n    torch.cuda.empty_cache()\n    return [model(b) for b in loader]\n",
+        None,
+    ),
+    (
+        "padding-joined-with-other-tensors",
+        """
+import torch
+
+
+def collate(self, prompts, completions):
+    p = self.tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+    c = self.tokenizer(completions, padding=True, padding_side="right", return_tensors="pt")
+    ids = torch.cat((p["input_ids"], c["input_ids"]), dim=1)
+    types = torch.cat((p["token_type_ids"], c["token_type_ids"]), dim=1)
+    return ids, types
+""",
+        None,
+    ),
+    (
+        "a-collator-not-from-transformers",
+        "from trimming import DataCollatorWithPadding\n\ncollator = DataCollatorWithPadding(tokenizer)\n",
+        None,
+    ),
+    (
+        "comment-stays-with-its-line",
+        "import torch\n\nmodel = torch.compile(\n    model,\n    backend='inductor',  # tuned on A100\n    dynamic=False,\n)\n",
+        "import torch\n\nmodel = torch.compile(\n    model,\n      # tuned on A100\n    dynamic=False,\n)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "fixed"), [(s, f) for _, s, f in FIX_CASES], ids=[n for n, _, _ in FIX_CASES])
+def test_fixes_are_safe_everywhere(source: str, fixed: str | None) -> None:
+    for unsafe in (False, True):
+        report = check_source(source, "case.py", CheckOptions(fix=True, unsafe_fixes=unsafe))
+        assert report.error is None
+        if fixed is None and not unsafe:
+            assert report.fixed is None, report.fixed
+    report = check_source(source, "case.py", CheckOptions(fix=True))
+    assert report.fixed == fixed
+
+
+def test_padding_fixes_never_touch_a_joined_batch_even_unsafely() -> None:
+    source = FIX_CASES[1][1]
+    report = check_source(source, "case.py", CheckOptions(fix=True, unsafe_fixes=True))
+    assert report.fixed is None
+    assert {d.code for d in report.diagnostics} == {"NM301"}
