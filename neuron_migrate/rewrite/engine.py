@@ -243,7 +243,7 @@ def _module_level(
         used |= used_names(ast.parse(source))
     requested = [*ctx.new_imports.items(), *ctx.more_imports]
     # Only module-level imports bind names for module-level code and helpers.
-    existing = scopes.module_imports()
+    existing = scopes.module_imports() - ctx.hoisted
     imports = [(m, a) for m, a in requested if (a or m.split(".")[0]) in used]
     # `import a.b` adds nothing next to an `import a.b as c`: `a` is bound on its own.
     loaded = {m for m, a in [*existing, *imports] if a is not None}

@@ -280,6 +280,8 @@ class MigrationContext:
     # Each name handed out for a module: ("import", module, asname) or ("from", module, name).
     spelled: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     more_imports: dict[tuple[str, str | None], None] = field(default_factory=dict)  # beyond `new_imports`
+    # Imports the file has, but only after code that may call the place that needs them: added at the top.
+    hoisted: set[tuple[str, str | None]] = field(default_factory=set)
     file_names: frozenset[str] | None = None  # every name the source binds or reads (see unused_name)
     mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
     _at_module_end: bool = False
@@ -384,7 +386,8 @@ class MigrationContext:
 
         An import already seen here is reused; else `asname`, then the dotted module name, then a
         fresh alias, whichever is free here. A function that imports the name only further down
-        gets the import at its top instead (the name is local to all of that function).
+        gets the import at its top instead (the name is local to all of that function); a module
+        that imports it only after code that may run this place gets it at the top as well.
         """
         found = visible_import(self._table, self.scope, self.statement, module, prefer=asname)
         if found is not None:
@@ -394,6 +397,9 @@ class MigrationContext:
         candidates.append((top, top, None))
         for name, qualified, alias in candidates:
             bound = self._bind(name, qualified, f"import {module}" + (f" as {alias}" if alias else ""))
+            if bound is State.TOO_LATE:
+                self.hoisted.add((qualified, alias))
+                bound = State.FREE
             if bound is State.FREE or (bound is State.USABLE and "." in module):
                 self._add_import(module, alias)  # `torch.distributed` is spelled through `torch`
             if bound is State.FREE and "." in module and alias is None:
@@ -417,6 +423,8 @@ class MigrationContext:
         if found is not None and "." not in found:
             return self._spell(found, ("from", module, name))
         bound = self._bind(name, qualified, f"from {module} import {name}", replaced=OPTIMUM_NEURON)
+        if bound is State.TOO_LATE:
+            bound = State.TAKEN  # spelled through the module, imported at the top
         if bound is State.FREE:
             self.from_imports.setdefault(module, {})[name] = None
         if bound is not State.TAKEN:
