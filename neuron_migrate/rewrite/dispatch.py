@@ -157,7 +157,9 @@ def add_todos(
 
 
 def _merge_leading(carried: list[cst.EmptyLine], own: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
-    if any(line.comment is not None for line in carried):
+    # The blank line above a removed statement stays above the TODO the next one got.
+    todo = bool(own) and own[0].comment is not None and own[0].comment.value.startswith("# TODO(neuron-migrate ")
+    if todo or any(line.comment is not None for line in carried):
         return [*carried, *own]
     return list(own) if own else carried
 

@@ -30,7 +30,7 @@ from neuron_migrate.core.notebook_cells import (
     writes_python_file,
 )
 from neuron_migrate.core.oldstack import LEFTOVER_CODE, PRECISION
-from neuron_migrate.rewrite.codemods.xla_env import CHILD_PRECISION_TODO
+from neuron_migrate.rewrite.codemods.xla_env import CHILD_PRECISION_TODO, STARTS_PYTHON
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.results import Change, FileResult, ManualItem, Note
 from neuron_migrate.rewrite.shell import (
@@ -263,14 +263,11 @@ def _written_name(cell: _Cell) -> str | None:
     return words[-1].rsplit("/", 1)[-1]
 
 
-_STARTS_PYTHON = re.compile(r"(?<![\w.-])(?:python3?|torchrun|accelerate|deepspeed)(?![\w.-])")
-
-
 def _starts_python(command: Command, rewrite: ShellRewrite | None) -> bool:
     """A `!` line that is kept and starts a Python process (a script, `python`, `torchrun`)."""
     if command.span.kind != "shell" or (rewrite is not None and rewrite.removes):
         return False
-    return bool(scripts_run(command.text)) or _STARTS_PYTHON.search(command.text) is not None
+    return bool(scripts_run(command.text)) or STARTS_PYTHON.search(command.text) is not None
 
 
 def _started_with(joined: list[tuple[_Cell, Masked]], scripts: list[_Cell]) -> tuple[_Environments, dict[str, dict[str, str]]]:

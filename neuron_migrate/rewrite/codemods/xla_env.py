@@ -26,6 +26,7 @@ GETENV = ("os.getenv", "os.environ.get")
 SETTERS = ("os.environ.setdefault", "os.putenv")
 UPDATE = ("os.environ.update",)
 SUBPROCESS = tuple(f"subprocess.{name}" for name in ("run", "Popen", "call", "check_call", "check_output"))
+SHELL_LAUNCHES = ("os.system", "os.popen")
 
 # An XLA variable being set in this file: `env["XLA_X"] = ...`, `("XLA_X", ...)`, `{"XLA_X": ...}`, `XLA_X=...`.
 SETTING = re.compile(r"""['"](?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)['"]\s*(?:\]\s*=[^=]|,|:)|\b(?:XLA_\w+|PJRT_\w+)=""")
@@ -39,6 +40,9 @@ SWITCH_IN_COMMAND = re.compile(
     rf"""|\bexport\s+({'|'.join(PRECISION)})=""",
 )
 
+# A command that starts a Python process, which a precision switch in its environment reached.
+STARTS_PYTHON = re.compile(r"(?<![\w.-])(?:python3?|torchrun|accelerate|deepspeed)(?![\w.-])|\w\.py\b")
+
 REMOTE_TODO = (
     "this environment configures a remote job, not this program: its XLA variables are left for "
     "that job; migrate the job's own script (its `entry_point`){precision} and drop them once it runs natively"
@@ -46,6 +50,11 @@ REMOTE_TODO = (
 REMOTE_PRECISION = (
     ", where `{variable}=1` becomes an explicit dtype (`torch.set_default_dtype(torch.{dtype})`, "
     "and `dtype=torch.{dtype}` for models loaded with `from_pretrained`),"
+)
+CHILDREN_ONLY_TODO = (
+    "`{variable}` reached only the processes this program starts (it runs no PyTorch/XLA itself); natively "
+    "it does nothing: set the dtype in their scripts (`torch.set_default_dtype(torch.{dtype})`, and "
+    "`dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
 )
 CHILD_PRECISION_TODO = (
     "`{variable}` set the precision of the process started here ({dtype} on the device); natively it "
@@ -102,7 +111,9 @@ class XlaEnv(Codemod):
     then gets a TODO instead of a `dtype=`; so does a later `torch.set_default_dtype(torch.float32)`
     or `torch.set_default_tensor_type(torch.FloatTensor)` that would undo the policy. A switch in
     the environment of a child process (`subprocess.run(..., env=...)`, a command string) is
-    removed with a TODO: the dtype belongs in the script that process runs. The `environment=`
+    removed with a TODO: the dtype belongs in the script that process runs; so is one this program
+    set for itself where a Python process it starts inherits it. A program that never loads
+    PyTorch/XLA set the switch only for such children: it gets no policy of its own. The `environment=`
     of a remote job (a SageMaker estimator) configures that job and is left as it is, with a TODO.
     `XLA_FLAGS` is left alone in files that do not use PyTorch/XLA (JAX and TensorFlow read it
     too). `NEURON_*` runtime variables are kept. Compare runs with `neuron-migrate validate`.
@@ -122,6 +133,8 @@ class XlaEnv(Codemod):
         self.precision = PrecisionPolicy(self)
         self.remote_todos: set[str] = set()  # TODO texts left on a remote job's environment
         self.answered: dict[int, cst.CSTNode] = {}  # readers already rewritten or given a TODO
+        self.inherited: list[str] = []  # switches this program turned on, which its children inherit
+        self.launches = False  # the file starts a Python process that inherits its environment
 
     def _key(self, node: cst.CSTNode) -> str | None:
         value = string_value(node)
@@ -137,14 +150,24 @@ class XlaEnv(Codemod):
             self.roles = read_roles(node, self.qualify, _turns_on)
         # Switches the process started with (`%env XLA_USE_BF16=1` in a notebook): its own
         # environment, as `os.environ[...] = "1"` at the top of the file would have set it.
-        # Only the old stack read them: code that never loads it (a notebook that only launches
-        # scripts, or prepares data on the CPU) ran in float32 whatever they said.
-        environment = self.ctx.facts.environment.items() if self.ctx.old_stack_file else ()
+        environment = self.ctx.facts.environment.items() if self._reads_switches() else ()
         started = [v for v, value in environment if v in PRECISION and value in TRUE_VALUES]
         self.roles.process_switches[:0] = [(variable, True) for variable in started]
+        self.inherited = list(dict.fromkeys(variable for variable, _ in self.roles.process_switches))
+        if self.inherited:
+            self.launches = any(self._inheriting_launch(call) for call in _calls(node))
+        if not self._reads_switches():
+            self.roles.process_switches = []
         self.precision.start(self.roles.process_switches)
         for variable in started:
             self._policy_after_imports(variable)
+
+    def _reads_switches(self) -> bool:
+        """Does this program's own process read its precision switches? Only the old stack did: a
+        notebook (the whole program) that never loads it, or a script that never imports torch
+        (a launcher), ran in float32 whatever they said, and set them for its children only. A
+        script that uses torch may be one module of an XLA program."""
+        return self.ctx.old_stack_file or (not self.ctx.notebook and self.ctx.facts.uses("torch"))
 
     # -- setters --------------------------------------------------------------------------------
     def _apply_policy(self, variable: str, value: str | None) -> None:
@@ -152,6 +175,10 @@ class XlaEnv(Codemod):
         if value is None or value not in TRUE_VALUES:
             if value is None:
                 self.todo(f"{variable} was set from a non-literal value; choose the dtype explicitly (`torch.set_default_dtype(torch.{dtype})` or `torch.autocast`)")
+            return
+        if not self._reads_switches():
+            if not self.launches:  # else each launch that inherits it says so
+                self.todo(CHILDREN_ONLY_TODO.format(variable=variable, dtype=dtype))
             return
         if len(self.ctx.frames) == 1:  # a plain module-level statement: after the imports
             self._policy_after_imports(variable)
@@ -242,7 +269,29 @@ class XlaEnv(Codemod):
             # `os.environ.update(XLA_USE_BF16="1")`, `env.update(PJRT_DEVICE="NEURON")`
             by_arg = dict(zip(map(id, updated_node.args), original_node.args, strict=False))
             return self._without_keywords(updated_node, lambda arg: self.roles.role(by_arg.get(id(arg), arg)))
+        if self.inherited and self._inheriting_launch(original_node):
+            for variable in self.inherited:
+                self._child_precision(variable)
         return self.precision.leave_call(self._without_emptied_env(original_node, updated_node))
+
+    def _inheriting_launch(self, call: cst.Call) -> bool:
+        """`subprocess.run([sys.executable, "train.py"])`: a Python process that starts with this
+        program's environment (no `env=`, or one made from `os.environ`). A command the code
+        builds elsewhere may be one."""
+        name = self.qualify(call.func)
+        if (name not in SUBPROCESS and name not in SHELL_LAUNCHES) or not call.args or call.args[0].keyword is not None:
+            return False
+        command = call.args[0].value
+        literal = isinstance(command, cst.SimpleString | cst.ConcatenatedString | cst.FormattedString | cst.List | cst.Tuple)
+        text = code_of(command)
+        if literal and not STARTS_PYTHON.search(text) and "sys.executable" not in text:
+            return False
+        env = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "env"), None)
+        if isinstance(env, cst.Dict):  # `{**os.environ, ...}` (or another mapping spread into it)
+            return any(isinstance(element, cst.StarredDictElement) for element in env.elements)
+        if isinstance(env, cst.Call) and isinstance(env.func, cst.Name) and env.func.value == "dict":
+            return any(arg.keyword is None for arg in env.args)  # `dict(os.environ, SEED="3")`
+        return True  # none given, or a mapping made elsewhere (`os.environ.copy()`)
 
     def _without_emptied_env(self, original: cst.Call, call: cst.Call) -> cst.Call:
         """`subprocess.run(cmd, env={**os.environ})` once its XLA entries went: the child gets this
@@ -443,6 +492,17 @@ def _env_argument(call: cst.Call) -> cst.BaseExpression | None:
 def _policy_comment(variable: str) -> str:
     dtype = PRECISION[variable]
     return f"# Explicit precision policy (was {variable}=1, which stored float32 tensors as {dtype} on the device)."
+
+
+def _calls(module: cst.Module) -> list[cst.Call]:
+    found: list[cst.Call] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            found.append(node)
+        stack.extend(children(node))
+    return found
 
 
 def _turns_on(variable: str, value: cst.BaseExpression) -> bool:
