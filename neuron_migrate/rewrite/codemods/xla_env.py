@@ -112,8 +112,9 @@ class XlaEnv(Codemod):
     or `torch.set_default_tensor_type(torch.FloatTensor)` that would undo the policy. A switch in
     the environment of a child process (`subprocess.run(..., env=...)`, a command string) is
     removed with a TODO: the dtype belongs in the script that process runs; so is one this program
-    set for itself where a Python process it starts inherits it. A program that never loads
-    PyTorch/XLA set the switch only for such children: it gets no policy of its own. The `environment=`
+    set for itself where a Python process it starts inherits it. A launcher that never imports
+    torch (or a notebook that never loads PyTorch/XLA) set the switch only for such children: it
+    gets no policy of its own. The `environment=`
     of a remote job (a SageMaker estimator) configures that job and is left as it is, with a TODO.
     `XLA_FLAGS` is left alone in files that do not use PyTorch/XLA (JAX and TensorFlow read it
     too). `NEURON_*` runtime variables are kept. Compare runs with `neuron-migrate validate`.
