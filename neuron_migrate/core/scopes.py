@@ -139,6 +139,18 @@ class ScopeTable:
     module_calls: dict[str, int] = field(default_factory=dict)  # the same, read in a call or a decorator
     definitions: frozenset[str] = frozenset()  # names of the module's own functions and classes
 
+    @property
+    def first_definition(self) -> int:
+        """The module's first `def` or `class` statement, above which set-up code is added."""
+        return next(
+            (
+                number
+                for number, ((kind, _), block) in enumerate(zip(self.statements, self.statement_blocks, strict=False))
+                if block == 0 and kind in ("FunctionDef", "ClassDef")
+            ),
+            len(self.statements),
+        )
+
     def first_read(self, names: Iterable[str], in_call: bool = False) -> int:
         """The first module-level statement that reads one of `names` (in a call: that calls with
         one of them), past the end where none does."""

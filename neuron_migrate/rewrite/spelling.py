@@ -34,17 +34,23 @@ def _runs_in(scope: Scope) -> Scope:
     return scope
 
 
-def state(scope: Scope, statement: int, name: str, qualified: str, table: ScopeTable | None = None) -> State:
+def state(
+    scope: Scope, statement: int, name: str, qualified: str, table: ScopeTable | None = None, set_up: bool = False
+) -> State:
     """Can `name` be written at `statement` of `scope` to mean the import of `qualified`?
 
     With the file's `table`, an import under an `if` also counts where the statement stands in
-    that same block; without it, only imports that run whenever their scope does."""
+    that same block; without it, only imports that run whenever their scope does. A `set_up`
+    statement is one the migration adds at module level, after the file's leading imports."""
     owner = scope.lookup(name)
     if owner is None:
         return State.FREE
     bound = owner.bound[name]
     if bound.imported_as != qualified:
         return State.TAKEN
+    if set_up and table is not None and owner.kind == "Module":
+        leading = any(i.block == 0 and i.statement < table.first_definition for i in bound.imports)
+        return State.USABLE if leading else State.TOO_LATE
     helper = table is not None and statement >= len(table.statements)  # added at module level
     if owner.kind == "Module" and (helper or _runs_in(scope).kind != "Module"):
         # A function body runs when called, which may be before the module's later imports.
@@ -76,14 +82,14 @@ def _imports_bound(table: ScopeTable, scope: Scope, helper: bool) -> int:
 
 
 def visible_import(
-    table: ScopeTable, scope: Scope, statement: int, qualified: str, prefer: str | None = None
+    table: ScopeTable, scope: Scope, statement: int, qualified: str, prefer: str | None = None, set_up: bool = False
 ) -> str | None:
     """A name already imported as `qualified` that can be written here (`prefer` first)."""
-    if prefer is not None and state(scope, statement, prefer, qualified, table) is State.USABLE:
+    if prefer is not None and state(scope, statement, prefer, qualified, table, set_up) is State.USABLE:
         return prefer
     for owner in scope.chain():
         for name, bound in owner.bound.items():
-            if bound.imported_as == qualified and state(scope, statement, name, qualified, table) is State.USABLE:
+            if bound.imported_as == qualified and state(scope, statement, name, qualified, table, set_up) is State.USABLE:
                 return name
     return None
 

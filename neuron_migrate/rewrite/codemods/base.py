@@ -285,6 +285,7 @@ class MigrationContext:
     file_names: frozenset[str] | None = None  # every name the source binds or reads (see unused_name)
     mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
     _at_module_end: bool = False
+    _set_up: bool = False  # spelling a set-up statement added after the leading imports (`RANK = ...`)
 
     def __post_init__(self) -> None:
         if self.scopes is None:
@@ -324,16 +325,17 @@ class MigrationContext:
         return (owner, name) if owner is not None and not owner.bound[name].deleted else None
 
     @contextmanager
-    def _module_level(self) -> Iterator[None]:
-        """Spell names for a definition added at module level, after every statement of the file."""
-        saved = self._at_module_end
+    def _module_level(self, set_up: bool = False) -> Iterator[None]:
+        """Spell names for a definition added at module level, after every statement of the file;
+        a `set_up` statement (`RANK = int(os.environ...)`) runs where it stands, after the imports."""
+        saved = self._at_module_end, self._set_up
         self.scope_stack.append(self.scope.module)
-        self._at_module_end = True
+        self._at_module_end, self._set_up = True, set_up
         try:
             yield
         finally:
             self.scope_stack.pop()
-            self._at_module_end = saved
+            self._at_module_end, self._set_up = saved
 
     # -- reporting ------------------------------------------------------------------------------
     def changed(self, code: str, message: str) -> None:
@@ -389,7 +391,7 @@ class MigrationContext:
         gets the import at its top instead (the name is local to all of that function); a module
         that imports it only after code that may run this place gets it at the top as well.
         """
-        found = visible_import(self._table, self.scope, self.statement, module, prefer=asname)
+        found = visible_import(self._table, self.scope, self.statement, module, asname, self._set_up)
         if found is not None:
             return self._spell(found, ("import", module, found if found != module else None))
         top = module.split(".")[0]
@@ -419,7 +421,7 @@ class MigrationContext:
         qualified = f"{module}.{name}"
         if qualified in self.provided:
             return name
-        found = visible_import(self._table, self.scope, self.statement, qualified, prefer=name)
+        found = visible_import(self._table, self.scope, self.statement, qualified, name, self._set_up)
         if found is not None and "." not in found:
             return self._spell(found, ("from", module, name))
         bound = self._bind(name, qualified, f"from {module} import {name}", replaced=OPTIMUM_NEURON)
@@ -435,7 +437,7 @@ class MigrationContext:
     def _bind(self, name: str, qualified: str, line: str, replaced: str | None = None) -> State:
         """Can `name` mean `qualified` here? TAKEN when it cannot; a function that imports it only
         further down gets `line` at its top. A module-level import (FREE) is the caller's to add."""
-        found = state(self.scope, self.statement, name, qualified, self._table)
+        found = state(self.scope, self.statement, name, qualified, self._table, self._set_up)
         if found is State.TAKEN and replaced is not None:
             owner = self.scope.lookup(name)
             meaning = owner.bound[name].imported_as if owner is not None else None
@@ -487,7 +489,8 @@ class MigrationContext:
 
     def _for_module_level(self, source: str) -> str:
         spellings: dict[str, str] = {}
-        with self._module_level():
+        definition = source.lstrip().startswith(("def ", "async def ", "class ", "@"))
+        with self._module_level(set_up=not definition):
             for written in sorted(names_in(source) & self.spelled.keys()):
                 kind, module, alias = self.spelled[written]
                 if kind == "import":
