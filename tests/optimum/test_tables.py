@@ -49,7 +49,8 @@ def test_distributed_config_fields() -> None:
 
     fields = {f.name for f in dataclasses.fields(DistributedConfig)}
     assert {"tp_size", "pp_size", "enable_sequence_parallel", "fsdp_size", "ep_size"} <= fields
-    DistributedConfig(tp_size=1, pp_size=1, enable_sequence_parallel=True)  # the helper's call
+    # The helper's call, with the data-parallel remainder of 4 processes at TP=2.
+    DistributedConfig(tp_size=2, pp_size=1, fsdp_size=4 // 2, enable_sequence_parallel=True)
 
 
 def test_from_pretrained_keywords() -> None:
@@ -433,4 +434,70 @@ def test_diffusion_names_exist_in_the_wheel(wheel: dict[str, ast.Module]) -> Non
         for node in ast.walk(wheel[path]):
             if isinstance(node, ast.FunctionDef):
                 source |= _parameters(node)
-    assert sorted(set(diffusion.KNOWN) - source - shapes) == []
+    # The LoRA and IP-Adapter options are read by name from the export's keywords.
+    parser = _class(wheel, "optimum/neuron/utils/argument_utils.py", "NeuronArgumentParser")
+    assert sorted(set(diffusion.KNOWN) - source - shapes - _strings(parser)) == []
+
+
+def test_neuron_defaults_differ_natively(wheel: dict[str, ast.Module]) -> None:
+    """Each default the migration writes out is optimum-neuron 0.4.5's, and the native class
+    would take another one: so it must be written, and nothing else is."""
+    from transformers import TrainingArguments
+    from trl import SFTConfig
+
+    neuron = _class(wheel, "optimum/neuron/trainers/training_args.py", "NeuronTrainingArguments")
+    defaults = {}
+    for statement in neuron.body:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.value, ast.Call):
+            for keyword in statement.value.keywords:
+                if (
+                    keyword.arg == "default"
+                    and isinstance(statement.target, ast.Name)
+                    and isinstance(keyword.value, ast.Constant)
+                ):
+                    defaults[statement.target.id] = keyword.value.value
+    for table, native in (
+        (fields.NEURON_DEFAULTS, TrainingArguments),
+        (fields.SFT_NEURON_DEFAULTS, SFTConfig),
+    ):
+        native_defaults = {f.name: f.default for f in dataclasses.fields(native)}
+        for name, value in table.items():
+            assert defaults[name] == value, name
+            assert native_defaults[name] != value, name
+
+
+def test_training_loader_keywords_were_ignored(wheel: dict[str, ast.Module]) -> None:
+    """optimum-neuron's training `from_pretrained` popped each keyword the migration drops."""
+    mixin = _function(wheel["optimum/neuron/models/training/modeling_utils.py"], "from_pretrained")
+    popped = {
+        call.args[0].value
+        for call in ast.walk(mixin)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "pop"
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+    }
+    assert set(fields.TRAINING_LOADER_IGNORED) <= popped
+
+
+def test_diffusion_call_overrides_match_diffusers() -> None:
+    import diffusers
+
+    for new, _ in diffusion.PIPELINES.values():
+        parameters = inspect.signature(getattr(diffusers, new).__call__).parameters
+        assert (new in diffusion.SIZED) == ("height" in parameters and "width" in parameters), new
+        if new in diffusion.SEQUENCE_LENGTH:
+            assert "max_sequence_length" in parameters, new
+    loading = inspect.getsource(diffusers.DiffusionPipeline.from_pretrained)
+    for name in ("torch_dtype", "revision", "variant", "use_safetensors", "low_cpu_mem_usage"):
+        assert name in loading
+    pipeline = diffusers.StableDiffusionPipeline
+    assert {"load_lora_weights", "fuse_lora", "load_ip_adapter"} <= set(dir(pipeline))
+    assert "controlnet" in inspect.signature(diffusers.StableDiffusionControlNetPipeline.__init__).parameters
+
+
+def test_traced_task_kinds_are_tasks() -> None:
+    assert set(inference.TRACED_TASKS) >= inference.POOLED_TEXT_TASKS
+    assert set(inference.TRACED_TASKS) >= inference.TOKEN_TASKS
+    assert not inference.POOLED_TEXT_TASKS & inference.TOKEN_TASKS

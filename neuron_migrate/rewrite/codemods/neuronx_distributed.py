@@ -12,6 +12,7 @@ import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of
 from neuron_migrate.rewrite.codemods.optimum.support import (
+    PLATFORM_TARGET,
     mark_named_module,
     mark_run_time_import,
     mark_star_import,
@@ -107,11 +108,13 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.utils.get_local_world_size": '`{name}()` is the number of processes on this host: `int(os.environ["LOCAL_WORLD_SIZE"])` under torchrun',
         f"{NXD}.parallel_layers.utils.requires_init_pg_override": "`{name}()` is `torch.__version__.startswith(\"2.0\")` (torch 2.0 needed an `init_method` for the XLA process group): always False natively; keep the branch for newer torch",
         f"{NXD}.parallel_layers.utils.divide": "`{name}(a, b)` is `a // b` after checking that `b` divides `a` exactly",
-        f"{NXD}.kernels.flash_attn.nki_flash_attn_func": "`{name}(q, k, v, causal=...)` is an NKI flash-attention kernel on (batch, heads, seq, head_dim) tensors: use `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...)`",
+        f"{NXD}.kernels.flash_attn.nki_flash_attn_func": "`{name}(q, k, v)` is NKI flash attention, causal unless `causal=False` is passed: use `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)` (`enable_gqa=True` where `k` and `v` have fewer heads than `q`; `dropout_p=` and `scale=` for the kernel's `dropout_p` and `softmax_scale`), which takes (batch, heads, seq, head_dim) tensors and returns that layout, as the kernel did; with the kernel's default `transpose_nki_inputs=True` the inputs came as (batch, heads, head_dim, seq): give SDPA `q.transpose(-1, -2)`, and the same for `k` and `v`",
         **dict.fromkeys(
             (f"{NXD}.utils.model_utils.get_platform_target", "neuronx_distributed_inference.models.config.get_platform_target"),
-            '`{name}()` names the Neuron platform this runs on (`"trn1"`, `"trn2"`, ...): ask the device (`torch.accelerator.current_accelerator()`) or your own configuration instead',
+            PLATFORM_TARGET,
         ),
+        f"{NXD}.utils.tensor_capture": "`{name}` captures intermediate tensors of a model for debugging: record them natively with forward hooks (`module.register_forward_hook(lambda m, args, out: captured.append(out.detach()))`)",
+        f"{NXD}.parallel_layers.parallel_state.destroy_model_parallel": "`{name}()` tore the model-parallel groups down: a `DeviceMesh` has nothing of its own to tear down, its groups end with the process group (`dist.destroy_process_group()`)",
         "neuronx_distributed_inference.models.config.get_platform_lnc": '`{name}()` is the logical NeuronCore configuration: `NEURON_LOGICAL_NC_CONFIG` if set, else 2 on Trn2/Trn3 and 1 before',
         f"{NXD}.utils.model_utils.get_platform_lnc": '`{name}()` is the logical NeuronCore configuration: `NEURON_LOGICAL_NC_CONFIG` if set, else 2 on Trn2/Trn3 and 1 before',
         f"{NXD}.parallel_layers.utils.is_torch_version_greater_than_2": "`{name}()` is `torch.__version__.startswith(\"2\")`",

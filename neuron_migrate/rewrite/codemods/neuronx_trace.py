@@ -10,11 +10,16 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, dotted_name, stmt
-from neuron_migrate.rewrite.codemods.optimum.support import (
-    keyword as keyword_arg,
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    arg_value,
+    code_of,
+    dotted_name,
+    fix_trailing_comma,
+    stmt,
 )
 from neuron_migrate.rewrite.codemods.optimum.support import (
+    PLATFORM_TARGET,
     literal,
     mark_named_module,
     mark_run_time_import,
@@ -22,6 +27,9 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     note_run_time_import,
     one_per_line,
     with_args,
+)
+from neuron_migrate.rewrite.codemods.optimum.support import (
+    keyword as keyword_arg,
 )
 
 ROOTS = ("torch_neuronx",)
@@ -43,6 +51,10 @@ TRACE_OPTIONS = (
 )
 DATA_PARALLEL = ("torch_neuronx.DataParallel", "torch_neuronx.xla_impl.data_parallel.DataParallel")
 DYNAMIC_BATCH = ("torch_neuronx.dynamic_batch",)
+# A comment above a rewritten `torch.jit.save`/`torch.jit.load` that speaks of TorchScript gets
+# this tail: what the file holds is the weights now.
+TORCHSCRIPT_WORD = re.compile(r"torch ?script", re.IGNORECASE)
+WEIGHTS_NOW = " (its weights now: a compiled model is no TorchScript file)"
 LOAD_TODO = "a compiled model cannot be loaded from a file: rebuild the model from its class, `load_state_dict(torch.load(path))` with weights saved by `torch.save(model.state_dict(), path)`, then `torch.compile(model, dynamic=False)`"
 TENSOR_FACTORIES = (
     "torch.rand",
@@ -99,6 +111,38 @@ def _example_kind_of(example: cst.BaseExpression, tree: ast.AST | None) -> str:
     if isinstance(example, cst.Name) and tree is not None:
         return _example_kind(tree, example.value)
     return ""
+
+
+# Members of a TorchScript module that an `nn.Module` (and so a compiled one) lacks.
+TORCHSCRIPT_ONLY = frozenset(
+    {"code", "graph", "inlined_graph", "code_with_constants", "original_name", "_c", "graph_for"}
+)
+TORCHSCRIPT_MAKERS = ("torch.jit.trace", "torch.jit.script", "torch.jit.freeze", "torch.jit.load")
+
+
+def _maybe_traces(tree: ast.AST, traced: set[str]) -> set[str]:
+    """Loop variables that may hold a traced model: `for m, f in zip((a_neuron, b_neuron), ...)`."""
+    found = set()
+    for node in all_nodes(tree):
+        if isinstance(node, ast.For | ast.comprehension) and any(
+            isinstance(n, ast.Name) and n.id in traced for n in ast.walk(node.iter)
+        ):
+            found |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    return found
+
+
+def flag_values(flags: list[str]) -> dict[str, str]:
+    """Command-line flags as `name -> value`, from `--name=value` and `--name value` alike."""
+    values: dict[str, str] = {}
+    for position, flag in enumerate(flags):
+        if not flag.startswith("-"):
+            continue
+        name, equals, value = flag.partition("=")
+        if equals:
+            values[name] = value
+        elif position + 1 < len(flags) and not flags[position + 1].startswith("-"):
+            values[name] = flags[position + 1]
+    return values
 
 
 # Code that reads tensors on the host only: a traced model's outputs were host tensors.
@@ -169,6 +213,9 @@ class NeuronxTrace(Codemod):
         "torch_neuronx.xla": "torch_neuronx's XLA initialization is gone: the `neuron` device needs no set-up",
         "neuronperf": "`{name}` is NeuronPerf, which benchmarks Neuron-compiled artifacts (the TorchScript files of `torch_neuronx.trace`) that the migrated code no longer writes: time the compiled model itself, e.g. `torch.utils.benchmark.Timer` around calls on fixed-shape inputs",
         "torch_neuronx.testing": "`{name}` compares tensors for tests: use `torch.testing.assert_close(actual, expected, rtol=..., atol=...)` (or `torch.allclose`)",
+        "torch_neuronx.utils.get_platform_target": PLATFORM_TARGET,
+        "torch_neuronx.xla_impl.data_parallel": "`{name}` is torch_neuronx's `DataParallel`, one model copy per NeuronCore in this process: natively run one process per core (`torchrun --nproc_per_node=<cores>`), each with its share of the batch",
+        "torch_neuronx.utils": "`{name}` is a torch_neuronx utility with no native counterpart known to this tool: replace it with plain PyTorch or your own code",
         "torch_neuronx": "`{name}` is torch_neuronx (XLA stack) API with no automatic migration; use the `neuron` device and `torch.compile`",
     }
 
@@ -186,12 +233,66 @@ class NeuronxTrace(Codemod):
         # makes `_place` unsure: a `save` of one of them gets a TODO when it is not rewritten.
         self._traced_anywhere: set[tuple[object, str]] = set()
         self._known: tuple[set[str], set[tuple[object, str]]] = (set(), set())
+        self._loop_traces: set[str] = set()  # loop variables that may hold a traced model
+        self._traced_names: set[str] = set()  # names some `torch_neuronx.trace` result is bound to
+        self._scripted: set[str] = set()  # names bound to TorchScript modules (`torch.jit.script`)
+        self._discarded: cst.BaseExpression | None = None  # the value of the expression statement
+        self._saved_as_weights = False  # the statement being left saves or loads weights now
 
     def visit_Module(self, node: cst.Module) -> None:
         try:
             self._tree = ast.parse(self.ctx.source)
         except SyntaxError:
             self._tree = None
+            return
+        traced: set[str] = set()
+        self._scripted = set()
+        for n in all_nodes(self._tree):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                callee = ast_dotted_name(n.value.func)
+                qualified = self.ctx.imports.resolve_dotted(callee) if callee else None
+                names = {t.id for t in n.targets if isinstance(t, ast.Name)}
+                if qualified in TRACE:
+                    traced |= names
+                elif qualified in TORCHSCRIPT_MAKERS:
+                    self._scripted |= names
+        self._loop_traces = _maybe_traces(self._tree, traced)
+        self._traced_names = traced
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        self._discarded = node.value
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        """`# Save the TorchScript ...` above a save that now writes the weights: say so."""
+        if not self._saved_as_weights:
+            return updated_node
+        self._saved_as_weights = False
+        lines = [
+            line.with_changes(comment=cst.Comment(f"{line.comment.value}{WEIGHTS_NOW}"))
+            if line.comment is not None
+            and TORCHSCRIPT_WORD.search(line.comment.value)
+            and WEIGHTS_NOW not in line.comment.value
+            else line
+            for line in updated_node.leading_lines
+        ]
+        return updated_node.with_changes(leading_lines=lines)
+
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.BaseExpression:
+        """`traced.code`, `traced.graph`: TorchScript's, which a compiled module does not have."""
+        base = original_node.value
+        if original_node.attr.value in TORCHSCRIPT_ONLY and isinstance(base, cst.Name) and self._maybe_trace(base.value):
+            self.todo(
+                f"`{code_of(original_node)}` belongs to a TorchScript module; `{base.value}` is compiled natively (`torch.compile`), which has no TorchScript graph or code: remove what reads it (`torch._dynamo.explain(model)(*inputs)` describes the compiled graphs)"
+            )
+        return updated_node
+
+    def _maybe_trace(self, name: str) -> bool:
+        """Does `name` hold a traced model here, or may it (a loop over traced models)?"""
+        return self._variable(name) in self._traced_anywhere or name in self._loop_traces
 
     def visit_Assign(self, node: cst.Assign) -> None:
         target = node.targets[0].target if len(node.targets) == 1 else None
@@ -268,6 +369,7 @@ class NeuronxTrace(Codemod):
                 self.ctx.insert_before(
                     stmt(f"{source}.load_state_dict({torch}.load({code_of(path.value)}))\n")
                 )
+                self._saved_as_weights = True
                 return updated_node.with_changes(value=cst.parse_expression(self._compile(source)))
             if self.ctx.facts.uses("torch_neuronx"):
                 self.todo(LOAD_TODO)
@@ -342,6 +444,14 @@ class NeuronxTrace(Codemod):
         """`torch.jit.save(traced, path)` / `traced.save(path)`: save the weights instead."""
         traced = dotted_name(saved)
         if traced is None or self._variable(traced) not in self._traced_anywhere:
+            jit_save = self.qualify(call.func) in JIT_SAVE
+            scripted = isinstance(saved, cst.Name) and saved.value in self._scripted
+            if (jit_save and not scripted and self._traced_names) or (
+                isinstance(saved, cst.Name) and saved.value in self._loop_traces
+            ):
+                self.todo(
+                    f"`{code_of(saved)}` may be a model compiled natively, which is no TorchScript graph and cannot be saved as one: save the weights of the module that was compiled (`torch.save(module.state_dict(), {code_of(path)})`)"
+                )
             return call
         source = self._traced.get(self._place(traced))
         if source is None or self.ctx.binding_key(source.split(".")[0]) is None:
@@ -350,14 +460,12 @@ class NeuronxTrace(Codemod):
             )
             return call
         self._saved[code_of(path)] = (source, self._place(source))
+        self._saved_as_weights = True
         self.changed(
             "saving the traced model -> `torch.save(model.state_dict(), path)` (a compiled model is not a file)"
         )
-        # `m = torch.compile(m)` put the wrapper in the module's place: its weights are those
-        # of the module it wraps (saved without the wrapper's `_orig_mod.` prefix).
-        weights = f"{source}._orig_mod" if source == traced else source
         return cst.parse_expression(
-            f"{self.ctx.torch()}.save({weights}.state_dict(), {code_of(path)})"
+            f"{self.ctx.torch()}.save({source}.state_dict(), {code_of(path)})"
         )
 
     def _without_torchscript(self, call: cst.Call) -> cst.Call:
@@ -420,6 +528,12 @@ class NeuronxTrace(Codemod):
             return call
         target = self._target if original is self._assigned_value else None
         module = dotted_name(model.value)
+        compiled_before = self._traced.get(self._place(module)) if module is not None else None
+        if compiled_before is not None:
+            # `trace(compiled, ...)` of a model traced before: compile the module itself again
+            # (for the new shapes), not the compiled wrapper.
+            module = compiled_before
+            model = model.with_changes(value=cst.parse_expression(module))
         # `trace(m.forward, ...)` compiled a bound method: compile the method of the moved module.
         owner = module.removesuffix(".forward") if module and module.endswith(".forward") else None
         if module is not None and target == f"{module}.forward":
@@ -450,17 +564,38 @@ class NeuronxTrace(Codemod):
                 "the compiled model returns tensors on its device, where the traced model returned host "
                 "tensors: move its outputs to the host (`.cpu()`) before NumPy reads them (`.numpy()`, `np.`)"
             )
+        if target is None and original is self._discarded:
+            return self._compile_now(compiled, example.value)
         if target is None:
             self.todo(
                 "warm the compiled model up once on the example inputs: the first call compiles for their shapes, as `torch_neuronx.trace` did"
             )
             return compiled
-        self._traced[self._place(target)] = owner or module
+        # `m = trace(m, ...)`: `m` is the compiled wrapper from here on; the module it compiled
+        # (whose weights are saved and loaded) is `m._orig_mod`.
+        self._traced[self._place(target)] = owner or (f"{module}._orig_mod" if module == target else module)
         self._traced_anywhere.add(self._variable(target))
         if inside:
             return compiled  # no warm-up: it would start the recursion the TODO describes
         self._warm_up(target, example.value)
         return compiled
+
+    def _compile_now(self, compiled: cst.BaseExpression, example: cst.BaseExpression) -> cst.BaseExpression:
+        """`torch_neuronx.trace(model, x)` whose result is dropped compiled there and then (a
+        compile-time measurement); `torch.compile` compiles on the first call, so call it."""
+        kind = _example_kind_of(example, self._tree)
+        if kind == "":
+            self.todo(
+                f"the traced model is dropped here: `torch_neuronx.trace` compiled on the spot, `torch.compile` only on the first call, so this line now compiles nothing (a timer around it measures nothing): call the compiled model on `{code_of(example)}` here"
+            )
+            return compiled
+        self.changed("a dropped `torch_neuronx.trace(...)` -> a compiled call on the example, which compiles")
+        inputs = (
+            [cst.Arg(e.value) for e in example.elements]
+            if isinstance(example, cst.Tuple | cst.List) and not any(isinstance(e, cst.StarredElement) for e in example.elements)
+            else [cst.Arg(example, star="*" if kind == "tuple" else "")]
+        )
+        return cst.Call(func=compiled, args=fix_trailing_comma(inputs))
 
     def _drop_trace_options(self, call: cst.Call) -> None:
         self._cast_options(call)
@@ -506,22 +641,9 @@ class NeuronxTrace(Codemod):
                 f"`compiler_args={code_of(options.value)}` were neuronx-cc flags: a `--auto-cast` in them becomes an explicit dtype (`model.to(torch.bfloat16)`) or `torch.autocast`"
             )
             return
-        cast = next(
-            (
-                flags[i + 1]
-                for i, f in enumerate(flags[:-1])
-                if str(f) in ("--auto-cast", "--auto_cast")
-            ),
-            None,
-        )
-        cast_type = next(
-            (
-                flags[i + 1]
-                for i, f in enumerate(flags[:-1])
-                if str(f) in ("--auto-cast-type", "--auto_cast_type")
-            ),
-            "bf16",
-        )
+        values = flag_values([str(f) for f in flags])
+        cast = values.get("--auto-cast", values.get("--auto_cast"))
+        cast_type = values.get("--auto-cast-type", values.get("--auto_cast_type", "bf16"))
         if cast is not None and cast != "none":
             dtype = {
                 "bf16": "bfloat16",

@@ -69,7 +69,63 @@ DROPPED = (
     "tensor_parallel_size",
     "sequence_length",
 )
-KNOWN = {*CALL_SHAPES, *DROPPED, "torch_dtype"}
+# Options of the export that loaded more into the pipeline before it was traced (0.4.5
+# `exporters/neuron/utils.py`: `_load_lora_weights_to_pipeline`, `load_controlnets`).
+LORA = ("lora_model_ids", "lora_weight_names", "lora_adapter_names", "lora_scales")
+CONTROLNET = ("controlnet_ids",)
+# (`NeuronArgumentParser` reads the IP-Adapter options under these singular names.)
+NO_REWRITE = {
+    "ip_adapter_id": "load it with `pipe.load_ip_adapter(id, subfolder=..., weight_name=...)` and `pipe.set_ip_adapter_scale(...)`",
+    "ip_adapter_subfolder": "pass it to `pipe.load_ip_adapter(..., subfolder=...)`",
+    "ip_adapter_weight_name": "pass it to `pipe.load_ip_adapter(..., weight_name=...)`",
+    "ip_adapter_scale": "pass it to `pipe.set_ip_adapter_scale(...)`",
+    "unet_id": "it replaced the pipeline's UNet: pass `unet=UNet2DConditionModel.from_pretrained(unet_id)`",
+}
+KNOWN = {*CALL_SHAPES, *DROPPED, "torch_dtype", *LORA, *CONTROLNET, *NO_REWRITE}
+# What diffusers' `DiffusionPipeline.from_pretrained` takes besides the checkpoint: its loading
+# options, and the components of a pipeline, which replace the ones it would load.
+DIFFUSERS_LOADING = frozenset(
+    {
+        "torch_dtype",
+        "cache_dir",
+        "force_download",
+        "proxies",
+        "local_files_only",
+        "token",
+        "revision",
+        "variant",
+        "use_safetensors",
+        "subfolder",
+        "trust_remote_code",
+        "custom_pipeline",
+        "custom_revision",
+        "low_cpu_mem_usage",
+        "device_map",
+        "max_memory",
+        "config",
+        "scheduler",
+        "vae",
+        "text_encoder",
+        "text_encoder_2",
+        "tokenizer",
+        "tokenizer_2",
+        "unet",
+        "transformer",
+        "controlnet",
+        "feature_extractor",
+        "image_encoder",
+        "safety_checker",
+        "requires_safety_checker",
+    }
+)
+# Pipelines whose `__call__` renders at a `height`/`width` it is given (image-to-image ones take
+# the image's size), and those that take a `max_sequence_length` for the prompt.
+SIZED = frozenset(
+    new
+    for new, _ in PIPELINES.values()
+    if "Img2Img" not in new and "InstructPix2Pix" not in new
+)
+SEQUENCE_LENGTH = frozenset(new for new in SIZED if new.startswith("PixArt"))
 
 
 class OptimumDiffusion(RenamingCodemod):
@@ -185,17 +241,14 @@ class OptimumDiffusion(RenamingCodemod):
                 self.todo(
                     f"`tensor_parallel_size={code_of(value)}` sharded the denoiser over NeuronCores; diffusers loads it whole on one device: check that it fits, or shard `pipe.{DENOISER[pipeline]}` with `torch.distributed.tensor.parallel.parallelize_module` under `torchrun`"
                 )
-            elif key not in CALL_SHAPES:
+            elif key in NO_REWRITE:
+                self.todo(f"`{key}={code_of(value)}` was an option of optimum-neuron's export: {NO_REWRITE[key]}")
+            elif key in DROPPED:
                 self.changed(f"dropped `{key}={code_of(value)}` (an option of the Neuron export)")
         sequential_loading(self.ctx)
         device = '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
-        cast = literal(options.get("auto_cast_type"))
-        if cast in CAST_DTYPES and keyword(call, "torch_dtype") is None:
-            kept.append(make_arg("torch_dtype", f"{self.ctx.torch()}.{CAST_DTYPES[cast]}"))
-            self.ctx.note(
-                self.code,
-                f"`auto_cast_type={cast!r}` cast the compiled matmuls; natively the whole pipeline is loaded in `torch.{CAST_DTYPES[cast]}`",
-            )
+        kept += self._cast(options, keyword(call, "torch_dtype") is not None)
+        kept += self._controlnet(options, pipeline)
         loaded = with_args(call, kept)
         moved = cst.Call(
             func=cst.Attribute(value=loaded, attr=cst.Name("to")),
@@ -207,6 +260,7 @@ class OptimumDiffusion(RenamingCodemod):
             f"Neuron diffusion pipeline -> `diffusers.{pipeline}` with a compiled denoiser"
         )
         if self._target is not None:
+            self._lora(options, self._target)
             denoiser = DENOISER[pipeline]
             backend = 'backend="neuron", ' if self.ctx.target.neuron else ""
             self.ctx.insert_after(
@@ -215,12 +269,110 @@ class OptimumDiffusion(RenamingCodemod):
                     f"{self._target}.{denoiser}.compile({backend}dynamic=False)\n"
                 )
             )
-            self._pipes[self._target] = {k: v for k, v in options.items() if k in CALL_SHAPES}
+            self._pipes[self._target] = self._call_overrides(options, pipeline)
         else:
+            if any(k in options for k in LORA):
+                self.todo(
+                    "the export fused the LoRA adapters it was given into the weights: `pipe.load_lora_weights(...)` and `pipe.fuse_lora(lora_scale=...)` on the loaded pipeline"
+                )
             self.todo(
                 f"compile the pipeline's denoiser once loaded: `pipe.{DENOISER[pipeline]}.compile(dynamic=False)`"
             )
         return moved
+
+    def _cast(self, options: dict[str, cst.BaseExpression], dtype_given: bool) -> list[cst.Arg]:
+        """The export cast inside the compiled graphs: by default (`auto_cast="matmul"`,
+        `auto_cast_type="bf16"`) the matmuls only, over float32 weights; `"all"` every
+        operation, as a pipeline loaded in that dtype does."""
+        mode = literal(options["auto_cast"]) if "auto_cast" in options else "matmul"
+        cast = literal(options["auto_cast_type"]) if "auto_cast_type" in options else "bf16"
+        if mode in (None, "none") or dtype_given:
+            return []
+        dtype = CAST_DTYPES.get(cast) if isinstance(cast, str) else None
+        if mode is ... or dtype is None:
+            self.todo(
+                f"the export cast operations to a lower precision (`auto_cast={code_of(options['auto_cast']) if 'auto_cast' in options else repr(mode)}`, `auto_cast_type={code_of(options['auto_cast_type']) if 'auto_cast_type' in options else repr(cast)}`): load with `torch_dtype=` for `\"all\"`, or wrap the pipeline calls in `torch.autocast(device_type=..., dtype=...)` for `\"matmul\"`"
+            )
+            return []
+        if mode == "all":
+            self.changed(f"`auto_cast=\"all\"`, `auto_cast_type={cast!r}` -> `torch_dtype=torch.{dtype}`")
+            return [make_arg("torch_dtype", f"{self.ctx.torch()}.{dtype}")]
+        self.ctx.note(
+            self.code,
+            f"the export computed the matmuls in {cast} over float32 weights (`auto_cast=\"matmul\"`, optimum-neuron's default); natively the pipeline computes in float32: wrap its calls in `torch.autocast(device_type=..., dtype=torch.{dtype})` for the old precision and speed",
+        )
+        return []
+
+    def _controlnet(self, options: dict[str, cst.BaseExpression], pipeline: str) -> list[cst.Arg]:
+        """`controlnet_ids=` loaded each ControlNet with `ControlNetModel.from_pretrained`."""
+        if "controlnet_ids" not in options:
+            return []
+        value = options["controlnet_ids"]
+        nodes = [e.value for e in value.elements] if isinstance(value, cst.List | cst.Tuple) else [value]
+        if "ControlNet" not in pipeline or not nodes or not all(_is_string(n) for n in nodes):
+            self.todo(
+                f"`controlnet_ids={code_of(value)}` loaded ControlNets into the pipeline: pass `controlnet=ControlNetModel.from_pretrained(id)` (a list of them for several) to `from_pretrained`"
+            )
+            return []
+        model = self.ctx.need_from("diffusers", "ControlNetModel")
+        loads = [f"{model}.from_pretrained({code_of(i)})" for i in nodes]
+        self.changed("`controlnet_ids=` -> `controlnet=ControlNetModel.from_pretrained(...)`")
+        return [make_arg("controlnet", loads[0] if len(loads) == 1 else f"[{', '.join(loads)}]")]
+
+    def _lora(self, options: dict[str, cst.BaseExpression], pipe: str) -> None:
+        """The export loaded the LoRA adapters and fused them into the weights before tracing
+        (`load_lora_weights` + `fuse_lora`); the same calls on the loaded pipeline."""
+        if not any(k in options for k in LORA):
+            return
+
+        def one(key: str) -> cst.BaseExpression | None:
+            """The option's single value (`"id"` or `["id"]`), or None."""
+            node = options.get(key)
+            if isinstance(node, cst.List | cst.Tuple) and len(node.elements) == 1:
+                node = node.elements[0].value
+            return node
+
+        model_id, weight_name, scale = (one(k) for k in ("lora_model_ids", "lora_weight_names", "lora_scales"))
+        if (
+            model_id is None
+            or weight_name is None
+            or not _is_string(model_id)
+            or not _is_string(weight_name)
+            or not (scale is None or isinstance(literal(scale), int | float))
+        ):
+            given = ", ".join(f"`{k}={code_of(options[k])}`" for k in LORA if k in options)
+            self.todo(
+                f"{given}: the export loaded these LoRA adapters and fused them into the weights: `{pipe}.load_lora_weights(model_id, weight_name=..., adapter_name=...)` for each, `{pipe}.set_adapters(names, adapter_weights=scales)` for several, then `{pipe}.fuse_lora()`"
+            )
+            return
+        self.ctx.insert_after(
+            stmt(
+                "# The LoRA adapter the export fused into the weights.\n"
+                f"{pipe}.load_lora_weights({code_of(model_id)}, weight_name={code_of(weight_name)})\n"
+            ),
+            stmt(f"{pipe}.fuse_lora(lora_scale={'1.0' if scale is None else code_of(scale)})\n"),
+        )
+        self.changed("`lora_*=` export options -> `load_lora_weights` + `fuse_lora`")
+
+    def _call_overrides(
+        self, options: dict[str, cst.BaseExpression], pipeline: str
+    ) -> dict[str, cst.BaseExpression]:
+        """What the Neuron pipeline's `__call__` forced on every call: the exported image size
+        (any `height`/`width` given was dropped) and, for PixArt, the exported prompt length."""
+        shapes = {
+            k: v
+            for k, v in options.items()
+            if k in CALL_SHAPES and (pipeline in SIZED or k == "num_images_per_prompt")
+        }
+        if pipeline in SEQUENCE_LENGTH and "sequence_length" in options:
+            shapes["max_sequence_length"] = options["sequence_length"]
+        if pipeline not in SIZED and "height" in options and "width" in options:
+            # It also resized the input image to the exported size; image-to-image pipelines
+            # otherwise keep the image's own.
+            shapes["image"] = cst.parse_expression(
+                f"{self._target}.image_processor.preprocess(image, height={code_of(options['height'])}, width={code_of(options['width'])})"
+            )
+        return shapes
 
     def _export_options(
         self, call: cst.Call
@@ -244,14 +396,56 @@ class OptimumDiffusion(RenamingCodemod):
             else:
                 if arg.star:
                     self.todo(
-                        "export options given through `**` unpacking of a dict this tool cannot see: pass `height`/`width` to each pipeline call and drop the compiler options"
+                        "export options given through `**` unpacking of a dict this tool cannot see: pass `height`/`width` to each pipeline call, drop the compiler options, and load LoRA adapters (`load_lora_weights` + `fuse_lora`) and ControlNets (`controlnet=`) with diffusers' own calls"
+                    )
+                elif arg.keyword is not None and arg.keyword.value not in DIFFUSERS_LOADING:
+                    self.todo(
+                        f"`{arg.keyword.value}=` is no keyword of diffusers' `from_pretrained`, which ignores it: find what optimum-neuron did with it and do that with diffusers"
                     )
                 kept.append(arg)
         return kept, options
 
     def _fixed_sizes(self, call: cst.Call, shapes: dict[str, cst.BaseExpression]) -> cst.Call:
-        missing = [make_arg(k, v) for k, v in shapes.items() if keyword(call, k) is None]
-        if not missing:
+        """The exported sizes on a call of the pipeline: added where absent, and in place of a
+        `height`/`width`/`max_sequence_length` given, which optimum-neuron's pipeline overrode."""
+        args = []
+        replaced = []
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for arg in call.args:
+            key = arg.keyword.value if arg.keyword is not None else None
+            if len(positional) > 1 and arg is positional[1]:
+                key = "image"  # `pipe(prompt, image, ...)` of the image-to-image pipelines
+            if key == "image" and "image" in shapes:
+                resize = shapes["image"]
+                assert isinstance(resize, cst.Call)
+                arg = arg.with_changes(
+                    value=resize.with_changes(args=[cst.Arg(arg.value), *resize.args[1:]])
+                )
+                self.changed("the input image resized to the exported size, as optimum-neuron's pipeline did")
+            elif key in shapes and key != "num_images_per_prompt" and code_of(arg.value) != code_of(shapes[key]):
+                replaced.append(f"`{key}={code_of(arg.value)}`")
+                arg = arg.with_changes(value=shapes[key])
+            args.append(arg)
+        missing = [
+            make_arg(k, v) for k, v in shapes.items() if k != "image" and keyword(call, k) is None
+        ]
+        if replaced:
+            self.changed(
+                f"{', '.join(replaced)} -> the exported value (optimum-neuron's pipeline replaced it with that)"
+            )
+        if args == list(call.args) and not missing:
             return call
-        self.changed("pipeline call given the exported image size")
-        return with_args(call, [*call.args, *missing])
+        if missing:
+            self.changed("pipeline call given the exported image size")
+        return with_args(call, [*args, *missing])
+
+
+def _is_string(node: cst.BaseExpression) -> bool:
+    """A string for sure: a literal, an f-string, or a sum with a string in it (`root + "/lora"`)."""
+    if isinstance(node, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString):
+        return True
+    return (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Add)
+        and (_is_string(node.left) or _is_string(node.right))
+    )

@@ -114,6 +114,44 @@ TRAINING_FIELDS: dict[str, Field] = {
     ),
 }
 
+# Fields both classes have whose optimum-neuron 0.4.5 default is not the native one, and changes
+# the run (training_args.py: the batch sizes, and `average_tokens_across_devices`, which
+# normalises the loss by the tokens of all ranks). They are written out where the migrated code
+# would otherwise take the native default.
+NEURON_DEFAULTS: dict[str, object] = {
+    "per_device_train_batch_size": 1,
+    "per_device_eval_batch_size": 1,
+    "average_tokens_across_devices": False,
+}
+# `NeuronSFTConfig(NeuronTrainingArguments, SFTConfig)` takes Neuron's default for every shared
+# field (the dataclass MRO), where TRL's `SFTConfig` has its own.
+SFT_NEURON_DEFAULTS: dict[str, object] = {
+    **NEURON_DEFAULTS,
+    "learning_rate": 5e-05,
+    "bf16": False,
+    "gradient_checkpointing": False,
+    "logging_steps": 500,
+}
+# Defaults that cannot be kept under tensor parallelism: with `average_tokens_across_devices=False`
+# transformers 5.23 still divides each rank's token count by `tp_size` (`_get_num_items_in_batch`),
+# which multiplies the loss by `tp_size`.
+NOT_WITH_TENSOR_PARALLEL = ("average_tokens_across_devices",)
+TOKEN_AVERAGE_NOTE = "with tensor parallelism `average_tokens_across_devices` keeps transformers' `True`: optimum-neuron averaged each data-parallel rank's loss over that rank's tokens, transformers averages over the tokens of all ranks (the same when every rank sees as many), and `False` would multiply the loss by `tp_size` in transformers 5.23"
+# How transformers 5 spells a field now (the old name still works, with a FutureWarning).
+NATIVE_NAMES = {"gradient_checkpointing": "activation_checkpointing"}
+
+# `from_pretrained` keywords that the training `NeuronModelForCausalLM` (`NeuronModelMixin`,
+# models/training/modeling_utils.py) took and ignored, and that a transformers model rejects or
+# applies: each is dropped. (`use_flash_attention_2=True` raised there, so no run that worked
+# had it.)
+TRAINING_LOADER_IGNORED = {
+    "use_flash_attention_2": "optimum-neuron ignored it (it raised when true); transformers rejects it",
+    "resume_download": "optimum-neuron ignored it; transformers 5 rejects it",
+    "mirror": "optimum-neuron ignored it",
+    "_fast_init": "optimum-neuron ignored it",
+    "tp_plan": "optimum-neuron ignored it (it sharded through `trn_config`); transformers would apply it",
+}
+
 SFT_FIELDS: dict[str, Field] = {
     "padding_free": Field(
         "drop", "NeuronSFTConfig forced `padding_free=False`, which is TRL's default"

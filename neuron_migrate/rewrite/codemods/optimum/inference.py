@@ -12,7 +12,7 @@ import libcst as cst
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.core.scopes import Scope, ScopeTable
-from neuron_migrate.rewrite.codemods.base import code_of, stmt
+from neuron_migrate.rewrite.codemods.base import arg_value, code_of, stmt
 from neuron_migrate.rewrite.codemods.optimum.fields import (
     CAST_DTYPES,
     EXPORT_DROPPED,
@@ -70,6 +70,32 @@ TRACED_TASKS = {
     "NeuronCLIPForImageClassification": "CLIPForImageClassification",
     "NeuronYolosForObjectDetection": "YolosForObjectDetection",
 }
+# Text tasks whose outputs have no sequence axis: padding the tokens to the exported length
+# (right, with the attention mask) changes none of them, as optimum-neuron's own padding did not.
+POOLED_TEXT_TASKS = frozenset(
+    {
+        "NeuronModelForSequenceClassification",
+        "NeuronModelForMultipleChoice",
+        "NeuronBertForSequenceClassification",
+        "NeuronBertForMultipleChoice",
+        "NeuronCLIPModel",
+    }
+)
+# Text tasks with one output per token. optimum-neuron padded their inputs to the exported
+# length itself and cut the outputs back to the input's length (`remove_padding`, modeling.py),
+# so padding them natively would add outputs for the pad tokens: their inputs keep their length.
+TOKEN_TASKS = frozenset(
+    {
+        "NeuronModelForFeatureExtraction",
+        "NeuronModelForMaskedLM",
+        "NeuronModelForQuestionAnswering",
+        "NeuronModelForTokenClassification",
+        "NeuronBertModel",
+        "NeuronBertForMaskedLM",
+        "NeuronBertForQuestionAnswering",
+        "NeuronBertForTokenClassification",
+    }
+)
 TRACED = {
     **{f"{OPTIMUM}.{old}": new for old, new in TRACED_TASKS.items()},
     **{
@@ -78,6 +104,9 @@ TRACED = {
         if old.startswith("NeuronModelFor")
     },
 }
+# What optimum-neuron's loaders call the checkpoint (`export(model_id, ...)`,
+# `get_neuron_config(model_name_or_path, ...)`).
+MODEL_ID_KEYWORDS = ("model_id", "model_name_or_path")
 PIPELINE = (
     f"{OPTIMUM}.pipeline",
     f"{OPTIMUM}.pipelines.pipeline",
@@ -93,6 +122,7 @@ RENAMES: dict[str, tuple[str, str]] = {
 # What optimum-neuron's models have and transformers models do not (AttributeError natively).
 NEURON_MODEL_ONLY = {
     "neuron_config": "`{code}` is the configuration optimum-neuron exported the model with; a transformers model has none: read the sizes from `generation_config` (`max_cache_len`, `prefill_chunk_size`) or `config`, or keep the values the model was loaded with",
+    "CHECKPOINT_DIR": "`{code}` is the folder of optimum-neuron's saved artifacts (`checkpoint`); a transformers model saves its weights at the top of the folder: remove what reads it",
     **dict.fromkeys(
         ("chunked_prefill_model", "context_encoding_model", "token_generation_model", "speculation_model"),
         "`{code}` is one of the graphs optimum-neuron compiled; a transformers model has none: remove what reads it",
@@ -123,6 +153,7 @@ def prefill_chunk(sequence_length: object) -> int:
 class _Model:
     kind: str  # "causal" | "traced"
     sequence_length: cst.BaseExpression | None = None
+    task: str = ""  # the optimum-neuron class of a traced model (`NeuronModelForMaskedLM`)
 
 
 Binding = tuple[Scope, str]  # a variable: the scope that binds the name, and the name
@@ -138,6 +169,8 @@ class _Facts:
     tokenizers: dict[Binding, Binding] = field(default_factory=dict)  # tokenizer -> the model it feeds
     pad_token_set: set[Binding] = field(default_factory=set)
     unpadded: set[Binding] = field(default_factory=set)  # models whose outputs padding would change
+    padded_models: set[Binding] = field(default_factory=set)  # models some prompt is padded for
+    prompts: set[Binding] = field(default_factory=set)  # everything a causal model's generate reads
     dicts: dict[str, tuple[str, ...]] = field(default_factory=dict)  # consumable dict literals
     neuron_configs: set[str] = field(
         default_factory=set
@@ -215,6 +248,12 @@ def _find_model_inputs(tree: ast.AST, qualified: Qualifier, scopes: ScopeTable, 
         if model is None:
             continue
         if facts.models[model] == "causal":
+            for value in [*n.args, *(k.value for k in n.keywords)]:
+                for inner in ast.walk(value):
+                    if isinstance(inner, ast.Name):
+                        fed = scopes.binding_at(inner, inner.id)
+                        if fed is not None:
+                            facts.prompts.add(fed)
             if not padding_is_invisible(n, tree, scopes, parents):
                 facts.unpadded.add(model)
                 continue
@@ -272,6 +311,12 @@ def _find_tokenizers(tree: ast.AST, scopes: ScopeTable, facts: _Facts) -> None:
         ):
             continue
         target = scopes.binding_at(n, n.targets[0].id)
+        if (
+            target in facts.padded
+            and isinstance(n.value, ast.Call)
+            and any(k.arg == "return_tensors" for k in n.value.keywords)
+        ):
+            facts.padded_models.add(facts.padded[target])
         if (
             target in facts.padded
             and isinstance(n.value, ast.Call)
@@ -356,6 +401,7 @@ class OptimumInference(RenamingCodemod):
         self._dict_values: dict[str, dict[str, cst.BaseExpression]] = {}
         # (binding, config variable) -> its options: a name in another function is another variable
         self._config_values: dict[tuple[object, str], dict[str, cst.BaseExpression]] = {}
+        self._opaque_configs: set[tuple[object, str]] = set()  # ... given `**` dicts unread
         self._models: dict[Binding, _Model] = {}
         self._target: str | None = None
 
@@ -386,8 +432,10 @@ class OptimumInference(RenamingCodemod):
         if target in self.facts.neuron_configs and self._causal_config(original_node.value):
             call = updated_node.value
             assert isinstance(call, cst.Call)
-            values = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+            values, opaque = self._keywords(call)
             self._config_values[self._variable(target)] = values
+            if opaque:
+                self._opaque_configs.add(self._variable(target))
             self.changed("`get_neuron_config(...)` folded into the model loading")
             return self.ctx.remove(updated_node)
         tokenizer = self.ctx.binding_key(target)
@@ -488,13 +536,40 @@ class OptimumInference(RenamingCodemod):
         if owner in CAUSAL_LM and method in ("from_pretrained", "export"):
             return self._causal_lm(updated_node)
         if owner in TRACED and method == "from_pretrained":
-            return self._traced(updated_node, TRACED[owner])
+            return self._traced(updated_node, owner.rpartition(".")[2])
         if name in PIPELINE:
             return self._pipeline(updated_node)
+        func = original_node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "push_to_hub"
+            and isinstance(func.value, cst.Name)
+            and self.ctx.binding_key(func.value.value) in self._models
+        ):
+            return self._push_to_hub(updated_node)
         inputs = self.ctx.binding_key(self._target) if self._target is not None else None
         if keyword(updated_node, "return_tensors") is not None and inputs in self.facts.padded:
             return self._pad_inputs(updated_node, self.facts.padded[inputs])
+        if keyword(updated_node, "return_tensors") is not None and inputs in self.facts.prompts:
+            self._check_padding_side(updated_node)
         return updated_node
+
+    def _check_padding_side(self, call: cst.Call) -> None:
+        """Prompts a user pads as optimum-neuron 0.4.5 needed (right: it rejected left padding, and
+        took each row's positions from the mask) continue after their pad tokens natively."""
+        padding = keyword(call, "padding")
+        side = keyword(call, "padding_side")
+        text = call.args[0].value if call.args and call.args[0].keyword is None else None
+        if (
+            padding is None
+            or literal(padding.value) in (False, "do_not_pad")
+            or (side is not None and literal(side.value) == "left")
+            or isinstance(text, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString)
+        ):
+            return
+        self.todo(
+            'optimum-neuron generated from right-padded prompts, taking each row\'s positions from the attention mask; transformers continues every row after the last column, so a shorter prompt padded on the right continues after its pad tokens: tokenize with `padding_side="left"` (the new tokens are then `out[:, inputs["input_ids"].shape[1]:]`)'
+        )
 
     def _options(self, call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.BaseExpression], bool]:
         """The call's plain arguments, and the export options (dict splats and config folded in)."""
@@ -526,6 +601,8 @@ class OptimumInference(RenamingCodemod):
                     if isinstance(arg.value, cst.Name)
                     else None
                 )
+                if isinstance(arg.value, cst.Name) and self._variable(arg.value.value) in self._opaque_configs:
+                    opaque = True
                 if folded is None:
                     self.todo(
                         f"`neuron_config={code_of(arg.value)}` set the export's shapes, precision and tensor "
@@ -548,8 +625,33 @@ class OptimumInference(RenamingCodemod):
             second = positional[1]
             if isinstance(second.value, cst.Name):
                 options.update(self._config_values.get(self._variable(second.value.value), {}))
+                opaque = opaque or self._variable(second.value.value) in self._opaque_configs
             kept = [a for a in kept if a is not second]
+        # optimum-neuron names the checkpoint `model_id` (`export`, `from_pretrained`);
+        # transformers' `from_pretrained` takes it first, as `pretrained_model_name_or_path`.
+        named = next((a for a in kept if a.keyword is not None and a.keyword.value in MODEL_ID_KEYWORDS), None)
+        if named is not None and not any(a.keyword is None and not a.star for a in kept):
+            assert named.keyword is not None
+            self.changed(f"`{named.keyword.value}=` -> the first argument of `from_pretrained`")
+            kept = [cst.Arg(named.value), *(a for a in kept if a is not named)]
         return kept, options, opaque
+
+    def _keywords(self, call: cst.Call) -> tuple[dict[str, cst.BaseExpression], bool]:
+        """The keywords of `call`, with the `**` dicts this tool can read folded in; and whether
+        some come through a `**` it cannot read."""
+        values: dict[str, cst.BaseExpression] = {}
+        opaque = False
+        for arg in call.args:
+            if arg.keyword is not None:
+                values[arg.keyword.value] = arg.value
+            elif arg.star == "**":
+                entries = dict_entries(arg.value)
+                if entries is None and isinstance(arg.value, cst.Name):
+                    entries = self._dict_values.get(arg.value.value)
+                if entries is None:
+                    opaque = True
+                values.update(entries or {})
+        return values, opaque
 
     def _variable(self, name: str) -> tuple[object, str]:
         """`name` with the variable it is here (a new object where none is sure)."""
@@ -562,11 +664,15 @@ class OptimumInference(RenamingCodemod):
         owner, _, method = (self.qualify(value.func) or "").rpartition(".")
         return method == "get_neuron_config" and owner in CAUSAL_LM
 
-    def _dtype_arg(self, options: dict[str, cst.BaseExpression]) -> cst.Arg | None:
+    def _dtype_arg(
+        self, options: dict[str, cst.BaseExpression], traced: bool = False
+    ) -> cst.Arg | None:
         if "dtype" in options:
             return make_arg("dtype", options["dtype"])
         if "torch_dtype" in options:
             return make_arg("dtype", options["torch_dtype"])
+        if traced and ("auto_cast" in options or "auto_cast_type" in options):
+            return self._traced_cast(options)
         if "auto_cast_type" in options:
             value = literal(options["auto_cast_type"])
             if value in CAST_DTYPES:
@@ -582,6 +688,32 @@ class OptimumInference(RenamingCodemod):
                 f"`auto_cast_type={code_of(options['auto_cast_type'])}` chose the compute dtype: pass `dtype=torch.bfloat16` (or the dtype it names) to `from_pretrained`"
             )
         return None
+
+    def _traced_cast(self, options: dict[str, cst.BaseExpression]) -> cst.Arg | None:
+        """The export of a traced model cast inside the compiled graph only when `auto_cast` was
+        set (optimum-neuron ignored `auto_cast_type` otherwise); its inputs, outputs and weights
+        stayed float32. Only `auto_cast="all"` casts every operation, as a model dtype does."""
+        mode = literal(options["auto_cast"]) if "auto_cast" in options else None
+        given = ", ".join(
+            f"`{k}={code_of(options[k])}`" for k in ("auto_cast", "auto_cast_type") if k in options
+        )
+        cast = literal(options["auto_cast_type"]) if "auto_cast_type" in options else "bf16"
+        dtype = CAST_DTYPES.get(cast) if isinstance(cast, str) else None
+        if mode is None or mode == "none" or (mode is not ... and dtype == "float32"):
+            self.changed(f"dropped {given}: the export computed in float32, as the model does")
+            return None
+        if mode != "all" or dtype is None:
+            what = "the matmuls" if mode == "matmul" else "the operations `auto_cast` named"
+            self.todo(
+                f"{given} computed {what} in {cast if dtype else 'a lower precision'} inside the compiled graph, whose weights, inputs and outputs stayed float32: wrap the model's calls in `torch.autocast(device_type=..., dtype=torch.{dtype or 'bfloat16'})` and keep the weights in float32"
+            )
+            return None
+        self.changed(f"{given} -> `dtype=torch.{dtype}`")
+        self.ctx.note(
+            self.code,
+            f"`auto_cast=\"all\"` computed in {cast} behind float32 inputs and outputs; natively the model runs in `torch.{dtype}` and returns `torch.{dtype}` tensors: `.float()` them before NumPy reads them",
+        )
+        return make_arg("dtype", f"{self.ctx.torch()}.{dtype}")
 
     def _device_args(
         self, options: dict[str, cst.BaseExpression], shardable: bool = True
@@ -682,9 +814,10 @@ class OptimumInference(RenamingCodemod):
             parts.append(
                 f'compile_config={compile_config}(backend="neuron", fullgraph=True, dynamic=False, mode="default")'
             )
-        comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (padded to a multiple of the chunk) so that generate compiles a bounded set of graphs.\n"
+        comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (each new prompt length compiles anew unless prompts are padded to a multiple of the chunk).\n"
+        if variable in self.facts.padded_models and variable not in self.facts.unpadded:
+            comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (padded to a multiple of the chunk) so that generate compiles a bounded set of graphs.\n"
         if variable in self.facts.unpadded:
-            comment = "# Static shapes, as the export fixed them: a static KV cache, and prompts prefilled in\n# chunks (each new prompt length compiles anew unless prompts are padded to a multiple of the chunk).\n"
             self.ctx.note(
                 self.code,
                 f"the prompts of `{model}` are not padded: this code reads the generated output whole (the pad tokens would come first), so each new prompt length compiles anew; to bound the graphs, slice the new tokens off by the padded input length (`out[:, inputs[\"input_ids\"].shape[1]:]`) and tokenize with `padding=True, pad_to_multiple_of={model}.generation_config.prefill_chunk_size, padding_side=\"left\"`",
@@ -695,7 +828,8 @@ class OptimumInference(RenamingCodemod):
             update = stmt(f"{comment}{model}.generation_config.update(\n{inner})\n")
         self.ctx.insert_after(update)
 
-    def _traced(self, call: cst.Call, new_class: str) -> cst.Call:
+    def _traced(self, call: cst.Call, task: str) -> cst.Call:
+        new_class = TRACED_TASKS[task]
         kept, options, opaque = self._options(call)
         if opaque:
             self.todo(
@@ -707,7 +841,7 @@ class OptimumInference(RenamingCodemod):
             )
         sequential_loading(self.ctx)
         args = list(kept)
-        dtype = self._dtype_arg(options)
+        dtype = self._dtype_arg(options, traced=True)
         if dtype is not None:
             args.append(dtype)
         args += self._device_args(options, shardable=False)
@@ -718,25 +852,76 @@ class OptimumInference(RenamingCodemod):
         if self._target is not None:
             variable = self.ctx.binding_key(self._target)
             if variable is not None:
-                self._models[variable] = _Model("traced", options.get("sequence_length"))
+                self._models[variable] = _Model("traced", options.get("sequence_length"), task)
             backend = 'backend="neuron", ' if self.ctx.target.neuron else ""
             self.ctx.insert_after(
                 stmt(
                     f"# Compiled for fixed input shapes, as the export was.\n{self._target}.compile({backend}dynamic=False)\n"
                 )
             )
-            if "sequence_length" in options:
+            if "sequence_length" in options and task in POOLED_TEXT_TASKS:
                 self.ctx.note(
                     self.code,
                     f"inputs are tokenized to the exported `sequence_length` ({code_of(options['sequence_length'])}) so the compiled graph is reused",
                 )
+            elif task in TOKEN_TASKS:
+                self.ctx.note(
+                    self.code,
+                    f"`{self._target}` returns one output per token: its inputs keep their own length (optimum-neuron padded them to the exported `sequence_length` and cut the outputs back; padded natively, the outputs would gain rows for the pad tokens), so each new input length compiles anew",
+                )
         return with_args(call, args)
+
+    def _push_to_hub(self, call: cst.Call) -> cst.Call:
+        """optimum-neuron's `push_to_hub(save_directory, repository_id, private, revision, token,
+        endpoint)` uploaded a folder; transformers' `push_to_hub(repo_id, *, private, revision,
+        token, ...)` uploads the model itself (saved to a temporary folder)."""
+        repository = arg_value(call, 1, "repository_id")
+        directory = arg_value(call, 0, "save_directory")
+        positional = [a for a in call.args if a.keyword is None]
+        if (
+            repository is None
+            or any(a.star for a in call.args)
+            or len(positional) > 2
+            or keyword(call, "endpoint") is not None
+        ):
+            self.todo(
+                "optimum-neuron's `push_to_hub(save_directory, repository_id, ...)` uploaded a folder; transformers' `push_to_hub(repo_id, private=..., revision=..., token=...)` uploads the model itself: pass the repository id first and drop the folder (`endpoint` has no counterpart)"
+            )
+            return call
+        kept = [
+            a
+            for a in call.args
+            if a.keyword is not None and a.keyword.value in ("private", "revision", "token")
+        ]
+        self.changed("`push_to_hub(save_directory, repository_id)` -> `push_to_hub(repository_id)`")
+        if directory is not None:
+            self.ctx.note(
+                self.code,
+                f"`push_to_hub` now uploads the model as it is (a transformers checkpoint), not the folder `{code_of(directory.value)}`, which held optimum-neuron's compiled artifacts",
+            )
+        return with_args(call, [cst.Arg(repository.value), *kept])
 
     def _pipeline(self, call: cst.Call) -> cst.Call:
         kept: list[cst.Arg] = []
         options: dict[str, cst.BaseExpression] = {}
         for arg in call.args:
             key = arg.keyword.value if arg.keyword is not None else None
+            if arg.star == "**":
+                entries = dict_entries(arg.value)
+                if entries is None and isinstance(arg.value, cst.Name):
+                    entries = self._dict_values.get(arg.value.value)
+                if entries is None:
+                    self.todo(
+                        f"`**{code_of(arg.value)}` may hold optimum-neuron export options (`batch_size`, `sequence_length`, `tensor_parallel_size`, compiler options), which `transformers.pipeline` passes on to the model and it rejects: keep only model keywords in it"
+                    )
+                    kept.append(arg)
+                    continue
+                for name, value in entries.items():
+                    if name in EXPORT_OPTIONS and name not in LOADING_KEPT and name not in ("dtype", "torch_dtype"):
+                        options[name] = value
+                    else:
+                        kept.append(make_arg(name, value))
+                continue
             if key in ("input_shapes", "compiler_args"):
                 entries = dict_entries(arg.value)
                 if entries is None and isinstance(arg.value, cst.Name):
@@ -753,6 +938,15 @@ class OptimumInference(RenamingCodemod):
                 continue
             kept.append(arg)
         self._report_dropped({k: v for k, v in options.items() if k != "batch_size"})
+        model = arg_value(call, 1, "model")
+        if "export" not in options and (
+            model is None
+            or isinstance(model.value, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString)
+            or (isinstance(model.value, cst.Name) and self.ctx.binding_key(model.value.value) not in self._models)
+        ):
+            self.todo(
+                "without `export=True` this pipeline loads Neuron-compiled artifacts, which transformers cannot read: point it at the original model checkpoint (the id the artifacts were exported from)"
+            )
         tp_expr = options.get("tensor_parallel_size", options.get("num_cores"))
         if tp_expr is not None and literal(tp_expr) != 1:
             self.todo(
@@ -784,29 +978,37 @@ class OptimumInference(RenamingCodemod):
             )
         ]
         if info.kind == "causal":
+            # Left, whatever side was given: generation continues after the last column, and
+            # optimum-neuron 0.4.5 code padded right (it rejected left padding).
+            side = keyword(call, "padding_side")
+            if side is not None and literal(side.value) != "left":
+                self.changed(f"`padding_side={code_of(side.value)}` -> `padding_side=\"left\"`: transformers generates after the last column")
+            args = [a for a in args if a is not side]
             new = [
                 make_arg("padding", "True"),
                 make_arg("pad_to_multiple_of", f"{model}.generation_config.prefill_chunk_size"),
+                make_arg("padding_side", '"left"'),
             ]
-            if "padding_side" not in present:
-                new.append(make_arg("padding_side", '"left"'))
             self.changed(
                 "prompt left-padded to a multiple of the prefill chunk (one prefill graph per padded length)"
             )
         else:
-            if info.sequence_length is None:
+            if info.task not in POOLED_TEXT_TASKS:
+                padded = call  # per-token outputs, images, audio: the inputs keep their shapes
+            elif info.sequence_length is None:
                 self.todo(
                     'pad these inputs to the length the model was exported for (`padding="max_length", max_length=...`)'
                 )
                 return call
-            new = [
-                make_arg("padding", '"max_length"'),
-                make_arg("max_length", info.sequence_length),
-            ]
-            if "truncation" not in present:
-                new.append(make_arg("truncation", "True"))
-            self.changed("inputs tokenized to the exported `sequence_length`")
-            padded = with_args(call, [*args, *new])
+            else:
+                new = [
+                    make_arg("padding", '"max_length"'),
+                    make_arg("max_length", info.sequence_length),
+                ]
+                if "truncation" not in present:
+                    new.append(make_arg("truncation", "True"))
+                self.changed("inputs tokenized to the exported `sequence_length`")
+                padded = with_args(call, [*args, *new])
             # The traced model took host tensors; a native model wants them on its device.
             return cst.Call(
                 func=cst.Attribute(value=padded, attr=cst.Name("to")),

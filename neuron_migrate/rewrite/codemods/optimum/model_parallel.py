@@ -34,12 +34,55 @@ class ModelParallelArguments:
     disable_sequence_parallel: bool = False
 
     def to_distributed_config(self):
+        model_parallel_size = self.tensor_parallel_size * self.pipeline_parallel_size
+        if model_parallel_size == 1:
+            return None  # nothing to shard: the Trainer runs the data parallelism itself
         return {DistributedConfig}(
             tp_size=self.tensor_parallel_size,
             pp_size=self.pipeline_parallel_size,
+            {remainder_comment}
+            fsdp_size={world_size} // model_parallel_size,
             enable_sequence_parallel=not self.disable_sequence_parallel,
         )
 '''
+# Above the `fsdp_size=` of a sharded model's `DistributedConfig`.
+REMAINDER_COMMENT = "# The processes beyond tp_size * pp_size train as data parallelism, as on optimum-neuron."
+
+
+def data_parallel_size(world_size: str, sizes: list[str]) -> str | None:
+    """The `fsdp_size=` source of a model sharded `tp_size * pp_size` ways, or None (unsharded).
+
+    optimum-neuron ran the model on each group of `tp * pp` processes and used the groups as data
+    parallelism; a `DistributedConfig` mesh must cover the world (`initialize_distributed_mesh`
+    raises otherwise), and transformers 5.23 forms its data-parallel dimension as FSDP2 over
+    `fsdp_size`, which averages the gradients over it as data parallelism did.
+    """
+    factors: list[str] = []
+    product = 1
+    for size in sizes:
+        try:
+            value = ast.literal_eval(size)
+        except (ValueError, SyntaxError):
+            value = None
+        if isinstance(value, int):
+            product *= value
+        else:
+            factors.append(size if _atomic(size) else f"({size})")
+    if product != 1 or not factors:
+        factors.insert(0, str(product))
+    if factors == ["1"]:
+        return None
+    divisor = factors[0] if len(factors) == 1 else f"({' * '.join(factors)})"
+    return f"{world_size} // {divisor}"
+
+
+def _atomic(source: str) -> bool:
+    """Can `source` take an operator's operand without parentheses?"""
+    try:
+        node = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return False
+    return isinstance(node, ast.Name | ast.Attribute | ast.Call | ast.Subscript | ast.Constant)
 
 
 @dataclass(frozen=True)
@@ -57,6 +100,7 @@ class ShardedLoad:
     sizes: tuple[tuple[str, str], ...] = ()
     movable: bool = True  # the sizes mean the same at the load: literals, or names not rebound
     loader: str | None = None  # the qualified name of the class whose `from_pretrained` loads it
+    dtype: str = ""  # the source of its `dtype=`/`torch_dtype=` ("" when none is given)
 
 
 def enclosing_functions(tree: ast.AST) -> dict[int, Scope]:
@@ -136,8 +180,11 @@ class _File:
         call = load.value
         assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
         loader = self.qualified(call.func.value)
+        dtype = next(
+            (ast.unparse(k.value) for k in call.keywords if k.arg in ("dtype", "torch_dtype")), ""
+        )
         if parsed_here:
-            return ShardedLoad(args_var, "parsed", loader=loader)
+            return ShardedLoad(args_var, "parsed", loader=loader, dtype=dtype)
         assignments = self.assigned.get((scope, args_var), [])
         construction = assignments[0].value if len(assignments) == 1 else None
         if not (
@@ -145,7 +192,7 @@ class _File:
             and self.qualified(construction.func) in self.argument_classes
             and all(k.arg is not None for k in construction.keywords)
         ):
-            return ShardedLoad(args_var, "elsewhere", loader=loader)
+            return ShardedLoad(args_var, "elsewhere", loader=loader, dtype=dtype)
         given = [k for k in construction.keywords if k.arg in PARALLEL_FIELDS]
         sizes = tuple(
             (str(k.arg), ast.get_source_segment(self.source, k.value) or "") for k in given
@@ -165,7 +212,7 @@ class _File:
                 )
             )
         )
-        return ShardedLoad(args_var, "constructed", sizes, movable, loader)
+        return ShardedLoad(args_var, "constructed", sizes, movable, loader, dtype)
 
 
 def _trainer_inputs(call: ast.Call) -> tuple[ast.AST | None, ast.AST | None]:

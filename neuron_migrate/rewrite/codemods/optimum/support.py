@@ -29,6 +29,8 @@ from neuron_migrate.rewrite.codemods.base import (
 )
 
 OPTIMUM = "optimum.neuron"
+# The TODO for the Neuron platform query, which torch_neuronx, NxD and NxD Inference each export.
+PLATFORM_TARGET = '`{name}()` names the Neuron platform this runs on (`"trn1"`, `"trn2"`, ...): ask the device (`torch.accelerator.current_accelerator()`) or your own configuration instead'
 
 
 @dataclass
@@ -43,6 +45,7 @@ class FileState:
     top_from: set[str] | None = None  # modules the original file from-imports at top level
     top_bound: set[str] | None = None  # qualified names its top-level imports bind
     named: set[str] = field(default_factory=set)  # roots some string was reported for
+    types_only: set[str] | None = None  # names the original file reads only as types
     imported_by_name: set[int] = field(default_factory=set)  # ids of `import_module("...")` strings
 
 
@@ -69,6 +72,35 @@ def _top_level_bound(source: str) -> set[str]:
         if isinstance(node, ast.Import | ast.ImportFrom):
             table.add(node)
     return {binding.qualified for binding in table.all_bindings}
+
+
+def _read_only_as_types(source: str) -> set[str]:
+    """Names whose every read is a type: in `isinstance`/`issubclass` or an annotation."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    as_types: set[int] = set()
+    for node in all_nodes(tree):
+        spots: list[ast.AST] = []
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+        ):
+            spots.append(node.args[1])
+        elif isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
+            spots.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
+            spots.append(node.returns)
+        for spot in spots:
+            as_types.update(id(n) for n in ast.walk(spot) if isinstance(n, ast.Name))
+    reads: dict[str, list[int]] = {}
+    for node in all_nodes(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            reads.setdefault(node.id, []).append(id(node))
+    return {name for name, ids in reads.items() if all(i in as_types for i in ids)}
 
 
 def _top_level_from_modules(source: str) -> set[str]:
@@ -109,24 +141,17 @@ def make_arg(name: str, value: cst.BaseExpression | str) -> cst.Arg:
 
 
 def with_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
-    """`call` with `args`, keeping the layout of the original argument list."""
+    """`call` with `args`, keeping the layout of the original argument list.
+
+    In a call laid out one argument per line, each argument that comes from the original call
+    (the same node, or one with the same value: a renamed keyword) keeps its own comma, and so
+    the comment at the end of its line; an argument the codemod adds gets none. The lines end
+    as the original's did: the last argument takes the original closing layout.
+    """
     args = list(args)
-    multiline = any(
-        isinstance(a.comma, cst.Comma)
-        and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
-        for a in call.args
-    )
+    multiline = any(_line_end(a.comma) is not None for a in call.args)
     if multiline and args:
-        template = next(
-            a.comma
-            for a in call.args
-            if isinstance(a.comma, cst.Comma)
-            and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
-        )
-        last_comma = call.args[-1].comma if call.args else cst.MaybeSentinel.DEFAULT
-        fixed = [a.with_changes(comma=template) for a in args[:-1]]
-        fixed.append(args[-1].with_changes(comma=last_comma))
-        return call.with_changes(args=fixed)
+        return _one_per_line(call, args)
     fixed = [
         a
         if isinstance(a.comma, cst.Comma)
@@ -139,6 +164,75 @@ def with_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
     if len(code_of(result)) > 88 and "\n" not in code_of(call):
         return one_per_line(result)
     return result
+
+
+def _line_end(comma: cst.Comma | cst.MaybeSentinel) -> cst.ParenthesizedWhitespace | None:
+    """The line break after an argument's comma, when the argument ends its line."""
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        return comma.whitespace_after
+    return None
+
+
+def _one_per_line(call: cst.Call, args: list[cst.Arg]) -> cst.Call:
+    """`call` with `args` one per line, each with the comments that were its own: the one that
+    ends its line (in its comma) and those on the lines above it (in the line break before it)."""
+    originals = list(call.args)
+    breaks = [_line_end(a.comma) for a in originals]
+    inner = [b for a, b in zip(originals, breaks, strict=True) if b is not None and a is not originals[-1]]
+    middle = inner[0] if inner else next(b for b in breaks if b is not None)
+    opening = call.whitespace_before_args
+    if isinstance(opening, cst.ParenthesizedWhitespace):
+        middle = middle.with_changes(last_line=opening.last_line)
+    middle = middle.with_changes(empty_lines=[])
+    last = originals[-1].comma if originals else cst.MaybeSentinel.DEFAULT
+
+    def origin(arg: cst.Arg) -> int | None:
+        return next(
+            (
+                j
+                for j, o in enumerate(originals)
+                if o is arg or (o.value is arg.value and o.star == arg.star)
+            ),
+            None,
+        )
+
+    def own_line(arg: cst.Arg) -> cst.TrailingWhitespace:
+        j = origin(arg)
+        end = breaks[j] if j is not None else None
+        return end.first_line if end is not None else cst.TrailingWhitespace()
+
+    def lines_above(arg: cst.Arg) -> Sequence[cst.EmptyLine]:
+        j = origin(arg)
+        if j is None:
+            return []
+        before = opening if j == 0 else breaks[j - 1]
+        return before.empty_lines if isinstance(before, cst.ParenthesizedWhitespace) else []
+
+    fixed = []
+    for position, arg in enumerate(args):
+        line = own_line(arg)
+        if position < len(args) - 1:
+            after = middle.with_changes(first_line=line, empty_lines=lines_above(args[position + 1]))
+            fixed.append(arg.with_changes(comma=cst.Comma(whitespace_after=after)))
+            continue
+        end = _line_end(last)
+        if end is not None:
+            assert isinstance(last, cst.Comma)
+            comma: cst.Comma | cst.MaybeSentinel = last.with_changes(
+                whitespace_after=end.with_changes(first_line=line)
+            )
+        elif line.comment is not None:  # the comment needs a line end: close on the next line
+            comma = cst.Comma(
+                whitespace_after=cst.ParenthesizedWhitespace(
+                    first_line=line, indent=True, last_line=cst.SimpleWhitespace("")
+                )
+            )
+        else:
+            comma = last
+        fixed.append(arg.with_changes(comma=comma))
+    if isinstance(opening, cst.ParenthesizedWhitespace) and args:
+        opening = opening.with_changes(empty_lines=lines_above(args[0]))
+    return call.with_changes(args=fixed, whitespace_before_args=opening)
 
 
 def _newline(indent: str) -> cst.ParenthesizedWhitespace:
@@ -257,6 +351,27 @@ class RenamingCodemod(Codemod):
         super().__init__(ctx)
         self._skip: set[int] = set()
         self._import_depth = 0
+        # Names used as types, not as factories: "test" (`isinstance`), "base", "annotation".
+        self._as_type: dict[int, str] = {}
+
+    # An `Auto*` class is a factory: no model has it among its bases, so `isinstance` with it is
+    # always False, and a class cannot derive from it.
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, cst.Name)
+            and func.value in ("isinstance", "issubclass")
+            and self.ctx.scope.lookup(func.value) is None
+            and len(node.args) == 2
+        ):
+            types = node.args[1].value
+            for element in types.elements if isinstance(types, cst.Tuple) else [types]:
+                node_ = element.value if isinstance(element, cst.Element) else element
+                self._as_type[id(node_)] = "test"
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        for part in _dotted_parts(node.annotation):
+            self._as_type[id(part)] = "annotation"
 
     # Names that are not references: attributes, keywords, parameters, definitions, imports.
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -274,6 +389,8 @@ class RenamingCodemod(Codemod):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._skip.add(id(node.name))
+        for base in node.bases:
+            self._as_type[id(base.value)] = "base"
 
     def visit_Import(self, node: cst.Import) -> None:
         self._import_depth += 1
@@ -302,6 +419,23 @@ class RenamingCodemod(Codemod):
         kept, moved = self._split_renamed(module, list(updated_node.names))
         if not moved:
             return updated_node
+        # A factory class read only as a type becomes `PreTrainedModel`/`GenerationMixin` there
+        # (`_as_model_type`), which imports itself: nothing of this line is needed for it.
+        st = self.ctx.shared(FileState)
+        if st.types_only is None:
+            st.types_only = _read_only_as_types(self.ctx.source)
+        types_only = [
+            (alias, target)
+            for alias, target in moved
+            if target[1].startswith("Auto") and (_alias_name(alias) or code_of(alias.name)) in st.types_only
+        ]
+        for alias, _ in types_only:
+            st.handled.add(f"{module}.{code_of(alias.name)}")
+        moved = [m for m in moved if m not in types_only]
+        if not moved:
+            if not kept:
+                return self.ctx.remove(updated_node)
+            return _with_names(updated_node, kept)
         self._remember_renames(module, moved)
         if not kept and self._whole_line_moves_in_place(moved):
             return self._rewrite_in_place(updated_node, module, moved)
@@ -391,14 +525,23 @@ class RenamingCodemod(Codemod):
                     cst.parse_statement(f"from {new_module} import {new_name} as {local}\n")
                 )
             else:
-                self.ctx.need_from(new_module, new_name)
+                spelled = self.ctx.need_from(new_module, new_name)
+                if spelled != (local or code_of(alias.name)):
+                    # The class is already imported under another name (`from transformers
+                    # import LlamaForCausalLM as Original`): references take that name.
+                    self.ctx.shared(FileState).renamed_locals.discard(local or code_of(alias.name))
 
-    def rename_target(self, qualified: str | None, local_text: str) -> str | None:
-        """The new spelling of a reference to `qualified` written as `local_text`."""
+    def rename_target(
+        self, qualified: str | None, local_text: str, role: str | None = None
+    ) -> str | None:
+        """The new spelling of a reference to `qualified` written as `local_text`; `role` says
+        where a type is meant rather than a factory (see `_as_type`)."""
         target = self.renamed(qualified)
         if target is None:
             return None
         new_module, new_name = target
+        if role is not None and new_name.startswith("Auto"):
+            return self._as_model_type(local_text, new_name, role)
         head = local_text.split(".")[0]
         if "." not in local_text and head in self.ctx.shared(FileState).renamed_locals:
             return local_text  # the import line now binds this alias to the new class
@@ -406,10 +549,28 @@ class RenamingCodemod(Codemod):
             return f"{self.ctx.need_import(new_module)}.{new_name}"
         return self.ctx.need_from(new_module, new_name)
 
+    def _as_model_type(self, written: str, auto: str, role: str) -> str:
+        """What stands for an optimum-neuron model class where a type is meant: the class every
+        generating model has (`GenerationMixin`) for a causal LM, `PreTrainedModel` otherwise."""
+        kind = "GenerationMixin" if auto == "AutoModelForCausalLM" and role == "test" else "PreTrainedModel"
+        if role == "base":
+            self.todo(
+                f"`{written}` was a model class to derive from; its counterpart `transformers.{auto}` is a factory, and no class can derive from it: derive from the model's own class (`LlamaForCausalLM`, ...) or `PreTrainedModel`"
+            )
+            return f"{self.ctx.need_import('transformers')}.{auto}" if "." in written else self.ctx.need_from("transformers", auto)
+        if role == "test" and kind == "PreTrainedModel":
+            self.todo(
+                f"`{written}` in a type test became `PreTrainedModel`, which every transformers model is (`{auto}` is a factory, never a model's class): narrow the test if it must tell kinds of model apart"
+            )
+        self.changed(f"`{written}` as a type -> `{kind}` (`{auto}` is a factory, no model's class)")
+        return self.ctx.need_from("transformers", kind)
+
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if self._import_depth or id(original_node) in self._skip:
             return updated_node
-        new = self.rename_target(self.qualify(original_node), original_node.value)
+        new = self.rename_target(
+            self.qualify(original_node), original_node.value, self._as_type.get(id(original_node))
+        )
         if new is None or new == original_node.value:
             return updated_node
         return cst.parse_expression(new)
@@ -423,8 +584,23 @@ class RenamingCodemod(Codemod):
         text = dotted_name(original_node)
         if qualified is None or text is None or self.renamed(qualified) is None:
             return updated_node
-        new = self.rename_target(qualified, text)
+        new = self.rename_target(qualified, text, self._as_type.get(id(original_node)))
         return cst.parse_expression(new) if new else updated_node
+
+
+def _dotted_parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The names and dotted names in a type expression (`list[NeuronModel] | None`)."""
+    if isinstance(node, cst.Name | cst.Attribute):
+        return [node]
+    found: list[cst.BaseExpression] = []
+    for child in children(node):
+        if isinstance(child, cst.BaseExpression):
+            found += _dotted_parts(child)
+        else:
+            for grandchild in children(child):
+                if isinstance(grandchild, cst.BaseExpression):
+                    found += _dotted_parts(grandchild)
+    return found
 
 
 def _alias_name(alias: cst.ImportAlias) -> str | None:

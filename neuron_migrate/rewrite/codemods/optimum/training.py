@@ -13,16 +13,24 @@ from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import arg_value, code_of, dotted_name, stmt
 from neuron_migrate.rewrite.codemods.optimum import diffusion, inference
 from neuron_migrate.rewrite.codemods.optimum.fields import (
+    NATIVE_NAMES,
+    NEURON_DEFAULTS,
+    NOT_WITH_TENSOR_PARALLEL,
     PARALLEL_FIELDS,
     SFT_FIELDS,
+    SFT_NEURON_DEFAULTS,
+    TOKEN_AVERAGE_NOTE,
     TRAINING_FIELDS,
+    TRAINING_LOADER_IGNORED,
 )
 from neuron_migrate.rewrite.codemods.optimum.model_parallel import (
     PARALLEL_ARGUMENTS,
     PLACEMENT_KEYWORDS,
+    REMAINDER_COMMENT,
     Qualifier,
     Scope,
     ShardedLoad,
+    data_parallel_size,
     enclosing_functions,
     forwarded_to,
     is_default_size,
@@ -42,6 +50,7 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     named_module,
     names_in,
     note_run_time_import,
+    one_per_line,
     sequential_loading,
     with_args,
 )
@@ -72,9 +81,15 @@ TRAINING_MODELS = {
         "AutoModelForCausalLM",
     ),
     **dict.fromkeys(_paths("NeuronModel", TRAINING, f"{TRAINING}.modeling_auto"), "AutoModel"),
+    # Re-exported by `optimum.neuron.models.training` from the module that defines each one.
     **{
-        f"{TRAINING}.{name}": name
-        for name in ("LlamaForCausalLM", "GraniteForCausalLM", "Qwen3ForCausalLM")
+        path: name
+        for package, name in (
+            ("llama", "LlamaForCausalLM"),
+            ("granite", "GraniteForCausalLM"),
+            ("qwen3", "Qwen3ForCausalLM"),
+        )
+        for path in _paths(name, TRAINING, f"{TRAINING}.{package}.modeling_{package}")
     },
 }
 TRN_CONFIG_CLASS = _paths("TrainingNeuronConfig", TRAINING, f"{TRAINING}.config")
@@ -105,6 +120,7 @@ RENAMES: dict[str, tuple[str, str]] = {
 # Every optimum-neuron name some codemod of the family rewrites (their imports go with them).
 OPTIMUM_RENAMES = {*RENAMES, *inference.RENAMES, *diffusion.RENAMES}
 
+FLOAT32 = frozenset({"torch.float32", "torch.float", '"float32"'})
 PARSE_METHODS = ("parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict")
 
 
@@ -131,6 +147,15 @@ class _TrainingFacts:
     forwarded: set[str] = field(
         default_factory=set
     )  # functions given the parsed sizes as a parameter
+    parser_methods: dict[str, set[str]] = field(default_factory=dict)  # parser var -> its methods called
+    # args var -> the dtypes (source) of the models its Neuron trainer trains ("" for none given)
+    load_dtypes: dict[str, set[str]] = field(default_factory=dict)
+    # `args = training_args.to_dict()`, its only assignment: "args" -> "training_args"
+    argument_dicts: dict[str, str] = field(default_factory=dict)
+    # names handed to optimum-neuron API that no codemod rewrites -> that API, as written
+    to_unmigrated: dict[str, str] = field(default_factory=dict)
+    # a `TrainingNeuronConfig` here may shard a model with tensor parallelism
+    sharded_by_config: bool = False
 
 
 def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
@@ -150,7 +175,26 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
         for n in all_nodes(tree)
         if isinstance(n, ast.Attribute) and n.attr == "trn_config" and isinstance(n.value, ast.Name)
     }
-    facts.parsed = _parsed_arguments(tree, qualified, _parser_indexes(tree, qualified))
+    facts.argument_dicts = _argument_dicts(tree)
+    for n in all_nodes(tree):
+        if isinstance(n, ast.Call) and _unmigrated(qualified(n.func)):
+            for value in [*n.args, *(k.value for k in n.keywords)]:
+                if isinstance(value, ast.Name):
+                    facts.to_unmigrated.setdefault(value.id, ast.unparse(n.func))
+    facts.sharded_by_config = any(
+        isinstance(n, ast.Call) and qualified(n.func) in TRN_CONFIG_CLASS and _may_shard(n)
+        for n in all_nodes(tree)
+    )
+    parsers = _parser_indexes(tree, qualified)
+    facts.parsed = _parsed_arguments(tree, qualified, parsers)
+    for n in all_nodes(tree):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id in parsers
+        ):
+            facts.parser_methods.setdefault(n.func.value.id, set()).add(n.func.attr)
     facts.string_model_args = _sft_configs_given_model_ids(tree, qualified)
     loads = sharded_loads(
         tree,
@@ -162,6 +206,8 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
     )
     # Training models take their sizes from their own `trn_config` argument.
     facts.sharded = {k: v for k, v in loads.items() if v.loader not in TRAINING_MODELS}
+    for load in loads.values():
+        facts.load_dtypes.setdefault(load.args_var, set()).add(load.dtype)
     # `def train(script_args, training_args): ... training_args.trn_config ...`, called with the parsed ones.
     readers = {
         (scopes.get(id(n)), n.value.id)
@@ -190,6 +236,29 @@ def _training_facts(source: str, table: ImportTable) -> _TrainingFacts:
         for parsed in facts.parsed.values():
             parsed.parallel_var = var
     return facts
+
+
+def _argument_dicts(tree: ast.AST) -> dict[str, str]:
+    """Names bound once, to `x.to_dict()`, and what they are the dict of."""
+    bound: dict[str, list[ast.AST]] = {}
+    for n in all_nodes(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            bound.setdefault(n.id, []).append(n)
+    found = {}
+    for n in all_nodes(tree):
+        if (
+            isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name)
+            and len(bound.get(n.targets[0].id, [])) == 1
+            and isinstance(n.value, ast.Call)
+            and not n.value.args
+            and isinstance(n.value.func, ast.Attribute)
+            and n.value.func.attr == "to_dict"
+            and isinstance(n.value.func.value, ast.Name)
+        ):
+            found[n.targets[0].id] = n.value.func.value.id
+    return found
 
 
 def _neuron_arguments_index(classes: ast.AST | None, qualified: Qualifier) -> int | None:
@@ -281,8 +350,11 @@ class OptimumTraining(RenamingCodemod):
     `optimum.neuron.models.training`) becomes `AutoModelForCausalLM`, and its `trn_config`
     argument becomes `distributed_config=DistributedConfig(tp_size=..., pp_size=...,
     enable_sequence_parallel=...)` built from `tensor_parallel_size`, `pipeline_parallel_size`
-    and `disable_sequence_parallel`. A plain transformers model that a Neuron trainer trains gets
-    the same `distributed_config` in its `from_pretrained`, the only place where transformers
+    and `disable_sequence_parallel`, with `fsdp_size=WORLD_SIZE // (tp_size * pp_size)`:
+    optimum-neuron trained the processes beyond the model-parallel ones as data parallelism, and a
+    `DistributedConfig` mesh must cover every process (beside pipeline parallelism, which
+    transformers cannot combine with data parallelism, a TODO says so). A plain transformers
+    model that a Neuron trainer trains gets the same `distributed_config` in its `from_pretrained`, the only place where transformers
     shards a model. When those flags come from the command line, a small
     `ModelParallelArguments` dataclass joins the parser so the same flags keep working, and is
     passed on to the function that loads the model when that function is called once.
@@ -312,13 +384,19 @@ class OptimumTraining(RenamingCodemod):
 
     ## Use instead
     ```python
+    import os
+
     from transformers import AutoModelForCausalLM
     from transformers.distributed import DistributedConfig
     from trl import SFTConfig, SFTTrainer
 
+    WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
+
     # TODO(neuron-migrate NM020): `zero_1=True`: ZeRO-1 optimizer-state sharding has no ...
     args = SFTConfig(output_dir="out")
-    model = AutoModelForCausalLM.from_pretrained(model_id, distributed_config=DistributedConfig(tp_size=2), dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_id, distributed_config=DistributedConfig(tp_size=2, fsdp_size=WORLD_SIZE // 2), dtype=torch.bfloat16
+    )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset)
     ```
     `--target neuron` also turns on `torch_compile=True` (the old stack compiled every step)
@@ -366,6 +444,7 @@ class OptimumTraining(RenamingCodemod):
         self._loads: dict[str, int] = {}  # how often each name is read in the file
         self._strings_name_optimum = False
         self._functions: list[str] = []
+        self._calls: list[str | None] = []  # what each call being visited calls, innermost last
 
     # -- whole-file facts -----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -381,7 +460,9 @@ class OptimumTraining(RenamingCodemod):
 
     # -- what this tool cannot see ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
+        super().visit_Call(node)
         note_run_time_import(self, node)
+        self._calls.append(self.qualify(node.func))
 
     def leave_SimpleString(
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString
@@ -534,9 +615,15 @@ class OptimumTraining(RenamingCodemod):
             replacement = self._parallel_read(base.value, attr)
             if replacement is not None:
                 return replacement
+        if isinstance(base, cst.Name) and attr in TRAINING_FIELDS and self._arguments(base.value):
+            self.todo(
+                f"`{base.value}.{attr}`: `TrainingArguments` has no `{attr}`, an optimum-neuron field the migration removed from these arguments ({TRAINING_FIELDS[attr].why}): use the value they were built with"
+            )
         return super().leave_Attribute(original_node, updated_node)
 
     def _parallel_read(self, var: str, attr: str) -> cst.BaseExpression | None:
+        if self._calls and _unmigrated(self._calls[-1]):
+            return None  # handed to optimum-neuron API that stays, under its own TODO
         parsed = self.facts.parsed.get(var)
         if parsed is not None and parsed.parallel_var is not None:
             owner = self.ctx.scope.lookup(var.split(".")[0])
@@ -548,8 +635,9 @@ class OptimumTraining(RenamingCodemod):
                 else owner is self.ctx.scope and self._functions[-1:] != [parsed.scope]
             )
             # A function called once, with the parsed arguments, gets the flags as a parameter too.
-            shadowed = shadowed and not (len(self._functions) == 1 and self._functions[0] in self.facts.forwarded)
-            if shadowed or (parsed.scope is not None and parsed.scope not in self._functions):
+            forwarded = len(self._functions) == 1 and self._functions[0] in self.facts.forwarded
+            unreached = shadowed or (parsed.scope is not None and parsed.scope not in self._functions)
+            if unreached and not forwarded:
                 where = f" in `{parsed.scope}()`" if parsed.scope is not None else ""
                 self.todo(
                     f"`{var}.{attr}`: the model-parallel flags are parsed into `{parsed.parallel_var}` (`ModelParallelArguments`){where}; pass it here and use `{parsed.parallel_var}.to_distributed_config()`"
@@ -600,6 +688,9 @@ class OptimumTraining(RenamingCodemod):
             parts.append(f"tp_size={code_of(kwargs['tensor_parallel_size'])}")
         if "pipeline_parallel_size" in kwargs:
             parts.append(f"pp_size={code_of(kwargs['pipeline_parallel_size'])}")
+        remainder = self._data_parallel(kwargs)
+        if remainder is not None:
+            parts.append(f"fsdp_size={remainder}")
         if "disable_sequence_parallel" in kwargs:
             value = kwargs["disable_sequence_parallel"]
             flag = literal(value)
@@ -609,13 +700,30 @@ class OptimumTraining(RenamingCodemod):
                 parts.append(f"enable_sequence_parallel=not {code_of(value)}")
         return cst.parse_expression(f"{cls}({', '.join(parts)})")
 
+    def _data_parallel(self, kwargs: dict[str, cst.BaseExpression]) -> str | None:
+        """The `fsdp_size` of the processes the model-parallel sizes leave over (None: unsharded)."""
+        pipeline = literal(kwargs.get("pipeline_parallel_size"))
+        if isinstance(pipeline, int) and pipeline > 1:
+            self.todo(
+                f"`pp_size={pipeline}`: optimum-neuron trained the processes beyond tp_size * pp_size as data parallelism, which transformers 5.23 cannot combine with pipeline parallelism (`DistributedConfig` raises): launch exactly tp_size * pp_size processes, or drop `pp_size` for `fsdp_size=` data parallelism"
+            )
+            return None
+        sizes = [
+            code_of(kwargs[k])
+            for k in ("tensor_parallel_size", "pipeline_parallel_size")
+            if k in kwargs and literal(kwargs[k]) is not None
+        ]
+        return data_parallel_size(self.ctx.env_world_size_expr(), sizes)
+
     # -- calls ----------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        self._calls.pop()
         mark_run_time_import(self, original_node, (OPTIMUM,))
         name = self.qualify(original_node.func)
         if name in TRAINING_ARGS or name in SFT_CONFIG:
             return self._training_arguments(updated_node, sft=name in SFT_CONFIG)
         if name in (*PARSER, *HF_PARSER):
+            self._parsed_defaults(original_node)
             return self._parser(updated_node)
         if name in TRAINER or name in SFT_TRAINER:
             return self._trainer(updated_node)
@@ -628,7 +736,9 @@ class OptimumTraining(RenamingCodemod):
             if owner in TRAINING_MODELS and method == "from_pretrained":
                 return self._from_pretrained(updated_node)
             if owner in TRAINING_MODELS and method == "from_config":
-                return self._from_config(updated_node)
+                return self._built_unsharded(updated_node, "`from_config`")
+        if name in TRAINING_MODELS and name.rpartition(".")[2] == TRAINING_MODELS[name]:
+            return self._built_unsharded(updated_node, f"`{TRAINING_MODELS[name]}(config)`")
         if (
             isinstance(original_node.func, cst.Name)
             and original_node.func.value in self.facts.forwarded
@@ -639,12 +749,18 @@ class OptimumTraining(RenamingCodemod):
             return self._shard_while_loading(updated_node, load)
         return updated_node
 
-    def _from_config(self, call: cst.Call) -> cst.Call:
-        self.todo(
-            "`from_config` does not apply a `DistributedConfig`: build the model with `from_pretrained(..., distributed_config=...)`, or shard it with `torch.distributed.tensor.parallel.parallelize_module`"
-        )
+    def _built_unsharded(self, call: cst.Call, how: str) -> cst.Call:
+        """A training model built from its config took the `trn_config` to shard by; a
+        transformers model built that way is never sharded."""
         positional = [a for a in call.args if a.keyword is None and not a.star]
         trn_config = positional[1] if len(positional) > 1 else keyword(call, "trn_config")
+        if trn_config is None:
+            return call
+        if not _unsharded(trn_config.value):
+            self.todo(
+                f"{how} does not apply a `DistributedConfig`: build the model with `from_pretrained(..., distributed_config=...)`, or shard it with `torch.distributed.tensor.parallel.parallelize_module`"
+            )
+        self.changed(f"{how}: the `trn_config` argument goes (a transformers model takes none)")
         return with_args(call, [a for a in call.args if a is not trn_config])
 
     def _sharded_load(self, call: cst.Call) -> ShardedLoad | None:
@@ -709,7 +825,7 @@ class OptimumTraining(RenamingCodemod):
         if call.args and all(a.keyword is None and not a.star for a in call.args):
             new = cst.Arg(cst.Name(var))
         else:
-            new = make_arg(var, var).with_changes(equal=cst.AssignEqual())
+            new = make_arg(var, var)
         self.changed(f"`{var}` (the model-parallel flags) passed on to `{code_of(call.func)}`")
         return with_args(call, [*call.args, new])
 
@@ -732,10 +848,33 @@ class OptimumTraining(RenamingCodemod):
             if kept is not None:
                 args.append(kept)
         splats = [a for a in call.args if a.star == "**"]
-        if splats:
+        unknown = [a for a in splats if not self._migrated_arguments_dict(a.value)]
+        defaults = SFT_NEURON_DEFAULTS if sft else NEURON_DEFAULTS
+        new_class = "SFTConfig" if sft else "TrainingArguments"
+        if unknown:
             self.todo(
-                f"`**{code_of(splats[0].value)}` must not hold optimum-neuron-only fields (`tensor_parallel_size`, `zero_1`, ... or a `to_dict()` of Neuron arguments): `{'SFTConfig' if sft else 'TrainingArguments'}` rejects them, and model-parallel sizes go to the model's `from_pretrained(..., distributed_config=DistributedConfig(...))`"
+                f"`**{code_of(unknown[0].value)}` must not hold optimum-neuron-only fields (`tensor_parallel_size`, `zero_1`, ... or a `to_dict()` of Neuron arguments): `{new_class}` rejects them, and model-parallel sizes go to the model's `from_pretrained(..., distributed_config=DistributedConfig(...))`; where it lacks {names_in(f'{NATIVE_NAMES.get(k, k)}={v!r}' for k, v in defaults.items())}, those were optimum-neuron's defaults and those of `{new_class}` differ"
             )
+        elif not splats:
+            sizes = {k: literal(v) for k, v in parallel.items()}
+            if self.facts.sharded_by_config or not all(
+                is_default_size(k, v) for k, v in sizes.items()
+            ):
+                defaults = {k: v for k, v in defaults.items() if k not in NOT_WITH_TENSOR_PARALLEL}
+                self.ctx.note(self.code, TOKEN_AVERAGE_NOTE)
+            pinned = [
+                NATIVE_NAMES.get(k, k)
+                for k in defaults
+                if k not in present and NATIVE_NAMES.get(k, k) not in present
+            ]
+            neuron_name = {NATIVE_NAMES.get(k, k): k for k in defaults}
+            args += [make_arg(k, repr(defaults[neuron_name[k]])) for k in pinned]
+            if pinned:
+                self.ctx.comment(
+                    f"# From `{pinned[0]}` on: optimum-neuron's defaults, where {_possessive(new_class)} differ."
+                )
+                self.changed(f"optimum-neuron's defaults written out where those of `{new_class}` differ: {names_in(pinned)}")
+        self._check_master_weights(call, present, parsed=False)
         self._remember_parallel(parallel, opaque=bool(splats))
         if (
             self.ctx.target.neuron
@@ -763,6 +902,58 @@ class OptimumTraining(RenamingCodemod):
         )
         return with_args(call, args)
 
+    def _arguments(self, var: str) -> bool:
+        """Does `var` hold training arguments this codemod migrated?"""
+        return (self.ctx.binding_key(var), var) in self._constructed or var in self.facts.parsed
+
+    def _migrated_arguments_dict(self, value: cst.BaseExpression) -> bool:
+        """`training_args.to_dict()` of arguments this codemod migrated: their fields are all
+        native ones, with optimum-neuron's defaults already written out."""
+        if isinstance(value, cst.Name) and value.value in self.facts.argument_dicts:
+            return self._arguments(self.facts.argument_dicts[value.value])
+        if not (
+            isinstance(value, cst.Call)
+            and not value.args
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "to_dict"
+            and isinstance(value.func.value, cst.Name)
+        ):
+            return False
+        return self._arguments(value.func.value.value)
+
+    def _check_master_weights(self, call: cst.Call, present: set[str], parsed: bool) -> None:
+        """bf16 without `use_autocast` trained bfloat16 weights through the ZeRO-1 optimizer's fp32
+        master weights, fp32 gradient accumulation and stochastic rounding (all on by default);
+        natively `bf16=True` is autocast, and AdamW updates the parameters in their own dtype."""
+
+        def given(name: str) -> Any:
+            arg = keyword(call, name)
+            return literal(arg.value) if arg is not None else None
+
+        bf16 = keyword(call, "bf16")
+        may_be_bf16 = (bf16 is not None and literal(bf16.value) is not False) or (
+            parsed and not any(a.star for a in call.args)
+        )
+        arguments = (
+            [name for name, p in self.facts.parsed.items() if p.scope == self._scope()]
+            if parsed
+            else [self._current_target or ""]
+        )
+        dtypes = set().union(*(self.facts.load_dtypes.get(a, set()) for a in arguments))
+        if (
+            not may_be_bf16
+            or given("use_autocast") is True
+            or given("zero_1") is False
+            or given("optimizer_use_master_weights") is False
+            # A model loaded in float32 trains natively as it did: bf16 compute, fp32 weights.
+            or (dtypes and dtypes <= FLOAT32)
+        ):
+            return
+        when = "With `--bf16` (and no `--use_autocast`), optimum-neuron" if parsed else "optimum-neuron"
+        self.todo(
+            f"{when} trained bfloat16 weights through fp32 master weights, with fp32 gradient accumulation and stochastic rounding (the defaults of its ZeRO-1 optimizer); natively `bf16=True` is autocast and AdamW updates the parameters in their own dtype, so a model loaded in bfloat16 loses the small updates: load it in float32 (autocast still computes in bfloat16)"
+        )
+
     def _training_argument(
         self, arg: cst.Arg, key: str | None, present: set[str], sft: bool
     ) -> cst.Arg | None:
@@ -771,9 +962,15 @@ class OptimumTraining(RenamingCodemod):
             if "warmup_steps" in present:
                 self.changed("dropped `warmup_ratio`: `warmup_steps` overrides it, as before")
                 return None
-            self.changed(
-                "`warmup_ratio=` -> `warmup_steps=` (a float below 1 is a ratio in transformers 5)"
-            )
+            ratio = literal(arg.value)
+            if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 <= ratio < 1:
+                self.changed(
+                    "`warmup_ratio=` -> `warmup_steps=` (a float below 1 is a ratio in transformers 5)"
+                )
+            else:
+                self.todo(
+                    f"`warmup_ratio={code_of(arg.value)}` -> `warmup_steps=`: transformers 5 reads a value below 1 as a ratio of the training steps, but 1 or more as a number of steps (a ratio of 1.0 warmed up over every step): give the steps where it is not below 1"
+                )
             return arg.with_changes(keyword=cst.Name("warmup_steps"))
         if key == "logging_dir":
             comment = _arg_comment(arg)
@@ -796,7 +993,12 @@ class OptimumTraining(RenamingCodemod):
         if key not in table:
             return arg
         entry = table[key]
-        if entry.kind == "todo" and literal(arg.value) != entry.neutral:
+        consumer = self.facts.to_unmigrated.get(self._current_target or "")
+        if consumer is not None:
+            self.todo(
+                f"`{key}={code_of(arg.value)}` was removed (`TrainingArguments` rejects it), but these arguments also go to `{consumer}`, optimum-neuron API that stays and may read it: that code needs its native counterpart first"
+            )
+        elif entry.kind == "todo" and literal(arg.value) != entry.neutral:
             self.todo(f"`{key}={code_of(arg.value)}` was removed: {entry.why}")
         elif entry.kind == "todo":
             self.changed(
@@ -880,12 +1082,14 @@ class OptimumTraining(RenamingCodemod):
         if self._pending_model_init is not None and isinstance(updated_node.value, cst.Call):
             call = updated_node.value
             if keyword(call, "model_init_kwargs") is None:
+                # TRL loads with `device_map="auto"` on accelerators (not for MULTI_NEURON), which
+                # transformers refuses next to a `distributed_config`.
                 value = cst.parse_expression(
-                    f'{{"distributed_config": {code_of(self._pending_model_init)}}}'
+                    f'{{"distributed_config": {code_of(self._pending_model_init)}, "device_map": None}}'
                 )
                 call = with_args(call, [*call.args, make_arg("model_init_kwargs", value)])
                 self.changed(
-                    'model-parallel sizes -> `model_init_kwargs={"distributed_config": DistributedConfig(...)}` (TRL loads the model)'
+                    'model-parallel sizes -> `model_init_kwargs={"distributed_config": DistributedConfig(...), "device_map": None}` (TRL loads the model)'
                 )
                 updated_node = updated_node.with_changes(value=call)
             self._pending_model_init = None
@@ -941,7 +1145,12 @@ class OptimumTraining(RenamingCodemod):
         distributed = self.ctx.need_from("transformers.distributed", "DistributedConfig")
         self.ctx.need_helper(
             "ModelParallelArguments",
-            PARALLEL_ARGUMENTS.format(dataclass=decorator, DistributedConfig=distributed),
+            PARALLEL_ARGUMENTS.format(
+                dataclass=decorator,
+                DistributedConfig=distributed,
+                world_size=self.ctx.env_world_size_expr(),
+                remainder_comment=REMAINDER_COMMENT,
+            ),
         )
         elements = list(container.elements)
         if not isinstance(elements[-1].comma, cst.Comma) or len(elements) == 1:
@@ -965,6 +1174,47 @@ class OptimumTraining(RenamingCodemod):
                 *call.args[1:],
             ]
         )
+
+    def _parsed_defaults(self, call: cst.Call) -> None:
+        """A parser over the Neuron arguments filled every flag not given with optimum-neuron's
+        default: keep those defaults where the native class has others (`set_defaults` reaches
+        the command line only; files and dicts are read without argparse)."""
+        container = call.args[0].value if call.args else None
+        if not isinstance(container, cst.Tuple | cst.List):
+            return
+        names = [self.qualify(e.value) for e in container.elements]
+        if not any(n in (*TRAINING_ARGS, *SFT_CONFIG) for n in names):
+            return
+        sft = any(n in SFT_CONFIG for n in names)
+        defaults = SFT_NEURON_DEFAULTS if sft else NEURON_DEFAULTS
+        # `--tensor_parallel_size` reaches the model, or a `TrainingNeuronConfig` may shard it
+        if self.facts.needs_parallel or self.facts.sharded_by_config:
+            defaults = {k: v for k, v in defaults.items() if k not in NOT_WITH_TENSOR_PARALLEL}
+            self.ctx.note(self.code, TOKEN_AVERAGE_NOTE)
+        new_class = "SFTConfig" if sft else "TrainingArguments"
+        values = ", ".join(f"{NATIVE_NAMES.get(k, k)}={v!r}" for k, v in defaults.items())
+        parser = self._current_target if call is self._assigned_value else None
+        methods = self.facts.parser_methods.get(parser, set()) if parser else set()
+        self._check_master_weights(call, set(), parsed=True)
+        files = sorted(methods & set(PARSE_METHODS) - {"parse_args_into_dataclasses"})
+        if parser is None or "parse_args_into_dataclasses" not in methods:
+            files = files or ["parse_args_into_dataclasses"]
+        else:
+            line = f"{parser}.set_defaults({values})"
+            if len(line) > 88:
+                defaults_call = cst.parse_expression(line)
+                assert isinstance(defaults_call, cst.Call)
+                line = code_of(one_per_line(defaults_call))
+            self.ctx.insert_after(
+                stmt(f"# optimum-neuron's defaults, where {_possessive(new_class)} differ.\n{line}\n")
+            )
+            self.changed(
+                f"optimum-neuron's defaults kept for flags not given: {names_in(NATIVE_NAMES.get(k, k) for k in defaults)}"
+            )
+        if files:
+            self.todo(
+                f"fields that {names_in(files)} is not given took optimum-neuron's defaults, where those of `{new_class}` differ: give `{values}` in what it reads"
+            )
 
     def _parser_notes(self, call: cst.Call) -> None:
         flags = (
@@ -1011,12 +1261,15 @@ class OptimumTraining(RenamingCodemod):
             "sequence_parallel_enabled": "enable_sequence_parallel",
         }
         args = []
+        sizes: dict[str, cst.BaseExpression] = {}
         for position, arg in enumerate(call.args):
             key = (
                 arg.keyword.value
                 if arg.keyword is not None
                 else ("tensor_parallel_size" if position == 0 and not arg.star else None)
             )
+            if key in ("tensor_parallel_size", "pipeline_parallel_size"):
+                sizes[key] = arg.value
             if key in mapping:
                 args.append(
                     make_arg(mapping[key], arg.value)
@@ -1033,6 +1286,9 @@ class OptimumTraining(RenamingCodemod):
                 self.todo(f"`{key}={code_of(arg.value)}` was removed: {reason}")
             else:
                 args.append(arg)
+        remainder = None if any(a.star for a in call.args) else self._data_parallel(sizes)
+        if remainder is not None:
+            args.append(make_arg("fsdp_size", remainder))
         self.changed("`TrainingNeuronConfig` -> `DistributedConfig`")
         return with_args(call, args)
 
@@ -1070,6 +1326,17 @@ class OptimumTraining(RenamingCodemod):
                     'dropped `attn_implementation="flash_attention_2"` (optimum-neuron\'s NKI kernel; transformers uses SDPA on Neuron)'
                 )
                 continue
+            if key in TRAINING_LOADER_IGNORED:
+                self.changed(f"dropped `{key}=`: {TRAINING_LOADER_IGNORED[key]}")
+                continue
+            if key == "device_map" and literal(arg.value) in ("xla", "cpu"):
+                self.changed(f"dropped `device_map={code_of(arg.value)}`: the Trainer places the model")
+                continue
+            if key == "use_auth_token":
+                if keyword(call, "token") is None:
+                    args.append(arg.with_changes(keyword=cst.Name("token")))
+                    self.changed("`use_auth_token=` -> `token=` (transformers 5 removed the old name)")
+                continue
             args.append(arg)
         # `distributed_config` last among the leading arguments reads best after the model id.
         self.changed(
@@ -1078,6 +1345,29 @@ class OptimumTraining(RenamingCodemod):
         if any(a.keyword is not None and a.keyword.value == "distributed_config" for a in args):
             self._torchrun_note()
         return with_args(call, args)
+
+
+def _possessive(name: str) -> str:
+    """`TrainingArguments'`, `SFTConfig's`."""
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def _may_shard(config: ast.Call) -> bool:
+    """Does this `TrainingNeuronConfig(...)` give a tensor-parallel size other than 1?"""
+    given = [k.value for k in config.keywords if k.arg in ("tensor_parallel_size", None)]
+    if config.args:
+        given.append(config.args[0])
+    return any(not (isinstance(v, ast.Constant) and v.value == 1) for v in given)
+
+
+def _unmigrated(qualified: str | None) -> bool:
+    """Is this optimum-neuron API that no codemod of the family rewrites?"""
+    if qualified is None or not (qualified == OPTIMUM or qualified.startswith(OPTIMUM + ".")):
+        return False
+    owner, _, method = qualified.rpartition(".")
+    return qualified not in OPTIMUM_RENAMES and not (
+        owner in OPTIMUM_RENAMES and method in ("from_pretrained", "from_config", "export")
+    )
 
 
 def _arg_comment(arg: cst.Arg) -> str | None:
