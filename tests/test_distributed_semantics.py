@@ -473,6 +473,36 @@ def test_a_run_without_ddp_still_averages_and_has_a_process_group(tmp_path: Path
             assert _close(found[rank]["params"], expected), (label, rank, found[rank]["params"], expected)
 
 
+# A DDP wrap in a helper, called on some runs only: before, any wrapper anywhere in the file made
+# every step skip the average, and without `USE_DDP` the replicas drifted apart.
+XLA_DDP_IN_A_HELPER = XLA_SOMETIMES_DDP.replace(
+    "USE_DDP = False\n",
+    "USE_DDP = False\n\n\ndef wrap(model):\n    return DDP(model)\n",
+).replace(
+    "        model = DDP(model)\n", "        model = wrap(model)\n"
+).replace(
+    "    if USE_DDP:\n        optimizer.step()\n    else:\n        xm.optimizer_step(optimizer)\n",
+    "    xm.optimizer_step(optimizer)\n",
+)
+
+
+@pytest.mark.slow
+def test_a_ddp_wrap_the_step_cannot_see_keeps_the_average(tmp_path: Path) -> None:
+    assert "model = wrap(model)" in XLA_DDP_IN_A_HELPER and "    xm.optimizer_step(optimizer)\n" in XLA_DDP_IN_A_HELPER
+    plain = migrate(XLA_DDP_IN_A_HELPER, "plain.py")
+    assert "    average_gradients(optimizer)\n    optimizer.step()\n" in plain
+    (tmp_path / "plain.py").write_text(plain)
+    # With DDP the kept average averages gradients that are equal already: the same step.
+    (tmp_path / "ddp.py").write_text(plain.replace("USE_DDP = False", "USE_DDP = True"))
+    torchrun(tmp_path, [tmp_path / "plain.py", tmp_path / "ddp.py"])
+    expected = _averaged_step()
+    for label in ("plain", "ddp"):
+        found = results(tmp_path, label)
+        assert sorted(found) == [0, 1]
+        for rank in (0, 1):
+            assert _close(found[rank]["params"], expected), (label, rank, found[rank]["params"], expected)
+
+
 # -- 5: a notebook's spawn runs in the kernel ---------------------------------------------------
 
 NOTEBOOK_CELLS = [

@@ -79,6 +79,7 @@ class Scope:
     globals: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
     reads: set[str] = field(default_factory=set)  # names read (or deleted) in this scope itself
+    statement: int = -1  # the statement that creates it (a `def`, or the one holding a lambda)
 
     @property
     def module(self) -> Scope:
@@ -134,6 +135,36 @@ class ScopeTable:
     names: frozenset[str]  # every identifier the file binds or reads, in any scope
     statement_blocks: list[int]  # per statement: the block (body) it stands in
     block_parents: list[int]  # per block: the block holding its statement (-1: none)
+    module_reads: dict[str, int] = field(default_factory=dict)  # module-level name -> first statement reading it
+    module_calls: dict[str, int] = field(default_factory=dict)  # the same, read in a call or a decorator
+    definitions: frozenset[str] = frozenset()  # names of the module's own functions and classes
+
+    @property
+    def first_definition(self) -> int:
+        """The module's first `def` or `class` statement, above which set-up code is added."""
+        return next(
+            (
+                number
+                for number, ((kind, _), block) in enumerate(zip(self.statements, self.statement_blocks, strict=False))
+                if block == 0 and kind in ("FunctionDef", "ClassDef")
+            ),
+            len(self.statements),
+        )
+
+    def first_read(self, names: Iterable[str], in_call: bool = False) -> int:
+        """The first module-level statement that reads one of `names` (in a call: that calls with
+        one of them), past the end where none does."""
+        reads = self.module_calls if in_call else self.module_reads
+        return min((reads[n] for n in names if n in reads), default=len(self.statements))
+
+    def imports_bound_for(self, scope: Scope) -> int:
+        """Module-level imports before this statement have run whenever code in `scope` (a function,
+        or a lambda) runs: those before its `def`, or before the module first reads one of its own
+        functions or classes (a call, or a callback handed to a launcher, may run any of them)."""
+        outer = scope
+        while outer.parent is not None and outer.parent.parent is not None:
+            outer = outer.parent
+        return max(outer.statement, self.first_read(self.definitions))
 
     def runs_before(self, imported: Imported, statement: int) -> bool:
         """Has `imported` run whenever `statement` runs? It comes first, and either runs whenever
@@ -210,6 +241,10 @@ class _Builder:
         self.statement_blocks: list[int] = []
         self.current_block = -1
         self.deleted: list[tuple[Scope, str]] = []
+        self.module_reads: dict[str, int] = {}
+        self.module_calls: dict[str, int] = {}
+        self.calls_seen: set[int] = set()  # calls inside a module-level call already recorded
+        self.definitions: set[str] = set()
 
     def build(self, tree: ast.Module) -> ScopeTable:
         self.block(tree.body)
@@ -227,7 +262,15 @@ class _Builder:
                 owner.bound[name].deleted = True
         scopes = sorted(self.scopes, key=lambda s: s.start)
         return ScopeTable(
-            self.module, scopes, self.statements, frozenset(self.names), self.statement_blocks, self.block_parents
+            self.module,
+            scopes,
+            self.statements,
+            frozenset(self.names),
+            self.statement_blocks,
+            self.block_parents,
+            self.module_reads,
+            self.module_calls,
+            frozenset(self.definitions),
         )
 
     # -- bindings -------------------------------------------------------------------------------
@@ -252,7 +295,7 @@ class _Builder:
         decorators = getattr(node, "decorator_list", None)
         if decorators:  # LibCST's node begins at the first `@`
             start = (decorators[0].lineno, -1, start[2], start[3])
-        scope = Scope(kind, parent, start)
+        scope = Scope(kind, parent, start, statement=self.statement)
         self.scopes.append(scope)
         return scope
 
@@ -323,8 +366,13 @@ class _Builder:
             outer += [a.annotation for a in every if a is not None and a.annotation is not None]
             if node.returns is not None:
                 outer.append(node.returns)
+        if self.scope is self.module:
+            for decorator in node.decorator_list:
+                self.record_call(decorator)
         self.expressions(outer)
         self.bind(self.scope, node.name)
+        if self.scope is self.module:
+            self.definitions.add(node.name)
         kind = "ClassDef" if isinstance(node, ast.ClassDef) else "FunctionDef"
         scope = self.new_scope(kind, node, self.scope)
         if not isinstance(node, ast.ClassDef):
@@ -384,8 +432,13 @@ class _Builder:
                     self.bind(scope, node.id)  # type: ignore[attr-defined]
                 else:
                     scope.reads.add(node.id)  # type: ignore[attr-defined]
+                    if scope is self.module:
+                        self.module_reads.setdefault(node.id, self.statement)  # type: ignore[attr-defined]
                     if node.ctx.__class__ is ast.Del:  # type: ignore[attr-defined]
                         self.deleted.append((scope, node.id))  # type: ignore[attr-defined]
+            elif cls is ast.Call and scope is self.module and id(node) not in self.calls_seen:
+                self.record_call(node)
+                stack += [(child, scope) for child in reversed(list(ast.iter_child_nodes(node)))]
             elif cls is ast.Lambda:
                 args = node.args  # type: ignore[attr-defined]
                 inner = self.new_scope("Lambda", node, scope)
@@ -407,6 +460,14 @@ class _Builder:
                 elif cls is ast.MatchMapping and node.rest:  # type: ignore[attr-defined]
                     self.bind(scope, node.rest)  # type: ignore[attr-defined]
                 stack += [(child, scope) for child in reversed(list(ast.iter_child_nodes(node)))]
+
+    def record_call(self, node: ast.AST) -> None:
+        """The names a module-level call (or decorator) reads, callbacks it is handed included."""
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and not isinstance(inner.ctx, ast.Store):
+                self.module_calls.setdefault(inner.id, self.statement)
+            elif isinstance(inner, ast.Call):
+                self.calls_seen.add(id(inner))
 
     def comprehension(self, node: ast.AST, scope: Scope) -> list[tuple[ast.AST, Scope]]:
         """What to walk next: the first iterable in the enclosing scope, the rest inside."""

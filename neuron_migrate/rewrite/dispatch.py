@@ -157,7 +157,9 @@ def add_todos(
 
 
 def _merge_leading(carried: list[cst.EmptyLine], own: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
-    if any(line.comment is not None for line in carried):
+    # The blank line above a removed statement stays above the TODO the next one got.
+    todo = bool(own) and own[0].comment is not None and own[0].comment.value.startswith("# TODO(neuron-migrate ")
+    if todo or any(line.comment is not None for line in carried):
         return [*carried, *own]
     return list(own) if own else carried
 
@@ -402,6 +404,7 @@ class Dispatcher(Transformer):
             kind = type(result)
         if original is cst.SimpleStatementLine and len(self.ctx.changes) > self.ctx.frames[-1].changes_before:
             self._keep_comments(original_node, result)
+            result = _without_stale_comments(result, self.ctx)
         if original in STATEMENTS:
             result = self._finish_statement(
                 result,
@@ -451,8 +454,8 @@ class Dispatcher(Transformer):
         code = "".join(_EMPTY_MODULE.code_for_node(node) for node in nodes)
         for text, argument in _comments(original):
             # A comment on an argument the rewrite dropped (`logging_dir="logs",  # TensorBoard`)
-            # went with it.
-            if text not in kept and (argument is None or _still_passed(argument, code)):
+            # went with it, and one about the XLA code the call was is no longer true.
+            if text not in kept and (argument is None or _still_passed(argument, code)) and not _speaks_of_xla(text):
                 self.ctx.comment(text)
 
     def _ungroup(self, node: Any) -> Any:
@@ -586,7 +589,10 @@ class Dispatcher(Transformer):
 
 
 # A comment line that speaks of the old stack (`# XLA imports`, `# sync the XLA graph`).
-_OLD_STACK_WORDS = re.compile(r"\b(?:xla|pjrt|xrt|torch_xla|xm|xmp|neuronx?|trainium|mark_step)\b", re.IGNORECASE)
+_OLD_STACK_WORDS = re.compile(r"\b(?:xla|pjrt|xrt|torch_xla|xm|xmp|neuronx?|trainium|mark_steps?)\b", re.IGNORECASE)
+# Of those, the words that describe what the XLA stack did, which a native rewrite of the same
+# line no longer does (Neuron and Trainium are still the hardware it runs on).
+_XLA_WORDS = re.compile(r"\b(?:xla|pjrt|xrt|torch_xla|xm|xmp|mark_steps?)\b", re.IGNORECASE)
 
 
 _MARKER = "neuron-migrate"  # the migration's own notes and cell markers are never dropped
@@ -610,6 +616,35 @@ def _without_old_stack_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.Empt
         if line is not None:
             kept.append(line)
     return kept
+
+
+def _speaks_of_xla(text: str) -> bool:
+    return _XLA_WORDS.search(text) is not None and _MARKER not in text
+
+
+def _without_stale_comments(result: Any, ctx: MigrationContext) -> Any:
+    """A line a codemod rewrote, less the comments that described its XLA code: the one at its end
+    (`device = xm.xla_device()  # the XLA device`) and the paragraph right above it. Kept, they
+    would state the old semantics on the new code."""
+    if not isinstance(result, cst.SimpleStatementLine | cst.If) or id(result) in ctx.removed:
+        return result
+    line = _wrapped_line(result)
+    if isinstance(line, cst.SimpleStatementLine):
+        comment = line.trailing_whitespace.comment
+        if comment is not None and _speaks_of_xla(comment.value):
+            bare = line.with_changes(
+                trailing_whitespace=line.trailing_whitespace.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
+            )
+            result = bare if line is result else result.deep_replace(line, bare)
+    leading = list(result.leading_lines)
+    start = len(leading)
+    while start > 0 and leading[start - 1].comment is not None:
+        start -= 1
+    paragraph = leading[start:]
+    if any(_speaks_of_xla(p.comment.value) for p in paragraph if p.comment is not None):
+        kept = [p for p in paragraph if p.comment is not None and _MARKER in p.comment.value]
+        result = result.with_changes(leading_lines=[*leading[:start], *kept])
+    return result
 
 
 def sweep_block(

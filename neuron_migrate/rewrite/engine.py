@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
@@ -92,11 +93,17 @@ def split_trailing_blank_lines(text: str) -> tuple[str, str]:
     return text[: newline + 1], text[newline + 1 :]
 
 
-def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = None) -> FileResult:
-    """Migrate one Python source text. Never raises for bad input: errors go in the result."""
+def rewrite_source(
+    text: str, path: str = "<stdin>", options: Options | None = None, environment: Mapping[str, str] | None = None
+) -> FileResult:
+    """Migrate one Python source text. Never raises for bad input: errors go in the result.
+
+    `environment`: XLA variables the process running this code starts with, where the code's
+    launcher is known (a notebook's `%env`, the `!` command that runs a `%%writefile` script)."""
     options = options or Options()
+    environment = dict(environment or {})
     result = FileResult(path=path, original=text, migrated=text)
-    if not PREFILTER.search(text) and "neuron-migrate NM" not in text:
+    if not PREFILTER.search(text) and "neuron-migrate NM" not in text and not environment:
         result.skipped = True
         return result
     try:
@@ -113,6 +120,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
         used=qualified_names_used(tree, table),
         always_called=unconditional_calls(tree, table),
         surely_called_by=surely_called_by(tree, table),
+        environment=environment,
     )
     old_names = table.names_under(OLD_STACK_PACKAGES)
     selected = _applicable(tree, text, table, facts, old_names, options)
@@ -139,7 +147,7 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
     expanded = expand_old_stack_suites(module, old_names) if has_one_line_bodies(tree, text) else module
     if expanded is not module and expanded.code != body:
         # Migrate the file as if those bodies had been written on their own lines.
-        result = rewrite_source(expanded.code + tail, path, options)
+        result = rewrite_source(expanded.code + tail, path, options, environment)
         result.original = text
         if result.error:
             result.migrated = text
@@ -169,6 +177,8 @@ def rewrite_source(text: str, path: str = "<stdin>", options: Options | None = N
     dispatcher = Dispatcher(ctx, codemods, old_names, leftover, lambda m: add_from_imports(m, ctx))
     try:
         code, shared = _module_level(dispatcher.rewrite(module), ctx, scopes, tree, old_names, options, printer)
+        if code[:1] in ("\n", "\r") and body[:1] not in ("\n", "\r"):
+            code = code.lstrip("\r\n")  # what opened the file went: no blank line may open it now
         code += tail
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
@@ -233,7 +243,7 @@ def _module_level(
         used |= used_names(ast.parse(source))
     requested = [*ctx.new_imports.items(), *ctx.more_imports]
     # Only module-level imports bind names for module-level code and helpers.
-    existing = scopes.module_imports()
+    existing = scopes.module_imports() - ctx.hoisted
     imports = [(m, a) for m, a in requested if (a or m.split(".")[0]) in used]
     # `import a.b` adds nothing next to an `import a.b as c`: `a` is bound on its own.
     loaded = {m for m, a in [*existing, *imports] if a is not None}

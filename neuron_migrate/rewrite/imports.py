@@ -4,8 +4,11 @@ An import is removed only when the migration made it unused: an old-stack import
 to any more, or any import whose last use the codemods rewrote away. Imports the user had left
 unused stay as they were (minimal diff). A `try: import torch_xla... except ImportError:` guard
 whose imports all went away keeps its accelerator branch, since the migrated code now runs
-natively on every device. New imports go next to their kind (standard library first, then
-`torch`), helpers and set-up statements right after the import block.
+natively on every device; a broader handler (`except Exception:`) goes with it only where
+nothing left in the `try` can raise, else it stays around the migrated body. A guard that keeps
+an old-stack import, which fails natively, gets a TODO: its fallback branch now always runs.
+New imports go next to their kind (standard library first, then `torch`), helpers and set-up
+statements right after the import block.
 """
 
 from __future__ import annotations
@@ -20,8 +23,21 @@ import libcst as cst
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.cst_children import PUNCTUATION, transform
 from neuron_migrate.core.scopes import ScopeTable
-from neuron_migrate.rewrite.codemods.base import MigrationContext, Transformer, code_of, dotted_name
-from neuron_migrate.rewrite.dispatch import STATEMENTS, names_read, sweep_block
+from neuron_migrate.rewrite.codemods.base import (
+    MigrationContext,
+    Transformer,
+    Visitor,
+    code_of,
+    dotted_name,
+)
+from neuron_migrate.rewrite.dispatch import (
+    STATEMENTS,
+    add_todos,
+    emptied_if,
+    names_read,
+    sweep_block,
+    without_emptied_if,
+)
 
 
 def _is_stdlib(module: str) -> bool:
@@ -42,18 +58,119 @@ def _alias_binding(alias: cst.ImportAlias) -> str:
     return name.value
 
 
-_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
+_CATCH_ALL = frozenset({"Exception", "BaseException"})
+
+
+def _caught(handler: cst.ExceptHandler) -> list[str | None]:
+    """The names of the exception types a handler catches (None for one that is not a name)."""
+    if handler.type is None:
+        return ["BaseException"]
+    kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+    nodes = [kind.value if isinstance(kind, cst.Element) else kind for kind in kinds]
+    return [node.value if isinstance(node, cst.Name) else None for node in nodes]
 
 
 def _catches_import_error(handler: cst.ExceptHandler) -> bool:
-    if handler.type is None:
+    return any(kind in _IMPORT_ERRORS | _CATCH_ALL for kind in _caught(handler))
+
+
+def _only_import_errors(handler: cst.ExceptHandler) -> bool:
+    return all(kind in _IMPORT_ERRORS for kind in _caught(handler))
+
+
+# Native calls a guard's body may keep and still not raise: the device lookup and its parts.
+_SAFE_CALLS = frozenset({
+    "torch.device",
+    "torch.accelerator.current_accelerator",
+    "torch.accelerator.is_available",
+    "torch.accelerator.device_count",
+})
+
+
+def _cannot_raise(statement: cst.CSTNode, resolve: Callable[[str], str | None]) -> bool:
+    """A statement that raises nothing once native: `pass`, `name = <literal, name or the device
+    lookup>`, a `print` of such values. What a broad `except` around it can only have caught
+    was the old-stack import."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, cst.Pass):
+            continue
+        if isinstance(small, cst.Assign) and all(_is_names(t.target) for t in small.targets):
+            if _safe_value(small.value, resolve):
+                continue
+        elif isinstance(small, cst.AnnAssign) and _is_names(small.target):
+            if small.value is None or _safe_value(small.value, resolve):
+                continue
+        elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            call = small.value
+            if dotted_name(call.func) == "print" and all(not a.star and _safe_value(a.value, resolve) for a in call.args):
+                continue
+        return False
+    return True
+
+
+def _is_names(target: cst.BaseExpression) -> bool:
+    if isinstance(target, cst.Tuple | cst.List):
+        return all(isinstance(e, cst.Element) and _is_names(e.value) for e in target.elements)
+    return isinstance(target, cst.Name)
+
+
+def _safe_value(node: cst.BaseExpression, resolve: Callable[[str], str | None]) -> bool:
+    if isinstance(node, cst.SimpleString | cst.ConcatenatedString | cst.Integer | cst.Float | cst.Name):
         return True
-    kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
-    for kind in kinds:
-        node = kind.value if isinstance(kind, cst.Element) else kind
-        if isinstance(node, cst.Name) and node.value in _IMPORT_ERRORS:
-            return True
+    if isinstance(node, cst.Attribute):
+        dotted = dotted_name(node)
+        return dotted is not None and resolve(dotted) is not None  # an attribute of a module
+    if isinstance(node, cst.Tuple | cst.List):
+        return all(isinstance(e, cst.Element) and _safe_value(e.value, resolve) for e in node.elements)
+    if isinstance(node, cst.BooleanOperation):
+        return _safe_value(node.left, resolve) and _safe_value(node.right, resolve)
+    if isinstance(node, cst.Call):
+        dotted = dotted_name(node.func)
+        return (
+            dotted is not None
+            and (resolve(dotted) or dotted) in _SAFE_CALLS
+            and all(not a.star and _safe_value(a.value, resolve) for a in node.args)
+        )
     return False
+
+
+class _Bindings(Visitor):
+    """The names a block binds (`HAVE_XLA = True`, `xm = None`) and the imports it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: dict[str, None] = {}
+        self.imports: list[cst.Import | cst.ImportFrom] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.names[target.target.value] = None
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        self.imports.append(node)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        self.imports.append(node)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
+def _is_todo(line: cst.EmptyLine) -> bool:
+    return line.comment is not None and line.comment.value.startswith("# TODO(neuron-migrate NM")
+
+
+def _bindings(*nodes: cst.CSTNode) -> _Bindings:
+    found = _Bindings()
+    for node in nodes:
+        found.scan(node)
+    return found
 
 
 class _ImportRemover(Transformer):
@@ -63,10 +180,14 @@ class _ImportRemover(Transformer):
     uses the name, whatever other functions do.
     """
 
-    def __init__(self, ctx: MigrationContext, is_dead: Callable[[str, int | None], bool]) -> None:
+    def __init__(
+        self, ctx: MigrationContext, is_dead: Callable[[str, int | None], bool], old: frozenset[str]
+    ) -> None:
         super().__init__()
         self.ctx = ctx
         self.is_dead = is_dead
+        self.old = old  # the names old-stack imports bind
+        self._elifs: set[int] = set()
         self._guard_removed: list[bool] = []
         self._functions = 0  # pre-order index of the next function
         self._scopes: list[int] = []
@@ -141,14 +262,23 @@ class _ImportRemover(Transformer):
         removed_import = self._guard_removed.pop()
         if self._guard_removed and removed_import:
             self._guard_removed[-1] = True
-        if not removed_import or not any(_catches_import_error(h) for h in updated_node.handlers):
+        if not any(_catches_import_error(h) for h in updated_node.handlers):
             return updated_node
-        # The old stack's availability guard: keep the accelerator branch, now native.
         kept: list[Any] = [
             s
             for s in updated_node.body.body
             if id(s) not in self.ctx.removed and id(s) not in self.placeholders
         ]
+        inside = _bindings(*kept)
+        if inside.imports:
+            return self._still_guarding(updated_node, inside)
+        if not removed_import:
+            return updated_node
+        if not all(_only_import_errors(h) for h in updated_node.handlers) and not all(
+            _cannot_raise(s, self.ctx.resolve_dotted) for s in kept
+        ):
+            return updated_node  # the handler also caught what the rest of the block may raise
+        # The old stack's availability guard: keep the accelerator branch, now native.
         if updated_node.orelse is not None:
             kept += list(updated_node.orelse.body.body)
         if updated_node.finalbody is not None:
@@ -160,6 +290,43 @@ class _ImportRemover(Transformer):
             leading_lines=[*updated_node.leading_lines, *kept[0].leading_lines]
         )
         return cst.FlattenSentinel(kept)
+
+    def _still_guarding(self, node: cst.Try, inside: _Bindings) -> cst.Try:
+        """A guard that keeps an import: of another optional package, it guards that one still; of
+        the old stack, the import now always fails and the fallback branch always runs."""
+        old = [
+            name
+            for statement in inside.imports
+            if not isinstance(statement.names, cst.ImportStar)
+            for name in map(_alias_binding, statement.names)
+            if name in self.old
+        ]
+        flags = list(_bindings(*node.handlers).names)  # `HAVE_XLA = False`, `xm = None`: what code tests
+        if not old or not flags:
+            return node
+        names = ", ".join(f"`{name}`" for name in dict.fromkeys(old))
+        tested = ", ".join(f"`{name}`" for name in flags)
+        message = (
+            f"the old-stack import of {names} stays (it is still used) and fails natively: the `except` branch "
+            f"then sets {tested} as on a machine without the old stack, so migrated code that depends on {tested} "
+            f"never runs; finish the TODOs on the remaining uses of {names} so the import can go (migrating again "
+            f"then resolves the guard), or set {tested} from `torch.accelerator.is_available()`"
+        )
+        return add_todos(node, [("NM012", message)])  # type: ignore[return-value]
+
+    def visit_If(self, node: cst.If) -> bool:
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+        return True
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> Any:
+        """An `if` whose block only held what went (`if on_xla: import torch_xla ...; xm.mark_step()`)
+        goes with it, as the dispatcher does for a block its codemods emptied."""
+        if id(original_node) in self._elifs or not emptied_if(updated_node, self.placeholders):
+            return updated_node
+        # Its TODOs were about its test, which goes with it.
+        lines = [line for line in updated_node.leading_lines if not _is_todo(line)]
+        return without_emptied_if(updated_node.with_changes(leading_lines=lines), self.ctx)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
         return sweep_block(updated_node, self.ctx.removed, self.placeholders)
@@ -217,7 +384,7 @@ def remove_dead_imports(
                 bound_after.add(alias.asname or alias.name.split(".")[0])
     if not any(is_dead(name, None) or name in old for name in bound_after):
         return module
-    result = transform(module, _ImportRemover(ctx, is_dead), PUNCTUATION)
+    result = transform(module, _ImportRemover(ctx, is_dead, frozenset(old)), PUNCTUATION)
     assert isinstance(result, cst.Module)
     return result
 

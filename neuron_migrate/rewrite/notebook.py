@@ -29,10 +29,16 @@ from neuron_migrate.core.notebook_cells import (
     writes_python_file,
 )
 from neuron_migrate.core.notebook_file import RawCell, locate_cells, replace_sources
-from neuron_migrate.core.oldstack import LEFTOVER_CODE
+from neuron_migrate.core.oldstack import LEFTOVER_CODE, PRECISION
+from neuron_migrate.rewrite.codemods.xla_env import CHILD_PRECISION_TODO, STARTS_PYTHON
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.results import Change, FileResult, ManualItem, Note
-from neuron_migrate.rewrite.shell import old_stack_command, rewrite_shell_command
+from neuron_migrate.rewrite.shell import (
+    ShellRewrite,
+    old_stack_command,
+    rewrite_shell_command,
+    scripts_run,
+)
 
 
 class NotebookError(Exception):
@@ -101,6 +107,7 @@ def _migrate_cells(
         return f"_nm_magic_{token}_{next(counter)}"
 
     joined: list[tuple[RawCell, Masked]] = []
+    scripts: list[RawCell] = []
     new_sources: dict[int, str] = {}
     for cell in cells:
         if cell.cell_type != "code" or (cell.language not in (None, "python")):
@@ -119,12 +126,76 @@ def _migrate_cells(
                     Note(LEFTOVER_CODE, f"cell {cell.index + 1} is not Python ({problem}): left as it is, not migrated")
                 )
         elif writes_python_file(cell.source):
-            _writefile_cell(cell, path, options, result, new_sources)
+            scripts.append(cell)
+    environments, launched = _started_with(joined, scripts)
+    for cell in scripts:
+        _writefile_cell(cell, path, options, result, new_sources, launched.get(_written_name(cell) or "", {}))
     if joined and not _migrate_joined(
-        joined, f"# neuron-migrate-cell-{token}", path, options, result, new_sources
+        joined, f"# neuron-migrate-cell-{token}", path, options, result, new_sources, environments
     ):
         return None
     return new_sources
+
+
+@dataclass(frozen=True)
+class _Environments:
+    """The precision switches the notebook's processes start with, where it says so for every run."""
+
+    kernel: dict[str, str] = field(default_factory=dict)  # the kernel's own, from `%env XLA_USE_BF16=1`
+    # The `%%writefile` scripts that got the switches of the `!` lines that run them.
+    scripts: frozenset[str] = frozenset()
+    # The switches each `!` line that starts Python sets for it: its own, and the kernel's it inherits.
+    lines: dict[Command, frozenset[str]] = field(default_factory=dict)
+
+
+def _written_name(cell: RawCell) -> str | None:
+    """The file name a `%%writefile name.py` cell writes; None where it appends (`-a`)."""
+    magic = cell_magic(cell.source)
+    words = magic[1].split() if magic is not None else []
+    if not words or any(word in ("-a", "--append") for word in words):
+        return None
+    return words[-1].rsplit("/", 1)[-1]
+
+
+def _starts_python(command: Command, rewrite: ShellRewrite | None) -> bool:
+    """A `!` line that is kept and starts a Python process (a script, `python`, `torchrun`)."""
+    if command.span.kind != "shell" or (rewrite is not None and rewrite.removes):
+        return False
+    return bool(scripts_run(command.text)) or STARTS_PYTHON.search(command.text) is not None
+
+
+def _started_with(joined: list[tuple[RawCell, Masked]], scripts: list[RawCell]) -> tuple[_Environments, dict[str, dict[str, str]]]:
+    """What `%env` and `!VAR=1 command` lines set, as `os.environ[...] = ...` and `env=` would:
+    the kernel's own precision switches (a `%env` at the top level of a cell, set nowhere else to
+    another value), those of each `!` line that starts Python (its own, and the kernel's, which it
+    inherits), and each `%%writefile` script's, where every line that runs it sets the same."""
+    kernel: dict[str, bool] = {}
+    on: set[str] = set()  # turned on by the `%env` lines so far
+    lines: dict[Command, frozenset[str]] = {}
+    for _cell, masked in joined:
+        for command in masked.commands:
+            if command.span.kind not in ("shell", "magic"):
+                continue
+            rewrite = rewrite_shell_command(command.text)
+            if rewrite is not None and rewrite.kernel:
+                for variable in rewrite.variables:
+                    sure = variable in rewrite.switches and command.span.column == 0
+                    kernel[variable] = kernel.get(variable, True) and sure
+                    (on.add if variable in rewrite.switches else on.discard)(variable)
+            elif _starts_python(command, rewrite):
+                lines[command] = frozenset(on | set(rewrite.switches if rewrite else ()))
+    runs: dict[str, set[frozenset[str]]] = {}
+    for command, switches in lines.items():
+        for script in scripts_run(command.text):
+            runs.setdefault(script, set()).add(switches)
+    written = {name for name in map(_written_name, scripts) if name is not None}
+    launched = {
+        script: dict.fromkeys(sorted(next(iter(switches))), "1")
+        for script, switches in runs.items()
+        if script in written and len(switches) == 1 and next(iter(switches))
+    }
+    own = {variable: "1" for variable, sure in kernel.items() if sure and variable in PRECISION}
+    return _Environments(own, frozenset(launched), lines), launched
 
 
 def _not_python(text: str) -> str | None:
@@ -147,10 +218,11 @@ def _migrate_joined(
     options: Options,
     result: FileResult,
     out: dict[int, str],
+    environments: _Environments,
 ) -> bool:
     """Migrate the masked cells as one module, cut at `marker` lines; False on an error."""
     module = "".join(f"{marker}\n{masked.text}\n" for _, masked in joined)
-    sub = rewrite_source(module, path, options)
+    sub = rewrite_source(module, path, options, environments.kernel)
     if sub.error:
         result.error = _cell_position(sub.error, path, module, marker, joined)
         return False
@@ -159,14 +231,14 @@ def _migrate_joined(
         result.error = f"{path}:1:1: internal error: cell boundaries were not preserved; notebook left unchanged"
         return False
     result.manual.extend(_locate(sub.manual, sub.migrated, marker, joined))
-    commands, by_hand = _rewrite_shell_commands(joined, options, result)
+    commands, by_hand = _rewrite_shell_commands(joined, options, result, environments)
     for (cell, masked), text in zip(joined, parts[1:], strict=True):
         try:
             new = masked.unmask(text[:-1] if text.endswith("\n") else text, commands)
         except ValueError:
             result.error = f"{path}:cell {cell.index + 1}: internal error: a magic or shell command was lost; notebook left unchanged"
             return False
-        steps = [(command, by_hand[command]) for command in masked.commands if command in by_hand]
+        steps = [(commands.get(command, command.text), by_hand[command]) for command in masked.commands if command in by_hand]
         new = _mark_by_hand(new, steps, cell.index + 1, result) if steps else new
         if new != cell.source:
             out[cell.index] = new
@@ -194,10 +266,12 @@ def _write_sources(
 
 
 def _rewrite_shell_commands(
-    joined: list[tuple[RawCell, Masked]], options: Options, result: FileResult
+    joined: list[tuple[RawCell, Masked]], options: Options, result: FileResult, environments: _Environments
 ) -> tuple[dict[Command, str], dict[Command, ManualItem]]:
     """New text for the `!`/`%env` commands that configure or launch old-stack work (see
-    neuron_migrate.rewrite.shell), and the old-stack steps that must stay, as manual items."""
+    neuron_migrate.rewrite.shell), and the old-stack steps that must stay, as manual items. A
+    precision switch that did not become a dtype policy (in the kernel, or in the script the
+    line runs) gets a TODO at the line, as the same switch written in Python does."""
     new: dict[Command, str] = {}
     by_hand: dict[Command, ManualItem] = {}
     for _cell, masked in joined:
@@ -207,6 +281,9 @@ def _rewrite_shell_commands(
             needs = old_stack_command(command.text) if shell and rewrite is None else None
             if needs is not None and options.enabled("NM020"):
                 by_hand[command] = ManualItem("NM020", needs)
+            lost = _precision_left_out(rewrite, command, environments) if shell else None
+            if lost is not None and options.enabled("NM009") and command not in by_hand:
+                by_hand[command] = ManualItem("NM009", lost)
             if rewrite is None or not options.enabled(rewrite.code):
                 continue
             if rewrite.removes and command.span.assigned:
@@ -219,28 +296,40 @@ def _rewrite_shell_commands(
             indented = rewrite.removes and command.span.column
             new[command] = f"pass  {rewrite.text}" if indented else rewrite.text
             result.changes.append(Change(rewrite.code, rewrite.message))
-            note = Note(
-                "NM009",
-                "precision policy changed: an XLA bf16 switch was removed from a shell line; "
-                "cast in the training code where data moves to the device (`model.to(device, "
-                "torch.bfloat16)` and float inputs) or use `torch.autocast`",
-            )
-            if rewrite.precision and note not in result.notes:
-                result.notes.append(note)
     return new, by_hand
 
 
-def _mark_by_hand(source: str, steps: list[tuple[Command, ManualItem]], cell: int, result: FileResult) -> str:
-    """`source` with a TODO line above each old-stack step left in place. A marker there from an
-    earlier run stays as it is: the rewrite reports it with the other markers."""
+def _precision_left_out(rewrite: ShellRewrite | None, command: Command, environments: _Environments) -> str | None:
+    """The TODO for a precision switch a shell line sets (or a `!` line inherits from `%env`) that
+    did not become the dtype policy of the process it was for."""
+    if rewrite is not None and rewrite.kernel:
+        missing = [variable for variable in rewrite.switches if variable not in environments.kernel]
+        if not missing:
+            return None
+        dtype = PRECISION[missing[0]]
+        return (
+            f"`{missing[0]}=1` set this kernel's precision ({dtype} on the device), but not for every run (it "
+            "is indented, or set to another value elsewhere): where it applies, cast where data moves to the device "
+            f"(`model.to(device, torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
+        )
+    switches = sorted(environments.lines.get(command, ()))
+    scripts = scripts_run(command.text)
+    if not switches or (scripts and all(script in environments.scripts for script in scripts)):
+        return None
+    return CHILD_PRECISION_TODO.format(variable=switches[0], dtype=PRECISION[switches[0]])
+
+
+def _mark_by_hand(source: str, steps: list[tuple[str, ManualItem]], cell: int, result: FileResult) -> str:
+    """`source` with a TODO line above each command (as it now reads) left for a person. A marker
+    there from an earlier run stays as it is: the rewrite reports it with the other markers."""
     position = 0
-    for command, item in steps:
-        at = source.find(command.text, position)
+    for text, item in steps:
+        at = source.find(text, position)
         if at < 0:
             continue
         start = source.rfind("\n", 0, at) + 1
         indent = re.match(r"[ \t]*", source[start:]).group()  # type: ignore[union-attr]
-        position = at + len(command.text)
+        position = at + len(text)
         if (source[:start].splitlines() or [""])[-1].strip() == item.marker:
             continue
         ending = "\r\n" if source[start:].partition("\n")[0].endswith("\r") else "\n"
@@ -251,9 +340,13 @@ def _mark_by_hand(source: str, steps: list[tuple[Command, ManualItem]], cell: in
     return source
 
 
-def _writefile_cell(cell: RawCell, path: str, options: Options, result: FileResult, out: dict[int, str]) -> None:
+def _writefile_cell(
+    cell: RawCell, path: str, options: Options, result: FileResult, out: dict[int, str], environment: dict[str, str]
+) -> None:
+    """Migrate a `%%writefile` script as a file of its own, started with `environment` (the
+    precision switches of the `!` lines that run it)."""
     header, _, body = cell.source.partition("\n")
-    sub = rewrite_source(body, f"{path}:cell {cell.index + 1}", options)
+    sub = rewrite_source(body, f"{path}:cell {cell.index + 1}", options, environment)
     if sub.error:
         result.error = sub.error
         return

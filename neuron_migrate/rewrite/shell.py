@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from neuron_migrate.core.oldstack import PRECISION, REMOVED_STEPS, XLA_VARIABLE
 from neuron_migrate.rewrite.codemods.optimum.fields import PARALLEL_FIELDS, TRAINING_FIELDS
+from neuron_migrate.rewrite.codemods.xla_env import TRUE_VALUES
 
-_ENV_MAGIC = re.compile(r"%(?:env|set_env)\s+([A-Za-z_]\w*)")
+_ENV_MAGIC = re.compile(r"%(?:env|set_env)\s+([A-Za-z_]\w*)(?:\s*=\s*|\s+)?(\S*)")
 _SHELL = re.compile(r"(!{1,2}[ \t]*)(.*)", re.S)
 _CONTINUATION = re.compile(r"\\\r?\n")
 _SEPARATOR = re.compile(r"(?:[ \t]|\\\r?\n)*")
@@ -32,8 +33,16 @@ class ShellRewrite:
     text: str  # the new command (a comment when the step is gone)
     message: str  # what changed, for the report
     code: str = "NM009"  # environment (NM009) or a launch step (NM005)
-    precision: bool = False  # an XLA bf16 switch was dropped
     removes: bool = False  # the whole command goes; `text` says why
+    variables: tuple[str, ...] = ()  # the XLA variables it no longer sets
+    # Of those, the precision switches it turned on (`XLA_USE_BF16=1`): for the kernel itself
+    # with `%env`, else for the processes the command starts.
+    switches: tuple[str, ...] = ()
+    kernel: bool = False
+
+    @property
+    def precision(self) -> bool:
+        return bool(self.switches)
 
 
 def rewrite_shell_command(command: str) -> ShellRewrite | None:
@@ -42,11 +51,15 @@ def rewrite_shell_command(command: str) -> ShellRewrite | None:
     env = _ENV_MAGIC.match(command)
     if env and XLA_VARIABLE.match(env.group(1)):
         name = env.group(1)
+        precision = name in PRECISION
+        why = "XLA's precision switch; natively the dtype is set in the code" if precision else "it configured the XLA runtime"
         return ShellRewrite(
-            f"# (removed `%env {name}`: it configured the XLA runtime)",
+            f"# (removed `%env {name}`: {why})",
             f"removed `%env {name}`",
-            precision=name in PRECISION,
             removes=True,
+            variables=(name,),
+            switches=(name,) if precision and _unquoted(env.group(2)) in TRUE_VALUES else (),
+            kernel=True,
         )
     shell = _SHELL.fullmatch(command)
     if not shell:
@@ -66,11 +79,32 @@ def rewrite_shell_command(command: str) -> ShellRewrite | None:
     if not dropped:
         return None
     names = [match.group(1) for match in dropped]
+    switches = tuple(
+        match.group(1)
+        for match in dropped
+        if match.group(1) in PRECISION and _unquoted(match.group().partition("=")[2]) in TRUE_VALUES
+    )
     return ShellRewrite(
         _without(prefix, body, dropped),
         f"removed {', '.join(names)} from a shell command",
-        precision=any(n in PRECISION for n in names),
+        variables=tuple(names),
+        switches=switches,
     )
+
+
+_SCRIPT = re.compile(r"""(?:^|[\s/'"=])([\w.-]+\.py)(?=$|[\s'"])""")
+
+
+def _unquoted(value: str) -> str:
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def scripts_run(command: str) -> tuple[str, ...]:
+    """The file names of the Python scripts a `!` command runs (`torchrun ... train.py`)."""
+    shell = _SHELL.fullmatch(command)
+    if not shell:
+        return ()
+    return tuple(dict.fromkeys(_SCRIPT.findall(_CONTINUATION.sub(" ", shell.group(2)))))
 
 
 # Flags only optimum-neuron's training arguments take (`overwrite_output_dir` was transformers' own).

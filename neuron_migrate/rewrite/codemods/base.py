@@ -176,16 +176,6 @@ NEURON = Target("neuron")
 TARGETS = {"portable": PORTABLE, "neuron": NEURON}
 
 
-# Wrappers whose backward pass averages the gradients across processes.
-GRADIENT_SYNCING_WRAPPERS = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.distributed.fsdp",
-    "torch.distributed._composable.fsdp",
-    "torch_xla.distributed.fsdp",
-)
-
-
 @dataclass
 class FileFacts:
     """File-wide facts some rewrites depend on, computed once before rewriting."""
@@ -195,6 +185,9 @@ class FileFacts:
     always_called: set[str] = field(default_factory=set)
     # Per module-level function ("" for the module's own statements): what it surely calls.
     surely_called_by: dict[str, frozenset[str]] = field(default_factory=dict)
+    # XLA variables the process running the file starts with, where its launcher is known (a
+    # notebook's `%env`, the `!` command that runs a `%%writefile` script): name -> value.
+    environment: dict[str, str] = field(default_factory=dict)
 
     def uses(self, *prefixes: str) -> bool:
         return any(
@@ -235,17 +228,6 @@ class FileFacts:
         return (
             "no process group is created in this file: when it runs as several processes (torchrun), "
             "call `dist.init_process_group()` at start-up, or ranks, sizes and collectives act as one process"
-        )
-
-    @property
-    def syncs_gradients(self) -> bool:
-        """Gradients are already averaged by a wrapper, so no explicit all-reduce is needed: the
-        model is wrapped where no branch decides it (`if args.ddp: model = DDP(model)` leaves
-        the other branch's steps to average by themselves)."""
-        return any(
-            name == prefix or name.startswith(prefix + ".")
-            for prefix in GRADIENT_SYNCING_WRAPPERS
-            for name in self.always_called
         )
 
 
@@ -298,9 +280,12 @@ class MigrationContext:
     # Each name handed out for a module: ("import", module, asname) or ("from", module, name).
     spelled: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     more_imports: dict[tuple[str, str | None], None] = field(default_factory=dict)  # beyond `new_imports`
+    # Imports the file has, but only after code that may call the place that needs them: added at the top.
+    hoisted: set[tuple[str, str | None]] = field(default_factory=set)
     file_names: frozenset[str] | None = None  # every name the source binds or reads (see unused_name)
     mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
     _at_module_end: bool = False
+    _set_up: bool = False  # spelling a set-up statement added after the leading imports (`RANK = ...`)
 
     def __post_init__(self) -> None:
         if self.scopes is None:
@@ -340,16 +325,17 @@ class MigrationContext:
         return (owner, name) if owner is not None and not owner.bound[name].deleted else None
 
     @contextmanager
-    def _module_level(self) -> Iterator[None]:
-        """Spell names for a definition added at module level, after every statement of the file."""
-        saved = self._at_module_end
+    def _module_level(self, set_up: bool = False) -> Iterator[None]:
+        """Spell names for a definition added at module level, after every statement of the file;
+        a `set_up` statement (`RANK = int(os.environ...)`) runs where it stands, after the imports."""
+        saved = self._at_module_end, self._set_up
         self.scope_stack.append(self.scope.module)
-        self._at_module_end = True
+        self._at_module_end, self._set_up = True, set_up
         try:
             yield
         finally:
             self.scope_stack.pop()
-            self._at_module_end = saved
+            self._at_module_end, self._set_up = saved
 
     # -- reporting ------------------------------------------------------------------------------
     def changed(self, code: str, message: str) -> None:
@@ -402,9 +388,10 @@ class MigrationContext:
 
         An import already seen here is reused; else `asname`, then the dotted module name, then a
         fresh alias, whichever is free here. A function that imports the name only further down
-        gets the import at its top instead (the name is local to all of that function).
+        gets the import at its top instead (the name is local to all of that function); a module
+        that imports it only after code that may run this place gets it at the top as well.
         """
-        found = visible_import(self._table, self.scope, self.statement, module, prefer=asname)
+        found = visible_import(self._table, self.scope, self.statement, module, asname, self._set_up)
         if found is not None:
             return self._spell(found, ("import", module, found if found != module else None))
         top = module.split(".")[0]
@@ -412,6 +399,9 @@ class MigrationContext:
         candidates.append((top, top, None))
         for name, qualified, alias in candidates:
             bound = self._bind(name, qualified, f"import {module}" + (f" as {alias}" if alias else ""))
+            if bound is State.TOO_LATE:
+                self.hoisted.add((qualified, alias))
+                bound = State.FREE
             if bound is State.FREE or (bound is State.USABLE and "." in module):
                 self._add_import(module, alias)  # `torch.distributed` is spelled through `torch`
             if bound is State.FREE and "." in module and alias is None:
@@ -431,10 +421,12 @@ class MigrationContext:
         qualified = f"{module}.{name}"
         if qualified in self.provided:
             return name
-        found = visible_import(self._table, self.scope, self.statement, qualified, prefer=name)
+        found = visible_import(self._table, self.scope, self.statement, qualified, name, self._set_up)
         if found is not None and "." not in found:
             return self._spell(found, ("from", module, name))
         bound = self._bind(name, qualified, f"from {module} import {name}", replaced=OPTIMUM_NEURON)
+        if bound is State.TOO_LATE:
+            bound = State.TAKEN  # spelled through the module, imported at the top
         if bound is State.FREE:
             self.from_imports.setdefault(module, {})[name] = None
         if bound is not State.TAKEN:
@@ -445,7 +437,7 @@ class MigrationContext:
     def _bind(self, name: str, qualified: str, line: str, replaced: str | None = None) -> State:
         """Can `name` mean `qualified` here? TAKEN when it cannot; a function that imports it only
         further down gets `line` at its top. A module-level import (FREE) is the caller's to add."""
-        found = state(self.scope, self.statement, name, qualified, self._table)
+        found = state(self.scope, self.statement, name, qualified, self._table, self._set_up)
         if found is State.TAKEN and replaced is not None:
             owner = self.scope.lookup(name)
             meaning = owner.bound[name].imported_as if owner is not None else None
@@ -497,7 +489,8 @@ class MigrationContext:
 
     def _for_module_level(self, source: str) -> str:
         spellings: dict[str, str] = {}
-        with self._module_level():
+        definition = source.lstrip().startswith(("def ", "async def ", "class ", "@"))
+        with self._module_level(set_up=not definition):
             for written in sorted(names_in(source) & self.spelled.keys()):
                 kind, module, alias = self.spelled[written]
                 if kind == "import":

@@ -72,13 +72,19 @@ def read_device_strings(
 
 
 def device_type_attribute(node: cst.BaseExpression) -> bool:
-    """`t.device.type`, `device.type`, `torch.device(d).type`: the type of a device."""
+    """`t.device.type`, `device.type`, `values[0].device.type`, `torch.device(d).type`: the type
+    of a device."""
     if not (isinstance(node, cst.Attribute) and node.attr.value == "type"):
         return False
     owner = node.value
     if isinstance(owner, cst.Call):
         return dotted_name(owner.func) == "torch.device"
-    last = (dotted_name(owner) or "").rsplit(".", 1)[-1].lower()
+    if isinstance(owner, cst.Attribute):
+        last = owner.attr.value.lower()  # whatever it is read from: `batch[0].device`, `f().device`
+    elif isinstance(owner, cst.Name):
+        last = owner.value.lower()
+    else:
+        return False
     return "device" in last or last == "dev"
 
 

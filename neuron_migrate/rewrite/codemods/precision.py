@@ -89,8 +89,10 @@ class PrecisionPolicy:
         """The program's own bf16 flag; with an unconditional policy it is defined after the imports."""
         if self._flag is None:
             self._flag = self.codemod.ctx.unused_name(FLAG)
-            if self.unconditional:
-                self.codemod.ctx.module_prologue.append(f"{self._comment()}\n{self._flag} = True\n")
+            if self.unconditional:  # the policy is explained once, where it first acted
+                why = f"  # was {self.variable}=1" if self.explained else ""
+                comment = "" if self.explained else f"{self._comment()}\n"
+                self.codemod.ctx.module_prologue.append(f"{comment}{self._flag} = True{why}\n")
         return self._flag
 
     def _comment(self) -> str:

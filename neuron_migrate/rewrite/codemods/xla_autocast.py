@@ -78,7 +78,8 @@ class XlaAutocast(Codemod):
             return call
         torch = self.ctx.torch()
         value = device.value
-        if string_value(value) is not None:
+        native = code_of(value.with_changes(lpar=[], rpar=[])) == self.ctx.target.device(torch)
+        if string_value(value) is not None or native:  # `autocast(torch_xla.device())`: the device's own type
             device_type = self.ctx.device_type_expr()
         elif isinstance(value, cst.Name | cst.Attribute | cst.Call | cst.Subscript) or value.lpar:
             device_type = f"{code_of(value)}.type"

@@ -20,14 +20,22 @@ from neuron_migrate.rewrite.codemods.base import (
 )
 from neuron_migrate.rewrite.codemods.group_lifetime import calls_before_group
 from neuron_migrate.rewrite.codemods.replica_groups import groups_argument, process_group
+from neuron_migrate.rewrite.codemods.seeding import seeded_already
 
 XM = "torch_xla.core.xla_model"
 XR = "torch_xla.runtime"
 
-WORLD_SIZE = (f"{XM}.xrt_world_size", f"{XR}.world_size", f"{XR}.process_count")
+# One device per process natively: the devices of every process and host are the world's size.
+WORLD_SIZE = (
+    f"{XM}.xrt_world_size",
+    f"{XR}.world_size",
+    f"{XR}.process_count",
+    f"{XR}.global_device_count",
+    f"{XR}.global_runtime_device_count",
+)
 RANK = (f"{XM}.get_ordinal", f"{XR}.global_ordinal", f"{XR}.process_index")
 LOCAL_RANK = (f"{XM}.get_local_ordinal", f"{XR}.local_ordinal")
-LOCAL_WORLD_SIZE = (f"{XR}.local_process_count",)
+LOCAL_WORLD_SIZE = (f"{XR}.local_process_count", f"{XR}.local_device_count")
 IS_MASTER = (f"{XM}.is_master_ordinal",)
 MASTER_PRINT = (f"{XM}.master_print",)
 RENDEZVOUS = (f"{XM}.rendezvous",)
@@ -98,7 +106,7 @@ class XlaCollectives(Codemod):
     ## What it does
     | torch_xla | native |
     |---|---|
-    | `xm.xrt_world_size()`, `xr.world_size()` | `dist.get_world_size()` |
+    | `xm.xrt_world_size()`, `xr.world_size()`, `xr.global_runtime_device_count()` | `dist.get_world_size()` (one device per process) |
     | `xm.get_ordinal()`, `xr.global_ordinal()` | `dist.get_rank()` |
     | `xm.get_local_ordinal()`, `xr.local_ordinal()` | `int(os.environ.get("LOCAL_RANK", 0))` |
     | `xm.is_master_ordinal()` (local by default) | `LOCAL_RANK == 0` |
@@ -110,7 +118,7 @@ class XlaCollectives(Codemod):
     | `xm.all_reduce(op, x, groups=[[0, 1], [2, 3]])` | `dist.all_reduce(y, op=..., group=replica_group(groups))` |
     | `xm.mesh_reduce("tag", v, np.mean)` | `mesh_reduce(v, np.mean)` (a helper over `all_gather_object`) |
     | `xm.save(obj, path)` | `if <local rank 0>: torch.save(obj, path)` |
-    | `xm.set_rng_state(s)`, `torch_xla.manual_seed(s)` | `torch.manual_seed(s)` |
+    | `xm.set_rng_state(s)`, `torch_xla.manual_seed(s)` | `if device.type != "cpu": torch.get_device_module(device).manual_seed(s)` (`torch.neuron.manual_seed(s)` with `--target neuron`); nothing right after `torch.manual_seed(s)` |
 
     In a script, torchrun's `LOCAL_RANK`, `RANK` and `WORLD_SIZE` are read once into module-level
     constants of those names (`LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))`); in a notebook,
@@ -185,6 +193,11 @@ class XlaCollectives(Codemod):
         f"{XM}.is_master_ordinal": "use `int(os.environ.get(\"LOCAL_RANK\", 0)) == 0` (local) or `dist.get_rank() == 0` (global)",
         f"{XM}.master_print": "use `print(...)` under `if dist.get_rank() == 0:`",
         f"{XM}.save": "use `torch.save` under `if int(os.environ.get(\"LOCAL_RANK\", 0)) == 0:`",
+        **{
+            seeding: "`{name}` seeded the device's generator only, not the host's: use "
+            "`torch.get_device_module(device).manual_seed(seed)` (`torch.neuron.manual_seed(seed)` on Trainium)"
+            for seeding in MANUAL_SEED
+        },
         "torch_xla.distributed.xla_multiprocessing.create_optimized_replica_groups": "replica groups become `dist.new_group(ranks)`",
         # Left only where the torch_xla call they are passed to is left for a person.
         **{
@@ -199,6 +212,7 @@ class XlaCollectives(Codemod):
         self._warned_no_group = False
         self._print_helper = False  # the file prints through one `master_print` helper
         self._early: set[int] = set()  # calls that run before the process group exists
+        self._seeded: set[int] = set()  # device seedings right after the same host seeding
 
     def visit_Module(self, node: cst.Module) -> None:
         prints = _CountsCalls(lambda call: self.qualify(call.func) in MASTER_PRINT)
@@ -209,6 +223,7 @@ class XlaCollectives(Codemod):
             lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP,
             lambda call: self.qualify(call.func) in LAUNCH,
         )
+        self._seeded = seeded_already(node, self.qualify, MANUAL_SEED)
 
     def _single_process_fallback(self) -> None:
         """Ranks and sizes fall back to one process in a file that creates no process group:
@@ -275,9 +290,6 @@ class XlaCollectives(Codemod):
             )
             self.changed(f"`{old}(model)` -> `{helper}(model)`, a `dist.broadcast` from rank 0")
             return updated_node.with_changes(func=cst.Name(helper))
-        if name in MANUAL_SEED and updated_node.args:
-            self.changed(f"`{old}(seed)` -> `torch.manual_seed(seed)`")
-            return expr(f"{self.ctx.torch()}.manual_seed({code_of(updated_node.args[0].value)})")
         return updated_node
 
     def _mesh_reduce(self, call: cst.Call) -> cst.BaseExpression:
@@ -356,7 +368,8 @@ class XlaCollectives(Codemod):
         if not isinstance(call, cst.Call):
             return updated_node
         name = self.qualify(call.func)
-        early = id(getattr(original_node.body[0], "value", None)) in self._early
+        original = id(getattr(original_node.body[0], "value", None))
+        early = original in self._early
         if isinstance(small, cst.Expr):
             if name in MASTER_PRINT:
                 return self._master_print(updated_node, call, early)
@@ -364,6 +377,8 @@ class XlaCollectives(Codemod):
                 return self._rendezvous(updated_node, call)
             if name in SAVE:
                 return self._save(updated_node, call, early)
+            if name in MANUAL_SEED:
+                return self._seed_device(updated_node, call, original in self._seeded)
         if name in ALL_REDUCE:
             return self._all_reduce(updated_node, small, call)
         return updated_node
@@ -401,6 +416,34 @@ class XlaCollectives(Codemod):
         printed = call.with_changes(func=cst.Name("print"), args=args)
         self.changed(f"`xm.master_print(...)` -> `print` on {'local' if is_local else 'global'} rank 0")
         return self._guarded(line, self._is_master(is_local, early), printed)
+
+    def _seed_device(self, line: cst.SimpleStatementLine, call: cst.Call, seeded: bool) -> Any:
+        """torch_xla seeded the device's generator only, never the host's (model init, shuffling)."""
+        seed, device = arg_value(call, 0, "seed"), arg_value(call, 1, "device")
+        if seed is None or has_star_args(call):
+            return line
+        old = code_of(call.func)
+        if seeded:
+            self.changed(f"removed `{old}(seed)`: the `torch.manual_seed(seed)` just before seeds the device too")
+            return self.ctx.remove(line)
+        torch, value = self.ctx.torch(), code_of(seed.value)
+        if self.ctx.target.neuron:
+            self.changed(f"`{old}(seed)` -> `torch.neuron.manual_seed(seed)` (the device's generator only)")
+            return line.with_changes(body=[cst.Expr(expr(f"{torch}.neuron.manual_seed({value})"))])
+        given = device.value if device is not None and isinstance(device.value, cst.Name) else None
+        variable = code_of(given) if given is not None else self.ctx.device_variable()
+        if variable is not None:
+            test, module = f'{variable}.type != "cpu"', f"{torch}.get_device_module({variable})"
+        else:
+            test = f"{torch}.accelerator.is_available()"
+            module = f"{torch}.get_device_module({torch}.accelerator.current_accelerator())"
+        self.todo(
+            "on the CPU fallback the device has no generator of its own (it draws from the host's, which "
+            f"`{old}` left alone), so nothing is seeded there: give the random ops a `torch.Generator` of "
+            "their own if a CPU run must reproduce per-device seeding"
+        )
+        self.changed(f"`{old}(seed)` -> the accelerator's `manual_seed(seed)` (its generator only)")
+        return self._guarded(line, test, f"{module}.manual_seed({value})")
 
     def _rendezvous(self, line: cst.SimpleStatementLine, call: cst.Call) -> Any:
         if len(call.args) > 1:

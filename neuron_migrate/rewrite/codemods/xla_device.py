@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import libcst as cst
 
@@ -33,12 +33,11 @@ XLA_DEVICE = (
     "torch_xla.core.xla_model.xla_device",
     "torch_xla.device",
 )
+# The devices this process addresses. Counts over all processes (`global_device_count`) and
+# hosts are world sizes natively, one device per process: NM006 rewrites those.
 DEVICE_COUNT = (
     "torch_xla.device_count",
-    "torch_xla.runtime.global_runtime_device_count",
     "torch_xla.runtime.addressable_runtime_device_count",
-    "torch_xla.runtime.global_device_count",
-    "torch_xla.runtime.local_device_count",
     "torch_xla.runtime.addressable_device_count",
 )
 DEVICE_TYPE = ("torch_xla.runtime.device_type",)
@@ -52,7 +51,7 @@ class XlaDevice(Codemod):
     ## What it does
     Rewrites `xm.xla_device()` and `torch_xla.device()`, the string `"xla"` where it names a
     device (`.to("xla")`, `device="xla"`, `torch.device("xla:0")`, and `device = "xla"` when
-    `device` is then used as one), device counts (`xr.global_runtime_device_count()`),
+    `device` is then used as one), this process's device counts (`xr.addressable_device_count()`),
     `xr.device_type()`, `xm.xla_device_hw()` and `tensor.device.type == "xla"` tests.
     An `"xla"` that is a mode name (`if args.device == "xla":`, `choices=["cpu", "xla"]`, a
     `device_type = "xla"` that only selects code paths) is left as it is, with a TODO.
@@ -201,6 +200,11 @@ class XlaDevice(Codemod):
     # -- keywords and assignments ----------------------------------------------------------------
     strings = DeviceStrings()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._elifs: set[int] = set()
+        self._known: dict[int, bool] = {}  # `True`/`False` written for a device-type test, by id
+
     def visit_Module(self, node: cst.Module) -> None:
         # Whether `name = "xla"` is a device depends on where `name` goes later in the file.
         if XLA_STRING.search(self.ctx.source):
@@ -240,9 +244,57 @@ class XlaDevice(Codemod):
             self.todo(FLAG_ASSIGNED.format(name=code_of(target)))
         return None
 
-    def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.Comparison:
+    # -- `xr.device_type() == "NEURON"` with `--target neuron`: known, so the test goes ----------
+    def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+
+    def _known_type_test(self, comparison: cst.Comparison) -> bool | None:
+        """What `xr.device_type() == "NEURON"` (or `!=`, either way round) is on Trainium."""
+        if not self.ctx.target.neuron or len(comparison.comparisons) != 1:
+            return None
+        target = comparison.comparisons[0]
+        sides = (comparison.left, target.comparator)
+        calls = [side for side in sides if isinstance(side, cst.Call) and self.qualify(side.func) in DEVICE_TYPE]
+        literals = [string_value(side) for side in sides if string_value(side) is not None]
+        if len(calls) != 1 or len(literals) != 1 or not isinstance(target.operator, cst.Equal | cst.NotEqual):
+            return None
+        return (literals[0] == "NEURON") == isinstance(target.operator, cst.Equal)
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> Any:
+        known = self._known.pop(id(updated_node.test), None)
+        if known is None or id(original_node) in self._elifs:
+            return updated_node
+        self.changed(f"`if xr.device_type() ...` -> the branch Trainium takes (the test is {known})")
+        if known:
+            branch: cst.BaseSuite | None = updated_node.body
+        elif isinstance(updated_node.orelse, cst.If):
+            return updated_node.orelse.with_changes(leading_lines=updated_node.leading_lines)
+        else:
+            branch = updated_node.orelse.body if updated_node.orelse is not None else None
+        if branch is None:
+            return self.ctx.remove(updated_node)
+        statements: list[Any] = list(branch.body)
+        if isinstance(branch, cst.SimpleStatementSuite):  # `if test: a = 1` on one line
+            statements = [cst.SimpleStatementLine(body=branch.body)]
+        statements[0] = statements[0].with_changes(leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines])
+        return cst.FlattenSentinel(statements)
+
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        known = self._known.pop(id(updated_node.test), None)
+        if known is None:
+            return updated_node
+        self.changed(f"`... if xr.device_type() ... else ...` -> the value Trainium takes (the test is {known})")
+        return updated_node.body if known else updated_node.orelse
+
+    def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
         """`x.device.type == "xla"` asks "is it on the accelerator?" in a script written for XLA
         alone; anywhere else `"xla"` in a comparison is a mode name, or one device among several."""
+        known = self._known_type_test(original_node)
+        if known is not None:
+            constant = cst.Name(str(known))
+            self._known[id(constant)] = known
+            return constant
         if not self.ctx.old_stack_file or not compares_xla(updated_node):
             return updated_node  # a library that merely supports XLA among other devices
         target = updated_node.comparisons[0]

@@ -12,6 +12,7 @@ from neuron_migrate.core.cst_children import children
 from neuron_migrate.core.oldstack import PRECISION, is_xla_variable, uses_pytorch_xla
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    FileFacts,
     code_of,
     fix_trailing_comma,
     string_value,
@@ -22,6 +23,8 @@ from neuron_migrate.rewrite.codemods.precision import PrecisionPolicy
 GETENV = ("os.getenv", "os.environ.get")
 SETTERS = ("os.environ.setdefault", "os.putenv")
 UPDATE = ("os.environ.update",)
+SUBPROCESS = tuple(f"subprocess.{name}" for name in ("run", "Popen", "call", "check_call", "check_output"))
+SHELL_LAUNCHES = ("os.system", "os.popen")
 
 # An XLA variable being set in this file: `env["XLA_X"] = ...`, `("XLA_X", ...)`, `{"XLA_X": ...}`, `XLA_X=...`.
 SETTING = re.compile(r"""['"](?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)['"]\s*(?:\]\s*=[^=]|,|:)|\b(?:XLA_\w+|PJRT_\w+)=""")
@@ -35,6 +38,9 @@ SWITCH_IN_COMMAND = re.compile(
     rf"""|\bexport\s+({'|'.join(PRECISION)})=""",
 )
 
+# A command that starts a Python process, which a precision switch in its environment reached.
+STARTS_PYTHON = re.compile(r"(?<![\w.-])(?:python3?|torchrun|accelerate|deepspeed)(?![\w.-])|\w\.py\b")
+
 REMOTE_TODO = (
     "this environment configures a remote job, not this program: its XLA variables are left for "
     "that job; migrate the job's own script (its `entry_point`){precision} and drop them once it runs natively"
@@ -42,6 +48,11 @@ REMOTE_TODO = (
 REMOTE_PRECISION = (
     ", where `{variable}=1` becomes explicit casts where data moves to the device (`model.to(device, "
     "torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`),"
+)
+CHILDREN_ONLY_TODO = (
+    "`{variable}` reached only the processes this program starts (it runs no PyTorch/XLA itself); natively "
+    "it does nothing: cast in their scripts, where data moves to the device (`model.to(device, "
+    "torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
 )
 CHILD_PRECISION_TODO = (
     "`{variable}` set the precision of the process started here ({dtype} on the device); natively it "
@@ -63,6 +74,7 @@ class XlaEnv(Codemod):
     inputs and float tensors created on the device; integer tensors stay as they are, and models the
     file loads with `from_pretrained` / `from_config` get `dtype=torch.bfloat16`. A switch set only
     on some runs, or read back to choose behaviour, becomes the program's own flag `USE_BF16`.
+    A reader of another switch than the one this program turns on gets a TODO.
 
     ## Why
     These variables configured the XLA runtime. `XLA_USE_BF16=1` silently stored every float
@@ -101,10 +113,14 @@ class XlaEnv(Codemod):
     function sets the flag as a global (the variable was process-wide). Tensors made on the host keep
     their float32 until they move, exactly as before. A switch in the environment of a child process
     (`subprocess.run(..., env=...)`, a command string) is removed with a TODO: the dtype belongs in
-    the script that process runs. The `environment=` of a remote job (a SageMaker estimator)
-    configures that job and is left as it is, with a TODO. `XLA_FLAGS` is left alone in files that
-    do not use PyTorch/XLA (JAX and TensorFlow read it too). `NEURON_*` runtime variables are kept.
-    Compare runs with `neuron-migrate validate`, which judges bf16 runs against their noise floor.
+    the script that process runs; so is one this program set for itself where a Python process it
+    starts inherits it. A launcher that never imports torch (or a notebook that never loads
+    PyTorch/XLA) set the switch only for such children: it gets no policy of its own. A notebook's
+    `%env XLA_USE_BF16=1` is the kernel's own switch, set for the whole program. The `environment=`
+    of a remote job (a SageMaker estimator) configures that job and is left as it is, with a TODO.
+    `XLA_FLAGS` is left alone in files that do not use PyTorch/XLA (JAX and TensorFlow read it
+    too). `NEURON_*` runtime variables are kept. Compare runs with `neuron-migrate validate`, which
+    judges bf16 runs against their noise floor.
     """
 
     code = "NM009"
@@ -122,16 +138,41 @@ class XlaEnv(Codemod):
         self.remote_todos: set[str] = set()  # TODO texts left on a remote job's environment
         self.answered: dict[int, cst.CSTNode] = {}  # readers already rewritten or given a TODO
         self.functions: list[str] = []  # the functions being rewritten, innermost last
+        self.inherited: list[str] = []  # switches this program turned on, which its children inherit
+        self.launches = False  # the file starts a Python process that inherits its environment
 
     def _key(self, node: cst.CSTNode) -> str | None:
         value = string_value(node)
         return value if value is not None and is_xla_variable(value, self.pytorch_xla) else None
 
+    @classmethod
+    def applies(cls, facts: FileFacts, text: str) -> bool:
+        return bool(facts.environment) or super().applies(facts, text)
+
     def visit_Module(self, node: cst.Module) -> None:
         # Readers anywhere in the file follow a policy set anywhere in it: find it first.
         if SETTING.search(self.ctx.source):
             self.roles = read_roles(node, self.qualify, _turns_on)
-            self.precision.start(self.roles.process_switches, node)
+        # Switches the process started with (`%env XLA_USE_BF16=1` in a notebook): its own
+        # environment, as `os.environ[...] = "1"` at the top of the file would have set it.
+        environment = self.ctx.facts.environment.items() if self._reads_switches() else ()
+        started = [v for v, value in environment if v in PRECISION and value in TRUE_VALUES]
+        self.roles.process_switches[:0] = [(variable, True) for variable in started]
+        self.inherited = list(dict.fromkeys(variable for variable, _ in self.roles.process_switches))
+        if self.inherited:
+            self.launches = any(self._inheriting_launch(call) for call in _calls(node))
+        if not self._reads_switches():
+            self.roles.process_switches = []
+        self.precision.start(self.roles.process_switches, node)
+        if started:  # in force from the first line: every reader sees it
+            self.precision.switch(None)
+
+    def _reads_switches(self) -> bool:
+        """Does this program's own process read its precision switches? Only the old stack did: a
+        notebook (the whole program) that never loads it, or a script that never imports torch
+        (a launcher), ran in float32 whatever they said, and set them for its children only. A
+        script that uses torch may be one module of an XLA program."""
+        return self.ctx.old_stack_file or (not self.ctx.notebook and self.ctx.facts.uses("torch"))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node.name.value)
@@ -145,6 +186,10 @@ class XlaEnv(Codemod):
         if value is None or value not in TRUE_VALUES:
             if value is None:
                 self.todo(f"{variable} was set from a non-literal value; choose the dtype explicitly (`model.to(device, torch.{dtype})` and float inputs, or `torch.autocast`)")
+            return
+        if not self._reads_switches():
+            if not self.launches:  # else each launch that inherits it says so
+                self.todo(CHILDREN_ONLY_TODO.format(variable=variable, dtype=dtype))
             return
         switch = self.precision.switch(self.functions[-1] if self.functions else None)
         if switch is not None:
@@ -224,7 +269,47 @@ class XlaEnv(Codemod):
             # `os.environ.update(XLA_USE_BF16="1")`, `env.update(PJRT_DEVICE="NEURON")`
             by_arg = dict(zip(map(id, updated_node.args), original_node.args, strict=False))
             return self._without_keywords(updated_node, lambda arg: self.roles.role(by_arg.get(id(arg), arg)))
-        return self.precision.leave_call(original_node, updated_node, self.functions[-1] if self.functions else None)
+        if self.inherited and self._inheriting_launch(original_node):
+            for variable in self.inherited:
+                self._child_precision(variable)
+        call = self._without_emptied_env(original_node, updated_node)
+        return self.precision.leave_call(original_node, call, self.functions[-1] if self.functions else None)
+
+    def _inheriting_launch(self, call: cst.Call) -> bool:
+        """`subprocess.run([sys.executable, "train.py"])`: a Python process that starts with this
+        program's environment (no `env=`, or one made from `os.environ`). A command the code
+        builds elsewhere may be one."""
+        name = self.qualify(call.func)
+        if (name not in SUBPROCESS and name not in SHELL_LAUNCHES) or not call.args or call.args[0].keyword is not None:
+            return False
+        command = call.args[0].value
+        literal = isinstance(command, cst.SimpleString | cst.ConcatenatedString | cst.FormattedString | cst.List | cst.Tuple)
+        text = code_of(command)
+        if literal and not STARTS_PYTHON.search(text) and "sys.executable" not in text:
+            return False
+        env = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "env"), None)
+        if isinstance(env, cst.Dict):  # `{**os.environ, ...}` (or another mapping spread into it)
+            return any(isinstance(element, cst.StarredDictElement) for element in env.elements)
+        if isinstance(env, cst.Call) and isinstance(env.func, cst.Name) and env.func.value == "dict":
+            return any(arg.keyword is None for arg in env.args)  # `dict(os.environ, SEED="3")`
+        return True  # none given, or a mapping made elsewhere (`os.environ.copy()`)
+
+    def _without_emptied_env(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """`subprocess.run(cmd, env={**os.environ})` once its XLA entries went: the child gets this
+        process's environment either way, so the argument goes too."""
+        if self.qualify(call.func) not in SUBPROCESS or self._copies_environ(_env_argument(original)):
+            return call  # not a child process, or a copy the file made itself
+        kept = [arg for arg in call.args if not (arg.value is _env_argument(call) and self._copies_environ(arg.value))]
+        return call if len(kept) == len(call.args) else call.with_changes(args=fix_trailing_comma(kept))
+
+    def _copies_environ(self, value: cst.BaseExpression | None) -> bool:
+        """`{**os.environ}` or `dict(os.environ)`: a copy of this process's environment, nothing more."""
+        if isinstance(value, cst.Dict) and len(value.elements) == 1:
+            element = value.elements[0]
+            return isinstance(element, cst.StarredDictElement) and self.qualify(element.value) == ENVIRON
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+            return len(value.args) == 1 and value.args[0].keyword is None and self.qualify(value.args[0].value) == ENVIRON
+        return False
 
     def _without_keywords(self, call: cst.Call, role_of: Callable[[cst.Arg], Role]) -> cst.Call:
         kept = []
@@ -270,7 +355,7 @@ class XlaEnv(Codemod):
 
         A library that merely reads a user's XLA setting (among other devices) is left alone.
         """
-        return self.ctx.old_stack_file or bool(SETTING.search(self.ctx.source))
+        return self.ctx.old_stack_file or bool(SETTING.search(self.ctx.source)) or bool(self.ctx.facts.environment)
 
     def _policy_test(self, reader: cst.CSTNode, variable: str, negate: bool = False) -> cst.BaseExpression | None:
         if not self._migrating_readers():
@@ -279,10 +364,13 @@ class XlaEnv(Codemod):
         if variable not in PRECISION:
             self.todo(f"`{variable}` configured the XLA runtime; natively it is never set, so this test is always false")
             return None
-        # Module-level code before any switch reads the environment the program was started in:
-        # no flag of the program stands for that (and the same TODO keeps a rerun idempotent).
+        # Keyed by the variable, not its dtype: `XLA_DOWNCAST_BF16` also meant float64 -> float32,
+        # and a file that turns on `XLA_USE_BF16` never set it. Module-level code before any switch
+        # reads the environment the program was started in: no flag of the program stands for that
+        # (and the same TODO keeps a rerun idempotent).
+        switched = {switch for switch, _ in self.roles.process_switches}
         readable = self.precision.readable_here(self.functions[-1] if self.functions else None)
-        if self.precision.dtype != PRECISION[variable] or not readable:
+        if switched != {variable} or not readable:
             self.todo(f"`{variable}` no longer changes precision natively; replace this test with your own flag and set the dtype explicitly")
             return None
         test = self.precision.test(negate)
@@ -345,13 +433,16 @@ class XlaEnv(Codemod):
         if not self._migrating_readers():
             return
         if variable in PRECISION:
-            self.todo(f"`{variable}` no longer changes precision natively; test `torch.get_default_dtype()` or your own flag instead")
+            self.todo(f"`{variable}` no longer changes precision natively; test a flag of your own instead (the default dtype stays float32)")
         else:
             self.todo(f"`{variable}` configured the XLA runtime; natively it is never set")
 
     def _truth_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
         """A reader used as a truth value (`if os.getenv("XLA_USE_BF16"):`, `a or b`, `not a`)."""
         if isinstance(test, cst.BooleanOperation):
+            either = self._either_switch(test)
+            if either is not None:
+                return either
             left, right = self._truth_test(test.left), self._truth_test(test.right)
             if code_of(left) == code_of(right):
                 return left  # `XLA_USE_BF16 or XLA_DOWNCAST_BF16`: one policy, asked once
@@ -362,6 +453,21 @@ class XlaEnv(Codemod):
         if variable is None:
             return test
         return self._policy_test(test, variable) or test
+
+    def _either_switch(self, test: cst.BooleanOperation) -> cst.BaseExpression | None:
+        """`XLA_USE_BF16 or XLA_DOWNCAST_BF16` asks whether any bf16 switch is on: where this
+        program turns one of them on, that is the question the default dtype answers."""
+        variables = [self._reader_variable(side) for side in (test.left, test.right)]
+        switched = {switch for switch, _ in self.roles.process_switches}
+        if not isinstance(test.operator, cst.Or) or None in variables or len(switched) != 1:
+            return None
+        dtypes = {PRECISION.get(variable or "") for variable in variables}
+        (variable,) = switched
+        if variable not in variables or dtypes != {PRECISION[variable]}:
+            return None
+        self.answered[id(test.left)] = test.left
+        self.answered[id(test.right)] = test.right
+        return self._policy_test(test, variable)
 
     def _header_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
         test = self._truth_test(test)
@@ -381,6 +487,21 @@ class XlaEnv(Codemod):
             # A comparison binds tighter than `x if test else y`: no parentheses needed.
             test = test.with_changes(lpar=[], rpar=[])
         return updated_node.with_changes(test=test)
+
+
+def _env_argument(call: cst.Call) -> cst.BaseExpression | None:
+    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "env"), None)
+
+
+def _calls(module: cst.Module) -> list[cst.Call]:
+    found: list[cst.Call] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            found.append(node)
+        stack.extend(children(node))
+    return found
 
 
 def _turns_on(variable: str, value: cst.BaseExpression) -> bool:

@@ -14,6 +14,7 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.core.oldstack import PRECISION
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     arg_value,
@@ -77,6 +78,11 @@ class $name($optim.ZeroRedundancyOptimizer):
 
     def __init__(self, params, optimizer_class, grad_clipping=True, max_norm=None, **defaults):
         super().__init__(params, optimizer_class=optimizer_class, **defaults)
+        if any(p.dtype != $torch.float32 for group in self.param_groups for p in group["params"]):
+            raise TypeError(
+                "parameters must be float32: torch_xla's ZeRO-1 stepped float32 copies of lower-precision "
+                "ones, and this class steps them as they are"
+            )
         self.max_norm = (1.0 if max_norm is None else max_norm) if grad_clipping else None
 
     def step(self, closure=None):
@@ -108,7 +114,7 @@ class XlaFsdp(Codemod):
     | `flatten_parameters=`, `optimization_barrier_in_forward=`, `pin_layout_in_collective_ops=`, ... | dropped (they only steered XLA graphs and collectives) |
     | `compute_dtype=torch.float32`, `buffer_dtype=torch.float32` | dropped (the default, FSDP2's too) |
     | `m = FSDP(model, auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={Block}))` | a loop calling `fully_shard` on each `Block` submodule, innermost first, then `m = fully_shard(model)` |
-    | `ZeroRedundancyOptimizer(params, optim.Adam, lr=...)` (torch_xla) | `AveragingZeroRedundancyOptimizer(params, optim.Adam, lr=...)`, a subclass of `torch.distributed.optim.ZeroRedundancyOptimizer` added to the file |
+    | `ZeroRedundancyOptimizer(params, optim.Adam, lr=...)` (torch_xla), float32 parameters | `AveragingZeroRedundancyOptimizer(params, optim.Adam, lr=...)`, a subclass of `torch.distributed.optim.ZeroRedundancyOptimizer` added to the file |
 
     ## Why
     Both live in torch_xla, which is gone. FSDP2 reduce-scatters averaged gradients as torch_xla's
@@ -143,6 +149,13 @@ class XlaFsdp(Codemod):
     `get_shard_metadata()`, `clip_grad_norm_` on the wrapper, `checkpoint_module` and
     `consolidate_sharded_model_checkpoints` (sharded checkpoints become DCP). Native ZeRO's
     `state_dict()` needs `consolidate_state_dict(to=0)` first on every rank (the report says so).
+    torch_xla's ZeRO-1 stepped float32 copies of the parameters (`optimizer_dtype`) and cast the
+    result back: for bf16 parameters, fp32 master weights. Native ZeRO steps the parameters
+    themselves, which is the same only for float32 ones, so a file that may hold its model in
+    lower precision (`torch.bfloat16`, `.half()`, a `dtype=` load, a bf16 switch, a dtype named
+    by a string) keeps the torch_xla call with a TODO, and the added class refuses parameters that
+    are not float32. So does a file that does not create the process group for every run: native
+    ZeRO needs one, where torch_xla's also ran in a single process without.
     """
 
     code = "NM014"
@@ -166,6 +179,7 @@ class XlaFsdp(Codemod):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._only_constructed: dict[tuple[str, ...], bool] = {}
+        self._precision_sign: str | None = None  # "" once the file is known to show none
 
     # -- calls ---------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -227,6 +241,22 @@ class XlaFsdp(Codemod):
             return call
         if arg_value(call, 0, "params") is None or arg_value(call, 1, "optimizer_class") is None:
             return call
+        if not self.ctx.facts.distributed:
+            self.todo(
+                "native `ZeroRedundancyOptimizer` needs a process group, which this file does not create for every "
+                "run (torch_xla's ZeRO-1 also ran in a single process without one): create it with "
+                "`dist.init_process_group()` at start-up, then migrate again"
+            )
+            return call
+        sign = self._lower_precision()
+        if sign is not None:
+            self.todo(
+                f"this file may keep its parameters in lower precision ({sign}): torch_xla's ZeRO-1 then stepped "
+                "float32 copies of them (`optimizer_dtype`, fp32 master weights) and cast the result back, while "
+                "native `ZeroRedundancyOptimizer` steps the parameters themselves, losing every update below half "
+                "a bf16 step; keep the parameters in float32 (`torch.autocast` for bf16 compute), then migrate again"
+            )
+            return call
         kept = [
             arg
             for arg in call.args
@@ -250,6 +280,12 @@ class XlaFsdp(Codemod):
     def _zero_default(self, arg: cst.Arg) -> bool:
         """`optimizer_dtype=torch.float32`: torch_xla's default, and what native ZeRO keeps."""
         return arg.keyword is not None and arg.keyword.value == "optimizer_dtype" and self.qualify(arg.value) == "torch.float32"
+
+    def _lower_precision(self) -> str | None:
+        """What in the file may put its parameters below float32, in its own words; None if nothing."""
+        if self._precision_sign is None:
+            self._precision_sign = _lower_precision_sign(self.ctx.source, self.ctx.imports.resolve_dotted) or ""
+        return self._precision_sign or None
 
     def _only_called(self, classes: tuple[str, ...]) -> bool:
         """The file only constructs `classes`: one that patches, subclasses or tests for them
@@ -354,3 +390,41 @@ def _only_called(source: str, qualified: tuple[str, ...], resolve: Callable[[str
         if dotted is not None and resolve(dotted) in qualified and id(node) not in callees:
             return False
     return True
+
+
+# Below float32: the dtypes, the methods that cast to them, and the names scripts give them.
+LOWER_DTYPES = frozenset({"torch.bfloat16", "torch.float16", "torch.half"})
+LOWER_CASTS = frozenset({"bfloat16", "half"})
+LOWER_NAMES = frozenset({"bfloat16", "float16", "half", "bf16", "fp16", "torch.bfloat16", "torch.float16", "torch.half"})
+DTYPE_KEYWORDS = frozenset({"dtype", "torch_dtype"})
+# `dtype=` values that leave parameters in float32: full-precision floats, and integer tensors.
+NOT_LOWER = frozenset({
+    "torch.float32", "torch.float", "torch.float64", "torch.double", "torch.int64", "torch.long",
+    "torch.int32", "torch.int", "torch.int16", "torch.int8", "torch.uint8", "torch.bool",
+})
+
+
+def _lower_precision_sign(source: str, resolve: Callable[[str], str | None]) -> str | None:
+    """The first thing in `source` that may put parameters below float32: a lower dtype, a cast to
+    one, a dtype chosen by a variable (`dtype=dtype`) or named by a string, or a precision switch."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return "the file does not parse"
+    for node in all_nodes(tree):
+        dotted = ast_dotted_name(node) if isinstance(node, ast.Attribute | ast.Name) else None
+        if dotted is not None and resolve(dotted) in LOWER_DTYPES:
+            return f"`{dotted}`"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LOWER_CASTS:
+            return f"`.{node.func.attr}()`"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.lower() in LOWER_NAMES:
+                return f'`"{node.value}"`'
+            if node.value in PRECISION:
+                return f"`{node.value}`"
+        if isinstance(node, ast.keyword) and node.arg in DTYPE_KEYWORDS:
+            value = ast_dotted_name(node.value)
+            none = isinstance(node.value, ast.Constant) and node.value.value is None
+            if not none and (value is None or resolve(value) not in NOT_LOWER):
+                return f"`{node.arg}={ast.unparse(node.value)}`"
+    return None

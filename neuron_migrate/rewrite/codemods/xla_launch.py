@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import itertools
 from pathlib import Path
 from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     Visitor,
@@ -20,6 +23,7 @@ from neuron_migrate.rewrite.codemods.base import (
     with_string_value,
 )
 from neuron_migrate.rewrite.codemods.parent_process import ParentOnly, parent_only_statements
+from neuron_migrate.rewrite.effects import has_effects
 
 XMP_SPAWN = "torch_xla.distributed.xla_multiprocessing.spawn"
 SPAWN = (XMP_SPAWN, "torch_xla.launch")
@@ -142,6 +146,9 @@ class XlaLaunch(Codemod):
         self._launcher_creates_group = False
         self._pinned_inits: dict[int, cst.BaseStatement] = {}  # init call -> the pin that follows it
         self._parent_only: dict[int, ParentOnly] = {}  # statements next to a spawn, by id
+        # `flag = ...` lines right before the `torch_xla.launch(..., debug_single_process=flag)` that
+        # is their only reader, by the variable's name.
+        self._launch_options: dict[str, cst.SimpleStatementLine] = {}
 
     # -- what the file holds -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -157,6 +164,7 @@ class XlaLaunch(Codemod):
             self._parent_only = parent_only_statements(node, self._is_spawn_statement)
         launched = _SpawnedFunctions(lambda call: self.called(call, *SPAWN))
         launched.scan(node)
+        self._launch_options = _launch_options(node, lambda call: self.called(call, "torch_xla.launch"), self.ctx.source)
         if self.ctx.notebook:
             self._launcher_creates_group = any(f not in self._self_initializing for f in launched.functions)
         else:
@@ -272,9 +280,13 @@ class XlaLaunch(Codemod):
         """Create the process group around the call, and say how to launch the script."""
         nprocs = arg_value(call, 2, "nprocs") if self.qualify(call.func) == XMP_SPAWN else None
         count = code_of(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<processes>"
+        single = self._single_process(call)
+        if single == "True":
+            count = "1"
         script = _script_name(self.ctx.path)
         launch = f"torchrun --nproc_per_node={count} {script}"
-        self.ctx.comment(f"# Launch with: {launch}")
+        one = f" (--nproc_per_node=1 where `{single}`)" if single not in (None, "True", "False") else ""
+        self.ctx.comment(f"# Launch with: {launch}{one}")
         if self._launcher_creates_group:
             self.ctx.insert_before(stmt(f"{self._init_call()}\n"))
             pin = self._pin_device()
@@ -286,6 +298,21 @@ class XlaLaunch(Codemod):
             self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), stmt(f"{dist}.destroy_process_group()\n"))
         self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
         self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
+
+    def _single_process(self, call: cst.Call) -> str | None:
+        """The condition under which `torch_xla.launch(..., debug_single_process=...)` ran one process,
+        as code: the value of a variable that only fed the launch (which then goes)."""
+        single = arg_value(call, 3, "debug_single_process") if self.qualify(call.func) != XMP_SPAWN else None
+        if single is None:
+            return None
+        value = single.value
+        assignment = self._launch_options.get(code_of(value)) if isinstance(value, cst.Name) else None
+        if assignment is not None:
+            self.ctx.remove(assignment)
+            self.changed(f"`{code_of(value)} = ...`, which only chose the number of processes, -> the launch command")
+            assert isinstance(assignment.body[0], cst.Assign)
+            value = assignment.body[0].value
+        return code_of(value)
 
     def _notebook_launch(self, call: cst.Call, fn: cst.Arg, user_args: list[str]) -> str:
         """`notebook_launcher` forks the kernel into one process per device; a helper joins them."""
@@ -392,6 +419,49 @@ class _SpawnedFunctions(Visitor):
             fn = arg_value(node, 0, "fn")
             if fn is not None:
                 self.functions.add(code_of(fn.value))
+
+
+def _launch_options(module: cst.Module, is_launch: Any, source: str) -> dict[str, cst.SimpleStatementLine]:
+    """`flag = value` right before a launch that passes `debug_single_process=flag`, where nothing
+    else reads `flag` and computing `value` does nothing else."""
+    found: dict[str, cst.SimpleStatementLine] = {}
+    names = [node.id for node in all_nodes(ast.parse(source)) if isinstance(node, ast.Name)]
+    for block in _Blocks.of(module):
+        for before, statement in itertools.pairwise(block):
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+            call = small.value if isinstance(small, cst.Expr) else None
+            single = arg_value(call, 3, "debug_single_process") if isinstance(call, cst.Call) and is_launch(call) else None
+            if single is None or not isinstance(single.value, cst.Name):
+                continue
+            name = single.value.value
+            assign = before.body[0] if isinstance(before, cst.SimpleStatementLine) and len(before.body) == 1 else None
+            if (
+                isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+                and assign.targets[0].target.value == name
+                and not has_effects(assign.value, lambda dotted: None)
+                and names.count(name) == 2  # this assignment and the launch
+            ):
+                found[name] = before  # type: ignore[assignment]
+    return found
+
+
+class _Blocks(Visitor):
+    """Every statement list of a module: its body and each indented block."""
+
+    def __init__(self) -> None:
+        self.found: list[list[cst.BaseStatement]] = []
+
+    @classmethod
+    def of(cls, module: cst.Module) -> list[list[cst.BaseStatement]]:
+        blocks = cls()
+        blocks.found.append(list(module.body))
+        blocks.scan(module)
+        return blocks.found
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.found.append(list(node.body))
 
 
 def _script_name(path: str) -> str:

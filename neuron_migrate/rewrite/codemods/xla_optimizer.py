@@ -14,6 +14,7 @@ from neuron_migrate.rewrite.codemods.base import (
     has_star_args,
     stmt,
 )
+from neuron_migrate.rewrite.codemods.gradient_sync import FSDP, GradientSync, averaged_steps
 from neuron_migrate.rewrite.codemods.replica_groups import (
     MeshGroups,
     groups_argument,
@@ -94,9 +95,11 @@ class XlaOptimizer(Codemod):
     (`average_gradients_in_group(optimizer, replica_group(groups))`; `replica_group` creates
     each `dist.new_group` once, on every rank).
     `torch_xla.amp.syncfree.{Adam,AdamW,SGD}` become `torch.optim.{Adam,AdamW,SGD}` wherever
-    they are named (`optimizer_class = AdamW` too), not only where they are called. A file that
-    wraps its model in DDP or FSDP only on some runs (`if args.ddp:`) keeps the average at every
-    step: on the other runs nothing else averages.
+    they are named (`optimizer_class = AdamW` too), not only where they are called. Where the
+    function that steps wraps the model in DDP or FSDP itself, where no branch decides it, and
+    builds the optimizer from that model's parameters, the step is only `optimizer.step()`:
+    `backward()` averaged already. A wrap anywhere else (under `if args.ddp:`, in a helper, around
+    another model) keeps the average: on the runs it does not cover, nothing else averages.
 
     ## Why
     Dropping the hidden all-reduce silently trains each process on its own shard: the replicas
@@ -114,8 +117,8 @@ class XlaOptimizer(Codemod):
     average_gradients(optimizer)
     optimizer.step()
     ```
-    Wrapping the model in `DistributedDataParallel` is the faster equivalent; when the file
-    already does, no helper is added.
+    Wrapping the model in `DistributedDataParallel` is the faster equivalent; where the stepping
+    function already does, no helper is added.
 
     ## Fix safety
     Safe. The average goes right before the step, so only a step that is a statement of its
@@ -127,6 +130,9 @@ class XlaOptimizer(Codemod):
     world size, not the group size, and so does the helper. A file that shards its data by rank
     but never creates a process group (torch_xla joined torchrun's processes by itself) gets a
     TODO at the step: until `dist.init_process_group()` is called, there is nothing to average over.
+    A kept average after DDP averages gradients that are already equal, which changes nothing; after
+    FSDP it would sum different shards, so in a file that shards with FSDP a kept average gets a
+    TODO that says so.
     """
 
     code = "NM003"
@@ -147,6 +153,20 @@ class XlaOptimizer(Codemod):
         self._statement_calls: set[int] = set()
         self._in_import = 0
         self._not_variables: set[int] = set()  # names that are attributes or keywords
+        self._synced = GradientSync()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._synced = averaged_steps(node, self.qualify, (*OPTIMIZER_STEP, *REDUCE_GRADIENTS))
+
+    def _wrapper_averaged(self, call: cst.CSTNode) -> str | None:
+        """"DDP" or "FSDP" where that wrapper averaged this step's gradients in `backward()`."""
+        kind = self._synced.averaged.get(id(call))
+        if kind is None and self.ctx.facts.uses(*FSDP):
+            self.todo(
+                "this file shards a model with FSDP: if this optimizer steps FSDP-sharded parameters, drop "
+                "the added average (FSDP averaged them in `backward()`, and all-reducing shards is wrong)"
+            )
+        return kind
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         small = node.body[0] if len(node.body) == 1 else None
@@ -238,9 +258,11 @@ class XlaOptimizer(Codemod):
         target = opt if isinstance(optimizer.value, cst.Name | cst.Attribute) else f"({opt})"
         step = f"{target}.step({_step_arguments(call)})"
         groups = groups_argument(call, 3)
-        if self.ctx.facts.syncs_gradients and groups is None:
-            # DDP/FSDP averaged already; averaging equal gradients again changes nothing.
-            self.changed(f"`xm.optimizer_step({opt})` -> `{target}.step()`")
+        if id(original) not in self._statement_calls and id(original) not in self._synced.averaged:
+            return call  # a TODO from the manual table says why
+        wrapper = self._wrapper_averaged(original) if groups is None else None
+        if wrapper is not None:
+            self.changed(f"`xm.optimizer_step({opt})` -> `{target}.step()` ({wrapper} averaged the gradients)")
             return expr(step)
         if id(original) not in self._statement_calls:
             return call  # a TODO from the manual table says why
@@ -256,8 +278,9 @@ class XlaOptimizer(Codemod):
         if optimizer is None or has_star_args(call):
             return updated_node
         groups = groups_argument(call, 1)
-        if self.ctx.facts.syncs_gradients and groups is None:
-            self.changed("removed `xm.reduce_gradients`: DDP/FSDP already averages gradients")
+        wrapper = self._wrapper_averaged(original_node.value) if groups is None else None
+        if wrapper is not None:
+            self.changed(f"removed `xm.reduce_gradients`: {wrapper} already averaged the gradients")
             return self.ctx.remove(updated_node)
         self.changed("`xm.reduce_gradients(opt)` -> `average_gradients(opt)`")
         return updated_node.with_changes(value=expr(self._average(code_of(optimizer.value), groups)))

@@ -1,10 +1,12 @@
-"""torch_xla's utilities compute the same values once migrated (NM013).
+"""Old-stack programs compute the same values once migrated.
 
-Each program in `fixtures/runs/xla_utils/` is old-stack code that prints what it computes; its
-`.out` file is what it printed on torch_xla 2.9 (`PJRT_DEVICE=CPU`). Migrated, the program runs
-here on torch 2.13 (CPU) and must print the same. Where the reference interpreter exists, the
-original runs too and must still print its recording. Device names and clock times are masked:
-they differ by design (`xla:0` becomes the native device).
+Each program in `fixtures/runs/<family>/` is old-stack code that prints what it computes: torch_xla's
+utilities (`xla_utils`, NM013), and what torch_xla's seeding, precision switches and import guards
+meant (`xla_semantics`). Its `.out` file is what it printed on torch_xla 2.9 (`PJRT_DEVICE=CPU`).
+Migrated, the program runs here on torch 2.13 (CPU) and must print the same. Where the reference
+interpreter exists, the original runs too and must still print its recording. Device names, clock
+times and torch_xla's deprecation notices are masked: they differ by design (`xla:0` becomes the
+native device).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import pytest
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.validate import refenv
 
-PROGRAMS = Path(__file__).parent / "fixtures" / "runs" / "xla_utils"
-NAMES = sorted(path.stem for path in PROGRAMS.glob("*.py"))
+PROGRAMS = Path(__file__).parent / "fixtures" / "runs"
+NAMES = sorted(str(path.relative_to(PROGRAMS).with_suffix("")) for path in PROGRAMS.glob("*/*.py"))
 
 pytestmark = pytest.mark.slow
 
 
 def _masked(output: str) -> str:
+    output = re.sub(r"(?m)^XLA_\w+ will be deprecated .*\n", "", output)
     output = re.sub(r"Device=[^ /]+/", "Device=<device>/", output)
     return re.sub(r"Time=\d{2}:\d{2}:\d{2}", "Time=<time>", output)
 
@@ -50,10 +53,10 @@ def _expected(name: str) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_migrated_program_prints_what_the_original_printed(name: str, tmp_path: Path) -> None:
-    result = rewrite_source((PROGRAMS / f"{name}.py").read_text(), f"{name}.py", Options())
+    result = rewrite_source((PROGRAMS / f"{name}.py").read_text(), f"{Path(name).name}.py", Options())
     assert result.error is None, result.error
     assert "import torch_xla" not in result.migrated
-    script = tmp_path / f"{name}.py"
+    script = tmp_path / f"{Path(name).name}.py"
     script.write_text(result.migrated)
     env = {key: value for key, value in os.environ.items() if key != "PJRT_DEVICE"}
     env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
