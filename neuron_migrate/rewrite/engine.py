@@ -41,6 +41,7 @@ from neuron_migrate.rewrite.imports import (
     add_from_imports,
     add_from_lines,
     add_module_level,
+    drop_later_duplicates,
     remove_dead_imports,
     used_names,
 )
@@ -251,6 +252,8 @@ def _module_level(
     if imports or helpers or ctx.module_prologue:
         local = frozenset({ctx.mesh_program.module} if ctx.mesh_program is not None else ())
         migrated = add_module_level(migrated, imports, existing, [*ctx.module_prologue, *helpers], local)
+    if ctx.hoisted:
+        migrated = drop_later_duplicates(migrated, ctx.hoisted)
     if migrated is traversed:
         return printed, shared  # parsed above
     code = printer.code(migrated)

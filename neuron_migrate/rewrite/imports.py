@@ -687,3 +687,43 @@ def _after_docstring(body: Sequence[cst.CSTNode]) -> int:
             break
         index += 1
     return index
+
+
+def drop_later_duplicates(module: cst.Module, hoisted: set[tuple[str, str | None]]) -> cst.Module:
+    """`import torch.distributed as dist` further down, once the same import was added at the top
+    because code above it may run first: the later one only binds the name again. Kept when a
+    comment other than `# noqa` rides on it; comment lines above it stay, on the next statement."""
+    body = list(module.body)
+    seen: set[tuple[str, str | None]] = set()
+    kept: list[cst.CSTNode] = []
+    carried: list[cst.EmptyLine] = []
+    for index, statement in enumerate(body):
+        binding = _single_import(statement)
+        later = binding in hoisted and binding in seen and index + 1 < len(body)
+        if later and isinstance(statement, cst.SimpleStatementLine) and _only_noqa(statement):
+            carried.extend(line for line in statement.leading_lines if line.comment is not None)
+            continue
+        if binding is not None:
+            seen.add(binding)
+        if carried:
+            statement = statement.with_changes(leading_lines=[*carried, *statement.leading_lines])
+            carried = []
+        kept.append(statement)
+    return module if len(kept) == len(body) else module.with_changes(body=kept)
+
+
+def _single_import(statement: cst.CSTNode) -> tuple[str, str | None] | None:
+    """`(module, alias)` of a statement that is just `import module [as alias]`."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Import) or len(small.names) != 1:
+        return None
+    alias = small.names[0]
+    asname = alias.asname.name if alias.asname is not None else None
+    return _module_of(statement), asname.value if isinstance(asname, cst.Name) else None
+
+
+def _only_noqa(statement: cst.SimpleStatementLine) -> bool:
+    comment = statement.trailing_whitespace.comment
+    return comment is None or comment.value.lstrip("# ").lower().startswith("noqa")
