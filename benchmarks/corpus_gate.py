@@ -121,7 +121,9 @@ class Summary:
 
 
 # Imports modules twice each, as installed and with the fixed text in their place; one verdict
-# (a JSON line) per module. Torch and friends are imported once for a whole batch.
+# (a JSON line) per module. Torch and friends are imported once for a whole batch. With
+# `fixed-first`, only the fixed text is imported: a module that registers itself in a global
+# table (a Dynamo backend, a TORCH_LIBRARY namespace) cannot run twice in one interpreter.
 _IMPORT_BOTH = r"""
 import importlib, importlib.abc, importlib.util, json, sys
 pairs = json.load(open(sys.argv[1], encoding="utf-8"))
@@ -156,7 +158,7 @@ class Fixed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 fixed = Fixed()
 for name, path in pairs:
     fixed.name = ""
-    before = load(name)
+    before = load(name) if sys.argv[2:] != ["fixed-first"] else None
     fixed.name, fixed.text = name, open(path, encoding="utf-8").read()
     sys.meta_path.insert(0, fixed)
     after = load(name)
@@ -175,6 +177,35 @@ def _module_name(path: Path, root: Path) -> str | None:
     if not parts or not all(p.isidentifier() for p in parts):
         return None
     return ".".join(parts)
+
+
+def _import_fixed_alone(name: str, text: str, scratch: Path) -> str | None:
+    """The fixed module imported first and only, in a fresh interpreter: None when it imports."""
+    import os
+    import subprocess
+
+    fixed = scratch / "alone.py"
+    fixed.write_text(text, encoding="utf-8")
+    listing = scratch / "alone.json"
+    listing.write_text(json.dumps([(name, str(fixed))]), encoding="utf-8")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _IMPORT_BOTH, str(listing), "fixed-first"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+        )
+    except subprocess.TimeoutExpired:
+        return "did not finish"
+    for line in result.stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("name") == name:
+            return record["after"]
+    return "did not finish"
 
 
 def import_fixed(outcomes: list[Outcome], root: Path, summary: Summary, batch: int = 40) -> None:
@@ -225,6 +256,8 @@ def import_fixed(outcomes: list[Outcome], root: Path, summary: Summary, batch: i
             for name, outcome in chunk:
                 verdict = verdicts.get(name, {"before": "did not finish", "after": "did not finish"})
                 before, after = verdict["before"], verdict["after"]
+                if before is None and after is not None:  # the second import of the module may be what failed
+                    after = _import_fixed_alone(name, outcome.safe_fixed or "", Path(scratch))
                 kind = (
                     "both" if before is None and after is None
                     else "broken" if before is None
