@@ -16,6 +16,7 @@ import runpy
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,15 +110,10 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
+def _tiny_bert_config(num_labels: int) -> Any:
+    from transformers import BertConfig
 
-    out = tmp_path_factory.mktemp("tiny_bert")
-    _tokenizer().save_pretrained(out)
-    torch.manual_seed(0)
-    config = BertConfig(
+    return BertConfig(
         vocab_size=64,
         hidden_size=32,
         intermediate_size=64,
@@ -125,8 +121,19 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
         num_attention_heads=4,
         max_position_embeddings=64,
         pad_token_id=0,
-        num_labels=2,
+        num_labels=num_labels,
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from transformers import BertForSequenceClassification
+
+    out = tmp_path_factory.mktemp("tiny_bert")
+    _tokenizer().save_pretrained(out)
+    torch.manual_seed(0)
+    config = _tiny_bert_config(num_labels=2)
     BertForSequenceClassification(config).eval().save_pretrained(out)
     return out
 
@@ -135,21 +142,12 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_bert_tagger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A token classifier (one output per token) with the tokenizer of `tiny_bert`."""
     import torch
-    from transformers import BertConfig, BertForTokenClassification
+    from transformers import BertForTokenClassification
 
     out = tmp_path_factory.mktemp("tiny_bert_tagger")
     _tokenizer().save_pretrained(out)
     torch.manual_seed(1)
-    config = BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        num_labels=5,
-    )
+    config = _tiny_bert_config(num_labels=5)
     BertForTokenClassification(config).eval().save_pretrained(out)
     return out
 
