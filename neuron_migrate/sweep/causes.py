@@ -18,15 +18,23 @@ GRAPH_BREAK = "graph break"
 DATA_DEPENDENT = "data-dependent shape"
 UNSUPPORTED = "unsupported op/dtype"
 RECOMPILE = "recompile per shape"
+# A guard on a Python value (an attribute of the cache, an int argument) rather than a size: each
+# new value compiles a new graph, however static the shapes.
+RECOMPILE_VALUE = "recompile per Python value"
+# A guard on state the first call changes (a cache initialised lazily): one graph more on the
+# first call, none after it.
+RECOMPILE_ONCE = "one extra graph, first call only"
 NOT_COMPILED = "not compiled"
 MISMATCH = "mismatch with eager"
 ERROR = "other error"
 TIMEOUT = "timeout"
 CRASH = "crash"
 NOT_RUN = "not run"  # no finished record: the sweep was stopped before it reached this one
+# What compiling with static shapes causes: the failures a static lint can be asked to foresee.
+COMPILE_CAUSES = (GRAPH_BREAK, DATA_DEPENDENT, UNSUPPORTED, RECOMPILE, RECOMPILE_VALUE, RECOMPILE_ONCE)
 CAUSES = (
     CANNOT_BUILD, EAGER_FAILS, NO_STATIC_CACHE, GRAPH_BREAK, DATA_DEPENDENT, UNSUPPORTED, RECOMPILE,
-    NOT_COMPILED, MISMATCH, ERROR, TIMEOUT, CRASH, NOT_RUN,
+    RECOMPILE_VALUE, RECOMPILE_ONCE, NOT_COMPILED, MISMATCH, ERROR, TIMEOUT, CRASH, NOT_RUN,
 )
 
 # Graph breaks whose reason is a value or size only known at run time.
@@ -86,7 +94,8 @@ def cache_failure(error: BaseException) -> Failure | None:
 
 def recompile_failure(recompiles: list[str], graphs: int) -> Failure:
     """Recompiles beyond one per bucket: the first whose guard is not a new bucket's size, and the
-    source line of that guard."""
+    source line of that guard; a guard on a tensor's size is a recompile per shape, any other
+    guard one per Python value."""
     unexpected = [r for r in recompiles if _EXPECTED_RECOMPILE not in r] or recompiles
     if not unexpected:
         return Failure(RECOMPILE, f"{graphs} graphs")
@@ -97,7 +106,7 @@ def recompile_failure(recompiles: list[str], graphs: int) -> Failure:
     if parts[0].startswith("tensor "):  # "tensor 'x' size mismatch at index 0. expected 4, actual 5"
         return Failure(RECOMPILE, parts[0], found[1] if found else None)
     reason = f"guard `{parts[0]}` failed" + (f" (`{parts[1]}`)" if len(parts) > 1 else "")
-    return Failure(RECOMPILE, reason, found[1] if found else None)
+    return Failure(RECOMPILE_VALUE, reason, found[1] if found else None)
 
 
 def uncompiled_failure(error: BaseException, context: str = "") -> Failure:

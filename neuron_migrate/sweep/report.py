@@ -48,6 +48,8 @@ class Summary:
     failures_with_line: int
     flagged: int
     flagged_warning: int
+    compile_failures_with_line: int  # of those, the failures compiling causes
+    compile_flagged: int
     passing: int
     passing_findings: int
     passing_with_findings: int
@@ -97,6 +99,8 @@ def summarise(records: list[dict[str, Any]]) -> Summary:
         flagged_warning=sum(
             any(x["severity"] in ("warning", "error") for x in f["findings"]) for f in failures
         ),
+        compile_failures_with_line=sum(f["cause"] in causes.COMPILE_CAUSES for f in failures),
+        compile_flagged=sum(bool(f["flagged"]) and f["cause"] in causes.COMPILE_CAUSES for f in failures),
         passing=len(passing),
         passing_findings=sum(findings),
         passing_with_findings=sum(n > 0 for n in findings),
@@ -149,6 +153,8 @@ def markdown(records: list[dict[str, Any]], plot: str | None = None) -> str:
         *([f"| not run (the sweep was stopped before them) | {s.not_run} | |", f"| run | {s.run} | |"] if s.not_run else []),
         f"| build as a tiny model | {s.build} | {s.share(s.build)} |",
         f"| **generate with static shapes** | **{s.generate}** | **{s.share(s.generate)}** |",
+        f"| generate, with one graph more on the first call only (a cache initialised lazily) | "
+        f"{s.generate_causes[causes.RECOMPILE_ONCE]} | {s.share(s.generate_causes[causes.RECOMPILE_ONCE])} |",
         f"| **train with static shapes** | **{s.train}** | **{s.share(s.train)}** |",
         f"| train in one graph per bucket (no graph break) | {s.one_graph_training} | {s.share(s.one_graph_training)} |",
         f"| generate and train | {s.both} | {s.share(s.both)} |",
@@ -167,11 +173,19 @@ def markdown(records: list[dict[str, Any]], plot: str | None = None) -> str:
             lines.append(f"| {cause} | {s.generate_causes[cause]} | {s.train_causes[cause]} |")
     lines += [
         "",
+        f"*{causes.RECOMPILE}*: a guard on a tensor's size failed; *{causes.RECOMPILE_VALUE}*: a guard "
+        "on a Python value (an attribute, an int) failed, so every new value compiles a new graph, "
+        "however static the shapes (a counter kept in a Python int recompiles at every decoding step); "
+        f"*{causes.RECOMPILE_ONCE}*: state that the first call changes (a cache that initialises "
+        "itself on its first update) compiles one graph more on the first prompt, and the later "
+        "prompts compile nothing: the tokens are right, the cost is one compile per process.",
+        "",
         "## Static lint against dynamic truth",
         "",
         f"* Failures where Dynamo names a line of transformers: {s.failures_with_line}; "
         f"`neuron-migrate check` has a finding on that line for {s.flagged} of them "
-        f"({s.flagged_warning} at warning or error).",
+        f"({s.flagged_warning} at warning or error). Of the {s.compile_failures_with_line} that "
+        f"compiling causes ({', '.join(causes.COMPILE_CAUSES)}), {s.compile_flagged} are flagged.",
         f"* Architectures that generate and train: {s.passing}; `check` reports "
         f"{s.passing_findings} warning or error findings in the functions their compiled graphs "
         f"ran, in {s.passing_with_findings} of them.",

@@ -268,7 +268,7 @@ def test_07_architecture_sweep(tmp_path: Path) -> None:
     assert "stride mismatch" in generated  # the second prefill bucket: same shapes, other strides
     table = "\n".join(o.data.get("text/markdown", "") for o in cell(notebook, "from neuron_migrate.sweep import report").outputs if "data" in o)
     assert "| `opt` | `OPTForCausalLM` | yes | yes | 2 / 2 | yes | 1 (0) |  |" in table
-    assert "| `mistral` |" in table and "**recompile per shape** at `transformers/cache_utils.py:" in table
+    assert "| `mistral` |" in table and "**recompile per Python value** at `transformers/cache_utils.py:" in table
     causes = text(cell(notebook, "for record in records:\n    for stage"))
     assert "bamba build: cannot build" in causes
     assert "check: not flagged" in text(cell(notebook, "from neuron_migrate.sweep.lint import"))

@@ -64,7 +64,7 @@ def test_recompiles_beyond_the_buckets_name_the_guard_and_its_line() -> None:
         "wrapper in transformers/utils/generic.py:937: kwargs['past_key_values'].layers[0].cumulative_length_int == 17  # is_full = current_length >= self.max_cache_len  # transformers/cache_utils.py:550 in update",
     ]
     failure = causes.recompile_failure(recompiles, graphs=4)
-    assert failure.cause == causes.RECOMPILE
+    assert failure.cause == causes.RECOMPILE_VALUE
     assert failure.where == "transformers/cache_utils.py:550"
     assert failure.reason == (
         "guard `kwargs['past_key_values'].layers[0].cumulative_length_int == 17` failed "
@@ -85,3 +85,30 @@ def test_errors_in_the_cache_set_up_mean_no_static_cache() -> None:
 
 def test_every_cause_is_listed_once() -> None:
     assert len(set(causes.CAUSES)) == len(causes.CAUSES)
+
+
+def test_a_guard_on_a_size_is_a_recompile_per_shape() -> None:
+    recompiles = [
+        "forward in model.py:10: tensor 'x' size mismatch at index 1. expected 16, actual 24  # h = self.proj(x)  # model.py:12 in forward",
+    ]
+    failure = causes.recompile_failure(recompiles, graphs=3)
+    assert failure.cause == causes.RECOMPILE
+    assert failure.where == "model.py:12"
+
+
+LAZY_INIT = (
+    "wrapper in transformers/utils/generic.py:937: kwargs['past_key_values'].layers[0].is_initialized == False"
+    "  # if not self.is_initialized:  # transformers/cache_utils.py:475 in update"
+)
+
+
+def test_one_graph_more_on_the_first_prompt_only_is_its_own_cause() -> None:
+    from neuron_migrate.sweep.generation import GenerationResult, _judge
+
+    once = GenerationResult(True, graphs=3, buckets=2, graphs_after_first=3, recompiles=[LAZY_INIT])
+    _judge(once, model=None, padded=[])
+    assert (once.ok, once.cause, once.where) == (False, causes.RECOMPILE_ONCE, "transformers/cache_utils.py:475")
+    assert once.reason.endswith("on the first prompt only, none for the later ones")
+    later = GenerationResult(True, graphs=3, buckets=2, graphs_after_first=2, recompiles=[LAZY_INIT])
+    _judge(later, model=None, padded=[])
+    assert later.cause == causes.RECOMPILE_VALUE  # a later prompt compiled again: not a one-off

@@ -110,6 +110,8 @@ def test_lint_measures_the_line_dynamo_names() -> None:
     assert failure["flagged"] is True and {"code": "NM101", "severity": "warning"} in failure["findings"]
     assert any(f["code"] == "NM101" for f in records[0]["lint"]["compiled_code_findings"])
     assert records[1]["lint"] == {"failures": [], "compiled_code_findings": []}
+    summary = report.summarise(records)
+    assert (summary.compile_failures_with_line, summary.compile_flagged) == (1, 1)
 
 
 def test_the_committed_page_is_what_the_committed_json_gives() -> None:

@@ -171,6 +171,7 @@ class Recorder:
         self.exception: str | None = None
         self.written = False
         self.torch: Any = None
+        self.xla_to_cpu: Any = None  # torch_xla's read-back of many tensors in one transfer
         self.host_random: Any = None
         self.layers: Any = None
         self.teacher: dict[int, Any] = {}  # generate() call -> the sequences it must follow
@@ -288,6 +289,7 @@ class Recorder:
         # torch_xla tears its runtime down in an atexit handler registered at import: ours,
         # registered now, runs first (atexit is last-in, first-out) while tensors can still be read.
         self._register_exit()
+        self.xla_to_cpu = getattr(torch_xla._XLAC, "_xla_get_cpu_tensors", None)
         original_sync = torch_xla.sync
         recorder = self
 
@@ -476,8 +478,12 @@ class Recorder:
         self.generate.append(record)
 
     def flush_losses(self) -> None:
-        pending, self.losses = self.losses, []
-        self.loss_values.extend(float(t.cpu()) for t in pending)
+        pending, self.losses = [t.detach() for t in self.losses], []
+        if self.xla_to_cpu is not None and pending and all(map(self._is_xla, pending)):
+            # One transfer for all of them: read one by one, each `.cpu()` waited for the device
+            # on its own (about 0.4 ms apiece on XLA:CPU, a tenth of a small model's step).
+            pending = self.xla_to_cpu(pending)
+        self.loss_values.extend(float(t) for t in pending)
 
     # -- helpers --------------------------------------------------------------------------
 
