@@ -187,6 +187,23 @@ class QuantizedModel(torch.nn.Module):
         [],
     ),
     (
+        "prefill-decided-by-the-cache-length",
+        """
+import torch
+from torch import nn
+
+
+class PromptDecoder(nn.Module):
+    def forward(self, input_ids, past_key_values=None):
+        hidden = self.embed(input_ids)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past_length > 0:
+            hidden = hidden[:, -1:]
+        return self.layers(hidden, past_key_values)
+""",
+        [("NM112", 10, "warning")],
+    ),
+    (
         "device-guards-and-dtype-helpers",
         """
 import torch
