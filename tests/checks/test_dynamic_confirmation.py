@@ -119,3 +119,38 @@ def test_nm113_varying_python_scalars_recompile(dynamo_config: None) -> None:
             for step in steps:
                 compiled(torch.randn(4), step)
         assert log.graphs == graphs
+
+
+def test_nm117_python_state_changed_by_compiled_code_recompiles(dynamo_config: None) -> None:
+    """A cache's Python count, changed by the compiled `update` and compared there, is a new graph
+    per call (Dynamo guards on `cache.seen == 0`, then `== 1`...); kept in a 0-d tensor, one graph."""
+    from neuron_migrate.checks.rules.nm117_mutated_python_state import COUNTER
+
+    found = [d for d in check_source(COUNTER, "m.py", ALL).diagnostics if d.code == "NM117"]
+    assert [(d.line, d.severity.label) for d in found] == [(14, "warning")]
+    namespace: dict[str, object] = {}
+    exec(compile(COUNTER, "<example>", "exec"), namespace)  # the rule's own example
+
+    class TensorRing:
+        def __init__(self, window: int) -> None:
+            self.window = window
+            self.seen = torch.tensor(0)
+            self.keys = torch.zeros(1, window, 8)
+
+        def update(self, k: torch.Tensor) -> torch.Tensor:
+            full = self.seen >= self.window
+            self.seen.add_(k.shape[1])
+            self.keys.copy_(torch.where(full, torch.roll(self.keys, -1, 1), self.keys))
+            return self.keys
+
+    for make, graphs in ((namespace["RingCache"], 4), (TensorRing, 1)):
+        cache = make(2)  # type: ignore[operator]
+
+        def step(k: torch.Tensor, cache: object = cache) -> torch.Tensor:
+            return cache.update(k) * 2  # type: ignore[attr-defined]
+
+        with neuron_backend.recording() as log:
+            compiled = torch.compile(step, backend="neuron", dynamic=False)
+            for _ in range(4):
+                compiled(torch.randn(1, 1, 8))
+        assert log.graphs == graphs, log.recompiles

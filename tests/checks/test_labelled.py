@@ -187,6 +187,155 @@ class QuantizedModel(torch.nn.Module):
         [],
     ),
     (
+        "sliding-window-cache-length-kept-as-a-python-int",
+        """
+import torch
+
+
+class SlidingKVLayer:
+    is_compileable = True
+
+    def __init__(self, window):
+        self.window = window
+        self.seen_tokens = 0
+        self.keys = torch.zeros(1, 2, window, 16)
+
+    def update(self, key_states):
+        seen = self.seen_tokens
+        wrapped = seen >= self.window
+        self.seen_tokens += key_states.shape[-2]
+        if wrapped:
+            self.keys.copy_(torch.roll(self.keys, -1, dims=-2))
+        return self.keys
+""",
+        [("NM117", 15, "warning")],
+    ),
+    (
+        "rotary-table-cached-per-sequence-length",
+        """
+import torch
+from torch import nn
+
+
+class RotaryTable(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+        self.cached_length = None
+        self.cached_table = None
+
+    def forward(self, hidden_states):
+        length = hidden_states.shape[1]
+        if self.cached_length == length and self.cached_table is not None:
+            return self.cached_table
+        self.cached_length = length
+        freqs = torch.arange(length, dtype=torch.float32)[:, None] / self.dim
+        self.cached_table = torch.cat([freqs.sin(), freqs.cos()], dim=-1)
+        return self.cached_table
+""",
+        [("NM117", 15, "warning")],
+    ),
+    (
+        "positional-buffer-moved-in-forward",
+        """
+import torch
+from torch import nn
+
+
+class SinusoidalEmbedding(nn.Module):
+    def __init__(self, positions, dim):
+        super().__init__()
+        self.table = nn.Buffer(torch.randn(positions, dim), persistent=False)
+
+    def forward(self, position_ids, inputs_embeds):
+        self.table = self.table.to(device=inputs_embeds.device, dtype=inputs_embeds.dtype)
+        return inputs_embeds + self.table[position_ids]
+""",
+        [("NM117", 12, "warning")],
+    ),
+    (
+        "prefill-decided-by-the-cache-length",
+        """
+import torch
+from torch import nn
+
+
+class PromptDecoder(nn.Module):
+    def forward(self, input_ids, past_key_values=None):
+        hidden = self.embed(input_ids)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past_length > 0:
+            hidden = hidden[:, -1:]
+        return self.layers(hidden, past_key_values)
+""",
+        [("NM112", 10, "warning")],
+    ),
+    (
+        "configuration-flags-and-setters-are-not-state",
+        """
+import torch
+from torch import nn
+
+
+class Decoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.use_cache = config.use_cache
+        self.gradient_checkpointing = False
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def forward(self, input_ids):
+        if self.gradient_checkpointing and self.training:
+            input_ids = input_ids.clone()
+        hidden = self.embed_tokens(input_ids)
+        return hidden if self.use_cache else hidden * 2
+""",
+        [],
+    ),
+    (
+        "lazily-initialised-static-cache-is-one-graph-more",
+        """
+import torch
+
+
+class StaticKVLayer:
+    is_compileable = True
+
+    def __init__(self, max_len):
+        self.max_len = max_len
+        self.is_initialized = False
+
+    def lazy_initialization(self, key_states):
+        self.keys = torch.zeros(*key_states.shape[:2], self.max_len, key_states.shape[-1])
+        self.is_initialized = True
+
+    def update(self, key_states, cache_position):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states)
+        self.keys.index_copy_(2, cache_position, key_states)
+        return self.keys
+""",
+        [],  # info at most: it flips once
+    ),
+    (
+        "step-counter-kept-out-of-the-graph",
+        """
+import torch
+from torch import nn
+
+
+class Warmup(nn.Module):
+    def forward(self, x):
+        if not torch.compiler.is_compiling():
+            self.steps += 1
+        return x * 2
+""",
+        [],
+    ),
+    (
         "device-guards-and-dtype-helpers",
         """
 import torch
