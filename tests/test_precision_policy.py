@@ -10,6 +10,7 @@ keeps the checkpoint's dtype) nor `from_config` (the dtype its config records).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,50 @@ def test_the_report_says_how_the_policy_changed_form() -> None:
     assert "builds everything in float32 as before and casts where data moves to the device" in notes
     assert "models loaded with `from_pretrained` get `dtype=torch.bfloat16`" in notes
     assert "integer tensors stay as they are" in notes
+
+
+FACTORIES_SCRIPT = """\
+import json
+import os
+
+os.environ["XLA_USE_BF16"] = "1"
+
+import torch
+import torch_xla.core.xla_model as xm
+
+device = xm.xla_device()
+made = {
+    "full": torch.full((2,), 0.1, device=device),
+    "tensor": torch.tensor([0.1, 0.3], device=device),
+    "arange": torch.arange(0.0, 0.3, 0.1, device=device),
+    "linspace": torch.linspace(0, 0.3, 3, device=device),
+    "zeros_float32": torch.zeros(2, dtype=torch.float32, device=device) + 0.1,
+    "full_int": torch.full((1,), 3, device=device),
+    "ids": torch.tensor([1, 2], device=device),
+}
+print(json.dumps({k: [t.cpu().tolist(), t.is_floating_point()] for k, t in made.items()}))
+"""
+
+
+def test_tensors_made_on_the_device_get_the_values_the_switch_gave_them() -> None:
+    """Float tensors created on the device held bf16 values under the switch, whether float by
+    default, by their data or by a float32 dtype; integer ones stayed integers. The migrated
+    program makes them bf16 where it makes them, so its values are the original's."""
+    from neuron_migrate.validate import refenv
+
+    result = rewrite_source(FACTORIES_SCRIPT, "factories.py", Options())
+    assert not result.error and "TODO" not in result.migrated, result.migrated
+    migrated = _run(result.migrated)
+    for name in ("full", "tensor", "arange", "linspace", "zeros_float32"):
+        assert migrated[name][1] is True
+    assert migrated["full_int"] == [[3], False] and migrated["ids"] == [[1, 2], False]
+    python = refenv.default_python()
+    if python is None or not python.exists():
+        pytest.skip("no reference environment (torch 2.9 + torch_xla 2.9) to run the original")
+    done = subprocess.run(
+        [str(python), "-c", FACTORIES_SCRIPT], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PJRT_DEVICE": "CPU"},
+    )
+    assert done.returncode == 0, done.stderr
+    original = json.loads(done.stdout.strip().splitlines()[-1])
+    assert migrated == original

@@ -45,7 +45,33 @@ DTYPE_KEYWORDS = ("dtype", "torch_dtype")
 NOT_A_MODEL = re.compile(r"(Tokenizer(Fast)?|Config|Processor|FeatureExtractor|Scheduler|Dataset)$")
 TRANSFORMERS_MODEL = re.compile(r"^(AutoModel\w*|\w*(Model|For[A-Z]\w*|LMHeadModel))$")
 # Factories whose result is float by default: created on the device, they were bf16 there.
-DEVICE_FACTORIES = frozenset(f"torch.{n}" for n in ("zeros", "ones", "empty", "rand", "randn", "eye"))
+DEVICE_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("zeros", "ones", "empty", "rand", "randn", "eye", "linspace", "logspace")
+)
+# Factories whose dtype follows their data (the argument at this position, or all for `arange`):
+# a float literal made a float tensor, bf16 on the device; an int literal an int64 one.
+VALUE_FACTORIES = {"torch.full": 1, "torch.tensor": 0, "torch.as_tensor": 0, "torch.arange": None}
+VALUE_KEYWORDS = {"torch.full": "fill_value", "torch.tensor": "data", "torch.as_tensor": "data"}
+VALUE_WORDS = {"torch.full": "its fill value is a float", "torch.arange": "its bounds are floats"}
+FLOAT32 = frozenset({"torch.float32", "torch.float"})
+# Dtypes the switch leaves alone: integers, booleans, and the 16-bit floats it never widened.
+KEPT_DTYPES = frozenset(
+    f"torch.{n}"
+    for n in (
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "long",
+        "int",
+        "short",
+        "bool",
+        "bfloat16",
+        "float16",
+        "half",
+    )
+)
 DEVICE_LOADERS = (
     "torch_xla.distributed.parallel_loader.MpDeviceLoader",
     "torch_xla.distributed.parallel_loader.ParallelLoader",
@@ -130,7 +156,11 @@ class PrecisionPolicy:
     def collapsed(self, node: cst.If) -> cst.SimpleStatementLine | None:
         """`if test: FLAG = True` at the top of the module, alone: `FLAG = test`."""
         body = node.body
-        if node.orelse is not None or not isinstance(body, cst.IndentedBlock) or len(body.body) != 1:
+        if (
+            node.orelse is not None
+            or not isinstance(body, cst.IndentedBlock)
+            or len(body.body) != 1
+        ):
             return None
         line = body.body[0]
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
@@ -159,11 +189,11 @@ class PrecisionPolicy:
         flag = self.flag()
         return expr(f"not {flag}") if negate else cst.Name(flag)
 
-    def cast(self) -> str:
+    def cast(self, otherwise: str = "None") -> str:
         torch = self.codemod.ctx.torch()
         if self.unconditional:
             return f"{torch}.{self.dtype}"
-        return f"{torch}.{self.dtype} if {self.flag()} else None"
+        return f"{torch}.{self.dtype} if {self.flag()} else {otherwise}"
 
     def note_policy(self) -> None:
         dtype = self.dtype
@@ -191,8 +221,8 @@ class PrecisionPolicy:
                 f"(`.to(torch.{self.dtype})`) where they are used, leave integer ones (ids, labels) alone"
             )
             return call
-        if name in DEVICE_FACTORIES:
-            return self._created_on_device(original, call)
+        if name in DEVICE_FACTORIES or name in VALUE_FACTORIES:
+            return self._created_on_device(original, call, name)
         if not isinstance(call.func, cst.Attribute):
             return call
         if call.func.attr.value in LOADERS:
@@ -206,13 +236,17 @@ class PrecisionPolicy:
             return True
         return isinstance(node, cst.Call) and self.codemod.qualify(node.func) in XLA_DEVICE
 
-    def _moved(self, original: cst.Call, call: cst.Call, function: str | None) -> cst.BaseExpression:
+    def _moved(
+        self, original: cst.Call, call: cst.Call, function: str | None
+    ) -> cst.BaseExpression:
         """`x.to(device)`: the model and float tensors get the device dtype; ints stay as they are."""
         positional = [a for a in original.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a for a in original.args if a.keyword is not None}
         if "dtype" in keywords or len(positional) > 1 or any(a.star for a in original.args):
             return call
-        device = positional[0].value if positional else getattr(keywords.get("device"), "value", None)
+        device = (
+            positional[0].value if positional else getattr(keywords.get("device"), "value", None)
+        )
         if device is None or not self._is_device(device):
             return call
         assert isinstance(original.func, cst.Attribute) and self.kinds is not None
@@ -235,22 +269,69 @@ class PrecisionPolicy:
         if positional:
             args = list(call.args)
             at = next(i for i, a in enumerate(args) if a.keyword is None)
-            first = args[at].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            first = args[at].with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
             dtype_arg = cst.Arg(cast, comma=args[at].comma)
             return call.with_changes(args=[*args[:at], first, dtype_arg, *args[at + 1 :]])
         return call.with_changes(args=append_arg(call, call.args, keyword_arg("dtype", cast)))
 
-    def _created_on_device(self, original: cst.Call, call: cst.Call) -> cst.Call:
+    def _created_on_device(self, original: cst.Call, call: cst.Call, name: str) -> cst.Call:
+        """A tensor made on the device: bf16 there if it was float32, whether by default, by its
+        data or by the dtype it asked for."""
         keywords = {a.keyword.value: a for a in original.args if a.keyword is not None}
         device = keywords.get("device")
-        if device is None or "dtype" in keywords or not self._is_device(device.value):
+        if (
+            device is None
+            or not self._is_device(device.value)
+            or any(a.star for a in original.args)
+        ):
             return call
+        given = keywords.get("dtype")
+        if given is not None:
+            return self._created_with_dtype(call, given.value)
+        if name in VALUE_FACTORIES:
+            kind = _data_kind(original, name)
+            if kind == "whole":
+                return call
+            if kind is None:
+                self.codemod.todo(
+                    f"`{self.variable}=1` stored this tensor as {self.dtype} on the device if "
+                    f"{VALUE_WORDS.get(name, 'its data are floats')}: if so, pass "
+                    f"`dtype=torch.{self.dtype}`; integer tensors stay as they are"
+                )
+                return call
         self._explain_here()
         self.codemod.changed(
             f"a float tensor created on the device -> `dtype=torch.{self.dtype}` (was {self.variable}=1)"
         )
         return call.with_changes(
             args=append_arg(call, call.args, keyword_arg("dtype", expr(self.cast())))
+        )
+
+    def _created_with_dtype(self, call: cst.Call, dtype: cst.BaseExpression) -> cst.Call:
+        qualified = self.codemod.qualify(dtype) or ""
+        if qualified in KEPT_DTYPES:
+            return call
+        if qualified not in FLOAT32:
+            self.codemod.todo(
+                f"`{self.variable}=1` stored float tensors in a narrower type on the device "
+                f"(float32 as {self.dtype}): if `{code_of(dtype)}` is a float dtype, this tensor had "
+                "that narrower type there; pass it here where the numbers depend on it"
+            )
+            return call
+        self._explain_here()
+        self.codemod.changed(
+            f"a float32 tensor created on the device -> `dtype=torch.{self.dtype}` (was {self.variable}=1)"
+        )
+        cast = expr(self.cast(otherwise=code_of(dtype)))
+        return call.with_changes(
+            args=[
+                a.with_changes(value=cast)
+                if a.keyword is not None and a.keyword.value == "dtype"
+                else a
+                for a in call.args
+            ]
         )
 
     def _loaded_model(self, call: cst.Call, func: cst.Attribute) -> cst.Call:
@@ -314,3 +395,54 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
         and isinstance(statement.body[0], cst.Expr)
         and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
     )
+
+
+def _data_kind(call: cst.Call, name: str) -> str | None:
+    """ "float" or "whole" (ints, bools) for the data of a value factory written as literals; None
+    when the code does not say."""
+    position = VALUE_FACTORIES[name]
+    if position is None:  # arange(start, end, step): float if any of them is
+        values = [a.value for a in call.args if a.keyword is None]
+        values += [
+            a.value
+            for a in call.args
+            if a.keyword is not None and a.keyword.value in ("start", "end", "step")
+        ]
+    else:
+        positional = [a.value for a in call.args if a.keyword is None]
+        keyword = next(
+            (
+                a.value
+                for a in call.args
+                if a.keyword is not None and a.keyword.value == VALUE_KEYWORDS[name]
+            ),
+            None,
+        )
+        values = (
+            [positional[position]]
+            if len(positional) > position
+            else [keyword]
+            if keyword is not None
+            else []
+        )
+    kinds = [_literal_kind(v) for v in values]
+    if not kinds or None in kinds:
+        return None
+    return "float" if "float" in kinds else "whole"
+
+
+def _literal_kind(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Float):
+        return "float"
+    if isinstance(node, cst.Integer) or (
+        isinstance(node, cst.Name) and node.value in ("True", "False")
+    ):
+        return "whole"
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus | cst.Plus):
+        return _literal_kind(node.expression)
+    if isinstance(node, cst.List | cst.Tuple) and node.elements:
+        kinds = [_literal_kind(e.value) for e in node.elements if isinstance(e, cst.Element)]
+        if len(kinds) != len(node.elements) or None in kinds:
+            return None
+        return "float" if "float" in kinds else "whole"
+    return None
