@@ -271,7 +271,9 @@ def test_07_architecture_sweep(tmp_path: Path) -> None:
     assert "| `mistral` |" in table and "**recompile per Python value** at `transformers/cache_utils.py:" in table
     causes = text(cell(notebook, "for record in records:\n    for stage"))
     assert "bamba build: cannot build" in causes
-    assert "check: not flagged" in text(cell(notebook, "from neuron_migrate.sweep.lint import"))
+    lint = text(cell(notebook, "from neuron_migrate.sweep.lint import"))
+    assert "mistral: transformers/cache_utils.py:550: is_full = current_length >= self.max_cache_len" in lint
+    assert "check: flagged NM117" in lint  # the sliding-window cache's Python counter
     assert re.search(r"\d+ architectures( \(\d+ not run\))?: \d+ build, \d+ generate with static shapes", text(cell(notebook, "everything = ")))
     committed = nbformat.read(NOTEBOOKS / "07_architecture_sweep.ipynb", as_version=nbformat.NO_CONVERT)
     assert "widgets" not in committed.metadata  # it displays no widget: no state to keep
