@@ -134,21 +134,23 @@ made = {
     "zeros_float32": torch.zeros(2, dtype=torch.float32, device=device) + 0.1,
     "full_int": torch.full((1,), 3, device=device),
     "ids": torch.tensor([1, 2], device=device),
+    "moved_float32": torch.tensor([0.1, 0.3]).to(device, dtype=torch.float32),
+    "moved_positional": torch.tensor([0.1, 0.3]).to(device, torch.float32),
 }
 print(json.dumps({k: [t.cpu().tolist(), t.is_floating_point()] for k, t in made.items()}))
 """
 
 
 def test_tensors_made_on_the_device_get_the_values_the_switch_gave_them() -> None:
-    """Float tensors created on the device held bf16 values under the switch, whether float by
-    default, by their data or by a float32 dtype; integer ones stayed integers. The migrated
+    """Float tensors created on or moved to the device held bf16 values under the switch, whether
+    float by default, by their data or by a float32 dtype; integer ones stayed integers. The migrated
     program makes them bf16 where it makes them, so its values are the original's."""
     from neuron_migrate.validate import refenv
 
     result = rewrite_source(FACTORIES_SCRIPT, "factories.py", Options())
     assert not result.error and "TODO" not in result.migrated, result.migrated
     migrated = _run(result.migrated)
-    for name in ("full", "tensor", "arange", "linspace", "zeros_float32"):
+    for name in ("full", "tensor", "arange", "linspace", "zeros_float32", "moved_float32", "moved_positional"):
         assert migrated[name][1] is True
     assert migrated["full_int"] == [[3], False] and migrated["ids"] == [[1, 2], False]
     python = refenv.default_python()

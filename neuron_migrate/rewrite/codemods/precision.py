@@ -242,13 +242,16 @@ class PrecisionPolicy:
         """`x.to(device)`: the model and float tensors get the device dtype; ints stay as they are."""
         positional = [a for a in original.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a for a in original.args if a.keyword is not None}
-        if "dtype" in keywords or len(positional) > 1 or any(a.star for a in original.args):
+        if len(positional) > 2 or any(a.star for a in original.args):
             return call
         device = (
             positional[0].value if positional else getattr(keywords.get("device"), "value", None)
         )
         if device is None or not self._is_device(device):
             return call
+        dtype = keywords.get("dtype") or (positional[1] if len(positional) == 2 else None)
+        if dtype is not None:  # `x.to(device, torch.float32)`: bf16 there all the same
+            return self._with_dtype(original, call, original.args.index(dtype))
         assert isinstance(original.func, cst.Attribute) and self.kinds is not None
         kind = self.kinds.kind(original.func.value, function or "")
         receiver = code_of(original.func.value)
@@ -289,7 +292,7 @@ class PrecisionPolicy:
             return call
         given = keywords.get("dtype")
         if given is not None:
-            return self._created_with_dtype(call, given.value)
+            return self._with_dtype(original, call, original.args.index(given))
         if name in VALUE_FACTORIES:
             kind = _data_kind(original, name)
             if kind == "whole":
@@ -309,7 +312,9 @@ class PrecisionPolicy:
             args=append_arg(call, call.args, keyword_arg("dtype", expr(self.cast())))
         )
 
-    def _created_with_dtype(self, call: cst.Call, dtype: cst.BaseExpression) -> cst.Call:
+    def _with_dtype(self, original: cst.Call, call: cst.Call, at: int) -> cst.Call:
+        """A tensor that asked for a dtype on the device: a float32 one was stored in bf16."""
+        dtype = original.args[at].value
         qualified = self.codemod.qualify(dtype) or ""
         if qualified in KEPT_DTYPES:
             return call
@@ -322,17 +327,12 @@ class PrecisionPolicy:
             return call
         self._explain_here()
         self.codemod.changed(
-            f"a float32 tensor created on the device -> `dtype=torch.{self.dtype}` (was {self.variable}=1)"
+            f"a float32 tensor on the device -> `torch.{self.dtype}` (was {self.variable}=1)"
         )
         cast = expr(self.cast(otherwise=code_of(dtype)))
-        return call.with_changes(
-            args=[
-                a.with_changes(value=cast)
-                if a.keyword is not None and a.keyword.value == "dtype"
-                else a
-                for a in call.args
-            ]
-        )
+        args = list(call.args)
+        args[at] = args[at].with_changes(value=cast)
+        return call.with_changes(args=args)
 
     def _loaded_model(self, call: cst.Call, func: cst.Attribute) -> cst.Call:
         owner = code_of(func.value).rsplit(".", 1)[-1]
