@@ -3,7 +3,8 @@
 The cheap steps come first: a file that mentions none of the gate strings (torch, cuda, xla,
 transformers, ...) cannot match any rule and is not even parsed; the rules that run on a file
 are those whose trigger strings it holds and that can report at the chosen severity there (a
-rule that weighs by place needs code that can be hot). All rules share a single walk of
+rule that weighs by place needs code that can be hot); a file no rule can run on is parsed
+only to report a syntax error. All rules share a single walk of
 the tree, dispatched by callee name, keyword, attribute name or node type. Fixes are text edits at `ast`
 positions; they are applied in passes until nothing more applies, and the result of every pass
 must parse, or the file is left as it was.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -41,9 +43,12 @@ class CheckOptions:
         return known_codes() if self.codes is None else self.codes
 
 
-# Fields that never hold code worth checking: names, flags, and type annotations (never run).
+# Fields that never hold code worth checking: names, flags, operators and type annotations
+# (never run).
 _SCALARS = frozenset(
     {
+        "op",
+        "ops",
         "ctx",
         "id",
         "arg",
@@ -106,21 +111,30 @@ def _children(cls: type) -> tuple[str, ...]:
     return fields
 
 
+_WORDS = re.compile(r"[A-Za-z0-9_]+")
+
+
 def passes_gate(text: str) -> bool:
     return any(marker in text for marker in GATE)
 
 
-# Code becomes hot (compiled, or run every step) only through these words: `forward`, a
-# `torch.compile` (or `_dynamo.optimize`), a `*_step`/`compute_loss` function, a training loop.
-HOT_MARKERS = ("forward", "compile", "optimize", "_step", "_loss", ".backward(", ".step(")
+# Code becomes hot (compiled, or run every step) only through these: a function whose name makes
+# it so (`forward`, a `*_step`, `compute_loss`: `context.COMPILED_NAMES`, `STEP_NAMES`), a
+# `torch.compile` (or `_dynamo.optimize`), a training loop. A superset of what `Places` finds.
+HOT = re.compile(
+    r"def\s+(?:_?forward\w*|\w*_step|_?compute_\w*loss\w*)\s*\(|compile|optimize|\.backward\(|\.step\("
+)
 
 
 def applicable_rules(text: str, options: CheckOptions) -> list[type[Rule]]:
     """The enabled rules that can find something at the chosen severity in this text: their
-    trigger strings occur, and (for rules that weigh by place) some code can be hot."""
+    trigger strings occur, and (for rules that weigh by place) some code can be hot.
+
+    A rule dispatched only by name is never called where none of its names occurs, so once some
+    other rule makes the file worth parsing, such rules come along without the word scan."""
     enabled = options.enabled()
-    hot = any(marker in text for marker in HOT_MARKERS)
-    chosen = []
+    hot = HOT.search(text) is not None
+    eligible = []
     for rule in all_rules():
         if rule.code not in enabled:
             continue
@@ -128,12 +142,17 @@ def applicable_rules(text: str, options: CheckOptions) -> list[type[Rule]]:
             most = Severity.INFO
         else:
             most = max(rule.severity, rule.eager_severity) if rule.contextual else rule.severity
-        if most < options.min_severity:
-            continue
-        triggers = rule.triggers()
-        if triggers is None or any(t in text for t in triggers):
-            chosen.append(rule)
-    return chosen
+        if most >= options.min_severity:
+            eligible.append(rule)
+    by_name = [rule for rule in eligible if rule.dispatched_by_name_only()]
+    chosen = [rule for rule in eligible if not rule.dispatched_by_name_only() and rule.may_match(text)]
+    if not by_name:
+        return chosen
+    if not chosen:
+        words = frozenset(_WORDS.findall(text))
+        by_name = [rule for rule in by_name if rule.may_match(text, words)]
+    taken = {*chosen, *by_name}
+    return [rule for rule in eligible if rule in taken]
 
 
 class Walker:
@@ -322,7 +341,7 @@ class Walker:
             body = text[start:end]
             return not (
                 "import" in body
-                or any(marker in body for marker in HOT_MARKERS)
+                or HOT.search(body) is not None
                 or any(trigger in body for trigger in anywhere)
             )
 
@@ -330,10 +349,13 @@ class Walker:
 
 
 def check_once(
-    text: str, path: str, options: CheckOptions
+    text: str, path: str, options: CheckOptions, must_parse: bool = False
 ) -> tuple[list[Diagnostic], str | None, bool]:
-    """(diagnostics after suppressions and the severity threshold, error, whether it was parsed)."""
-    if not passes_gate(text):
+    """(diagnostics after suppressions and the severity threshold, error, whether it was parsed).
+
+    A text without a gate string is not parsed, unless `must_parse`: a fixed text must be proven
+    to parse whatever the fix removed."""
+    if not (must_parse or passes_gate(text)):
         return [], None, False
     # The tree holds no reference cycles, and collecting while it is alive costs a third of the
     # run: the cyclic collector waits until the file is done.
@@ -353,17 +375,19 @@ def _check(
 ) -> tuple[list[Diagnostic], str | None, bool]:
     enabled = options.enabled()
     chosen = applicable_rules(text, options)
+    audits_suppressions = suppressions.UNUSED_CODE in enabled and "NM" in text and bool(
+        suppressions.may_have_suppressions(text)
+    )
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
         return [], syntax_error_message(path, exc), True
     except (ValueError, RecursionError, MemoryError) as exc:
         return [], f"{path}:1:1: cannot parse: {exc}", True
+    if not (chosen or audits_suppressions):
+        return [], None, True
     ctx = FileContext(path, text, tree, options.target, enabled)
     rules = [rule(ctx) for rule in chosen]
-    audits_suppressions = suppressions.UNUSED_CODE in enabled and "NM" in text and bool(
-        suppressions.may_have_suppressions(text)
-    )
     skip_cold = options.min_severity > Severity.INFO and not audits_suppressions
     walker = Walker(ctx, rules, skip_cold)
     limit = sys.getrecursionlimit()
@@ -445,7 +469,7 @@ def check_source(
             candidate, codes = apply_fixes(current, diagnostics, options.unsafe_fixes)
             if not codes or candidate == current:
                 break
-            after, error, _ = check_once(candidate, path, options)
+            after, error, _ = check_once(candidate, path, options, must_parse=True)
             if error:
                 report.error = (
                     f"{path}:1:1: internal error: a fix produced code that does not parse ({error.split(': ', 2)[-1]}); "

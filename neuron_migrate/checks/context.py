@@ -142,6 +142,7 @@ COMPILED_DECORATORS = frozenset(
 )
 _COMPILE_ARG = re.compile(r"\bcompile\(\s*(?:model\s*=\s*)?([A-Za-z_][\w.]*)\s*[,)]")
 _SELF_CALL = re.compile(r"\bself\.([A-Za-z_]\w*)\s*\(")
+_PLAIN_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
 _IDENTIFIER_END = re.compile(r"\w+$")
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -203,11 +204,6 @@ class Places:
                 self.by_node[id(function)] = place
                 if place.hot:
                     hot.append((function, None))
-        called = (
-            re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, module_functions)) + r")\s*\(")
-            if module_functions
-            else None
-        )
         # What compiled code calls is compiled too, and what a step calls runs every step
         # (`self.helper(...)` and module-level functions), except the step's orchestration.
         while hot:
@@ -219,13 +215,14 @@ class Places:
             )
             callees: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str, ast.ClassDef | None]] = []
             if owner is not None:
-                for match in _SELF_CALL.finditer(text, start, end):
-                    callee = methods_of[id(owner)].get(match.group(1))
-                    if callee is not None:
-                        callees.append((callee, match.group(1), owner))
-            if called is not None:
-                for match in called.finditer(text, start, end):
-                    callees.append((module_functions[match.group(1)], match.group(1), None))
+                methods = methods_of[id(owner)]
+                for name in dict.fromkeys(_SELF_CALL.findall(text, start, end)):
+                    if name in methods:
+                        callees.append((methods[name], name, owner))
+            if module_functions:
+                for name in dict.fromkeys(_PLAIN_CALL.findall(text, start, end)):
+                    if name in module_functions:
+                        callees.append((module_functions[name], name, None))
             for callee, name, callee_owner in callees:
                 if self._promote(callee, name, caller, region):
                     hot.append((callee, callee_owner))

@@ -47,6 +47,7 @@ def by_code() -> dict[str, type[Rule]]:
     return {rule.code: rule for rule in all_rules()}
 
 
+@cache
 def known_codes() -> frozenset[str]:
     return frozenset(by_code())
 
@@ -55,6 +56,13 @@ def resolve_selection(
     select: tuple[str, ...] | None, ignore: tuple[str, ...], base: frozenset[str] | None = None
 ) -> frozenset[str]:
     """Check codes enabled by selectors (`NM1`, `NM101`, `ALL`); `select=None` keeps `base` (default all)."""
+    return _resolve(None if select is None else tuple(select), tuple(ignore), base)
+
+
+@cache  # once per configuration, not once per file
+def _resolve(
+    select: tuple[str, ...] | None, ignore: tuple[str, ...], base: frozenset[str] | None
+) -> frozenset[str]:
     return selection.resolve(known_codes(), select, ignore, base)
 
 

@@ -124,8 +124,35 @@ class Rule:
         return tuple(sorted({*cls.calls, *cls.keywords, *cls.attributes}))
 
     @classmethod
+    def dispatched_by_name_only(cls) -> bool:
+        return not (cls.requires or cls.nodes)
+
+    @classmethod
+    def may_match(cls, text: str, words: frozenset[str] = frozenset()) -> bool:
+        """Whether the file can hold what the rule looks for: one of `requires` occurs in its text,
+        or (for a rule dispatched by name) one of its names is a word of it (`words`: its runs of
+        identifier characters; a set lookup per name is what keeps this cheap on large trees)."""
+        if cls.requires:
+            return any(t in text for t in _least_requires(cls))
+        if cls.nodes:
+            return True
+        return not words.isdisjoint(_dispatch_names(cls))
+
+    @classmethod
     def url(cls) -> str | None:
         return rule_url(cls.code)
+
+
+@functools.cache
+def _least_requires(rule: type[Rule]) -> tuple[str, ...]:
+    """`requires` without the strings that hold another of them (found whenever it is)."""
+    strings = rule.requires
+    return tuple(s for s in strings if not any(o != s and o in s for o in strings))
+
+
+@functools.cache
+def _dispatch_names(rule: type[Rule]) -> frozenset[str]:
+    return frozenset({*rule.calls, *rule.keywords, *rule.attributes})
 
 
 @functools.cache
