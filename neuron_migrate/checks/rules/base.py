@@ -143,16 +143,25 @@ class Rule:
         return rule_url(cls.code)
 
 
-@functools.cache
+_LEAST_REQUIRES: dict[type[Rule], tuple[str, ...]] = {}
+_DISPATCH_NAMES: dict[type[Rule], frozenset[str]] = {}
+
+
 def _least_requires(rule: type[Rule]) -> tuple[str, ...]:
     """`requires` without the strings that hold another of them (found whenever it is)."""
-    strings = rule.requires
-    return tuple(s for s in strings if not any(o != s and o in s for o in strings))
+    least = _LEAST_REQUIRES.get(rule)
+    if least is None:
+        strings = rule.requires
+        least = tuple(s for s in strings if not any(o != s and o in s for o in strings))
+        _LEAST_REQUIRES[rule] = least
+    return least
 
 
-@functools.cache
 def _dispatch_names(rule: type[Rule]) -> frozenset[str]:
-    return frozenset({*rule.calls, *rule.keywords, *rule.attributes})
+    names = _DISPATCH_NAMES.get(rule)
+    if names is None:
+        names = _DISPATCH_NAMES[rule] = frozenset({*rule.calls, *rule.keywords, *rule.attributes})
+    return names
 
 
 @functools.cache
