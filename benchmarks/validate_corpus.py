@@ -85,25 +85,16 @@ CASES = (
     Case("resnet50/run_image_classification", SAMPLES,
          "torch-neuronx/training/resnet50/run_image_classification.py",
          ("--fake_data", "--model", "resnet18", "--max_steps", "3", "--image_dim", "64"),
-         also=("torch-neuronx/training/common",), nproc=1,
-         known="numerics, not the migration: the first step's gradients of the early layers "
-         "differ by about 1% (rel. L2, cosine 0.9999) where ReLU inputs near zero round to the "
-         "other side; resnet18 on one batch, XLA:CPU against eager CPU in one torch 2.9 "
-         "process, differs as much (conv1.weight 0.7%); losses and final parameters match"),
+         also=("torch-neuronx/training/common",), nproc=1),
     Case("sdk mnist_mlp/train_monitor", SDK, "src/examples/pytorch/mnist_mlp/train_monitor.py",
          mnist=("MNIST_DATA_train",),
          known="the script defines main() but never calls it: neither side trains"),
     Case("sdk mnist_mlp/train_tb", SDK, "src/examples/pytorch/mnist_mlp/train_tb.py",
          mnist=("MNIST_DATA_train",)),
     Case("xla test_train_mp_mnist", XLA, "test/test_train_mp_mnist.py",
-         (*MNIST_FLAGS, "--batch_size", "256"), nproc=1,
-         known="numerics of the all-zero fake data, as for the ZeRO-1 variant: conv1.bias feeds a "
-         "BatchNorm whose batch variance is 0, so its gradient is rounding noise times 1/sqrt(eps) on "
-         "both sides; the losses stay within ~1e-5 relative over 234 steps"),
+         (*MNIST_FLAGS, "--batch_size", "256"), nproc=1),
     Case("xla test_train_mp_mnist_zero1", XLA, "test/test_train_mp_mnist_zero1.py", MNIST_FLAGS,
-         nproc=1, known="numerics of the all-zero fake data: conv1.bias feeds a BatchNorm whose batch "
-         "variance is 0, so its gradient is rounding noise times 1/sqrt(eps) on both sides; every "
-         "other tensor matches and the losses stay within ~1e-5 relative over 468 steps"),
+         nproc=1),
     Case("xla test_train_mp_mnist_fsdp_with_ckpt", XLA,
          "test/test_train_mp_mnist_fsdp_with_ckpt.py", MNIST_FLAGS, nproc=1,
          known="torch_xla's FSDP is left to a person under TODOs: the migrated program "

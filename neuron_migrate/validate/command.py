@@ -46,7 +46,10 @@ maximum. Where a side computes in bf16, the original runs a third time with its 
 turned off, and each item is judged by R = ||migrated - fp32|| / ||original - fp32||, against
 the noise floor of that precision: a faithful migration is near 1 (--noise-floor migrated runs the
 migrated program in float32 instead; --noise-floor off falls back to bf16 tolerances, 2e-2 and
-1.6e-2). The table says which rule judged each item. A change of precision policy is itself a
+1.6e-2). Where float32 runs differ past the fp32 tolerances by numbers alone (another backend's
+kernels round differently, a gradient that is zero but for rounding), the original runs a third
+time in float64 and what the tolerances left is judged by R against that floor. The table says
+which rule judged each item. A change of precision policy is itself a
 divergence. --precision names the tolerance class; --rtol and --atol override the tolerances (and
 turn the noise floor off).
 
@@ -192,8 +195,9 @@ def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
         "--noise-floor",
         choices=("original", "migrated", "off"),
         default="original",
-        help="for bf16 runs, which program runs again in float32 to measure the noise floor "
-        "(default: the original; off: bf16 tolerances)",
+        help="which program runs again to measure the noise floor: in float32 under a bf16 run, "
+        "in float64 under a float32 run the fp32 tolerances do not settle (default: the original; "
+        "off: tolerances only)",
     )
     parser.add_argument(
         "--forward",

@@ -223,12 +223,21 @@ def floor_rule(threshold: float = noise_floor.RUN_THRESHOLD) -> str:
     return f"noise floor (R ≤ {threshold:g})"
 
 
+def _floored_rule(tol: Tolerance, second_opinion: bool) -> str:
+    return f"{tolerance_rule(tol)} or float64 {floor_rule()}" if second_opinion else floor_rule()
+
+
 def compare_losses(
-    original: Capture, migrated: Capture, tol: Tolerance, floor: Capture | None = None
+    original: Capture,
+    migrated: Capture,
+    tol: Tolerance,
+    floor: Capture | None = None,
+    second_opinion: bool = False,
 ) -> Item:
     """Step by step with the plain tolerance. Against a noise floor, the whole curve is judged by
     its R, and the first diverging step is where R over the steps up to it passes the mark (one
-    step's R alone is too noisy to judge)."""
+    step's R alone is too noisy to judge). As a `second_opinion` (a float32 run's float64 floor),
+    a step passes within the tolerance or within the mark."""
     e = original.tensors.get("loss")
     a = migrated.tensors.get("loss")
     if e is None and a is None:
@@ -251,11 +260,12 @@ def compare_losses(
         diff = abs(act - exp)
         rel_diff.append(diff / abs(exp) if exp else (0.0 if diff == 0 else math.inf))
         detail = f"{exp:.6g} vs {act:.6g}"
+        within = diff <= tol.atol + tol.rtol * abs(exp)
         if prefix is None:
-            ok = diff <= tol.atol + tol.rtol * abs(exp)
+            ok = within
         else:
             detail += f" (R {prefix[step]:.3g} up to here)"
-            ok = diverging_from is None or step < diverging_from
+            ok = diverging_from is None or step < diverging_from or (second_opinion and within)
         entries.append(Entry(f"step {step}", MATCH if ok else DIVERGE, detail=detail))
     stats = tensor_stats(e[:n], a[:n], tol) if n else None
     failing = [i for i, entry in enumerate(entries) if entry.verdict == DIVERGE]
@@ -269,7 +279,7 @@ def compare_losses(
     title = f"losses ({n} steps)"
     series = {"original": e.tolist(), "migrated": a.tolist(), "rel_diff": rel_diff}
     item = Item("losses", title, verdict, stats, "; ".join(details), entries, tol, series)
-    item.rule = tolerance_rule(tol) if f is None else floor_rule()
+    item.rule = tolerance_rule(tol) if f is None else _floored_rule(tol, second_opinion)
     item.first_step = failing[0] if failing else (n if lengths_differ else None)
     if f is not None and n:
         item.ratio = r_ratio(e[:n], a[:n], f[:n])
@@ -285,6 +295,7 @@ def compare_tensors(
     tol: Tolerance,
     group_scale: bool = False,
     floor: dict[str, torch.Tensor] | None = None,
+    second_opinion: bool = False,
 ) -> Item:
     """With `group_scale`, errors are relative to the largest magnitude in the whole group (the model's
     parameters), as neuron_allclose scales by the global max: a bias that starts at zero then moves by
@@ -292,7 +303,11 @@ def compare_tensors(
     judged against the weights around it, not against its own tiny values.
 
     With `floor`, the group is judged by R over all the tensors the floor has, and each of them by
-    its own R (with a mark that allows for its size) together with the plain tolerance."""
+    its own R (with a mark that allows for its size) together with the plain tolerance. As a
+    `second_opinion` (a float32 run's float64 floor), a tensor outside the tolerance passes at R
+    within the mark, against its own floor or against the rounding of the whole group
+    (`noise_floor.pooled_ratio`), and the group's R counts only where some tensor is outside the
+    tolerance."""
     if not expected and not actual:
         return Item(key, title, SKIPPED, detail="not recorded")
     scale = None
@@ -302,7 +317,15 @@ def compare_tensors(
     only_e = sorted(set(expected) - set(actual))
     only_a = sorted(set(actual) - set(expected))
     floored: list[str] = []
-    for name in sorted(set(expected) & set(actual)):
+    common = sorted(set(expected) & set(actual))
+    pooled = [
+        n
+        for n in common
+        if floor is not None
+        and n in floor
+        and tuple(floor[n].shape) == tuple(expected[n].shape) == tuple(actual[n].shape)
+    ]
+    for name in common:
         e, a = expected[name], actual[name]
         if tuple(e.shape) != tuple(a.shape):
             entries.append(Entry(name, DIVERGE, detail=f"shape {list(e.shape)} vs {list(a.shape)}"))
@@ -312,13 +335,26 @@ def compare_tensors(
         if f is None or tuple(f.shape) != tuple(e.shape):
             entries.append(Entry(name, MATCH if stats.mismatches == 0 else DIVERGE, stats))
             continue
-        ratio = r_ratio(e, a, f)
-        # One tensor's R is a noisy sample (a few elements, a kernel that rounds differently):
-        # it diverges when it is past its mark and outside the plain tolerance too; the group's
-        # R below judges what the tensors do together.
-        ok = stats.mismatches == 0 or ratio.value <= noise_floor.threshold(
-            e.numel(), noise_floor.RUN_THRESHOLD
-        )
+        if second_opinion:
+            # float32 against float64: a tensor passes when the migrated side is no farther from
+            # float64 than the original is, on this tensor or by the group's rounding.
+            assert floor is not None
+            ratio = min(
+                r_ratio(e, a, f),
+                noise_floor.pooled_ratio(
+                    a, f, [expected[n] for n in pooled], [floor[n] for n in pooled]
+                ),
+                key=lambda r: r.value,
+            )
+            ok = stats.mismatches == 0 or ratio.value <= noise_floor.RUN_THRESHOLD
+        else:
+            ratio = r_ratio(e, a, f)
+            # One tensor's R is a noisy sample (a few elements, a kernel that rounds differently):
+            # it diverges when it is past its mark and outside the plain tolerance too; the
+            # group's R below judges what the tensors do together.
+            ok = stats.mismatches == 0 or ratio.value <= noise_floor.threshold(
+                e.numel(), noise_floor.RUN_THRESHOLD
+            )
         entries.append(Entry(name, MATCH if ok else DIVERGE, stats, ratio=ratio))
         floored.append(name)
     details = []
@@ -345,7 +381,12 @@ def compare_tensors(
         only_e
         or only_a
         or any(e.verdict == DIVERGE for e in entries)
-        or (group_ratio is not None and group_ratio.value > noise_floor.RUN_THRESHOLD)
+        or (
+            group_ratio is not None
+            and group_ratio.value > noise_floor.RUN_THRESHOLD
+            # A float64 floor is asked only about what the float32 tolerance did not settle.
+            and not (second_opinion and all(e.stats and e.stats.mismatches == 0 for e in entries))
+        )
     )
     title = f"{title} ({len(entries)} tensors)"
     item = Item(
@@ -357,7 +398,7 @@ def compare_tensors(
         entries,
         tol,
     )
-    item.rule = floor_rule() if floored else tolerance_rule(tol)
+    item.rule = _floored_rule(tol, second_opinion) if floored else tolerance_rule(tol)
     item.ratio = group_ratio
     return item
 
@@ -530,7 +571,7 @@ def compare_runs(
     if not original or not migrated:
         raise ValueError("both programs must have recorded something")
     chosen = _tolerances(original[0], migrated[0], precision, rtol, atol)
-    use_floor = bool(floor) and chosen.name == "bf16"
+    use_floor = bool(floor) and chosen.name in ("bf16", "fp32")
     floors = {c.rank: c for c in floor or []} if use_floor else {}
     notes: list[str] = []
     items = [compare_precision(original[0], migrated[0])]
@@ -549,6 +590,11 @@ def compare_runs(
         if len(captures) > 1:
             items.append(compare_replicas(label, captures, chosen.tensor))
     notes += _random_notes(original, migrated)
+    if use_floor and chosen.name == "fp32":
+        notes.append(
+            "what the float32 tolerances did not settle is judged against the noise floor of a float64 "
+            "run of the same program: an item passes within the tolerance or at R within the mark"
+        )
     if chosen.name.startswith("bf16"):
         notes.append(
             "a side computes in bfloat16/float16: items are judged against the noise floor of a float32 run"
@@ -621,23 +667,24 @@ def _compare_rank(
     def floor(prefix: str) -> dict[str, torch.Tensor] | None:
         return f.group(prefix) if f is not None else None
 
+    second = chosen.name == "fp32"  # a float64 floor: a second opinion on float32 tolerances
     pair = [
-        compare_losses(o, m, chosen.loss, f),
+        compare_losses(o, m, chosen.loss, f, second),
         compare_tensors(
             "initial", "parameters before the first step", o.group("init"), m.group("init"),
-            tensors, True, floor("init"),
+            tensors, True, floor("init"), second,
         ),
         compare_tensors(
             "gradients", "gradients before the first step", o.group("grad"), m.group("grad"),
-            tensors, True, floor("grad"),
+            tensors, True, floor("grad"), second,
         ),
         compare_tensors(
             "parameters", "final parameters", o.group("param"), m.group("param"), tensors, True,
-            floor("param"),
+            floor("param"), second,
         ),
         compare_tensors(
             "forward", "first forward output", o.group("forward/0"), m.group("forward/0"), tensors,
-            floor=floor("forward/0"),
+            floor=floor("forward/0"), second_opinion=second,
         ),
     ]  # fmt: skip
     calls = max(len(o.manifest.get("generate", [])), len(m.manifest.get("generate", [])))

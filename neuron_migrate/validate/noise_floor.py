@@ -55,6 +55,29 @@ def r_ratio(
     return Ratio(numerator / (denominator + eps), numerator, denominator)
 
 
+def pooled_ratio(
+    migrated: torch.Tensor,
+    floor: torch.Tensor,
+    group_original: list[torch.Tensor],
+    group_floor: list[torch.Tensor],
+) -> Ratio:
+    """R of one tensor against the rounding of its whole group: the RMS of `migrated - floor`
+    over the RMS of `original - floor` across all the group's tensors. The float32 floor of one
+    tensor alone is no yardstick: which tensors a rounding flip lands in (a ReLU input near zero)
+    differs from run to run, so one tensor of a faithful run can sit 1e-6 from the float64 run and
+    the same tensor of another faithful run 1e-3; over the group the rounding evens out."""
+    m, f = _flat(migrated), _flat(floor)
+    o_all, f_all = _flat(group_original), _flat(group_floor)
+    numerator = _rms(m - f)
+    denominator = _rms(o_all - f_all)
+    eps = FLOAT32_REL * _rms(f_all) + torch.finfo(torch.float32).tiny
+    return Ratio(numerator / (denominator + eps), numerator, denominator)
+
+
+def _rms(value: torch.Tensor) -> float:
+    return float(value.norm()) / math.sqrt(max(value.numel(), 1))
+
+
 def threshold(size: int, mark: float) -> float:
     """The mark for one tensor of `size` elements: R of two equally good low-precision results
     with independent rounding errors is the square root of an F(n, n) variable, whose log has a

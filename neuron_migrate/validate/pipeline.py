@@ -2,7 +2,8 @@
 
 1. **capture**: the original and the migrated program, side by side;
 2. **noise floor**: where they compute in low precision, one of them again in float32
-   (`noise_floor`), unless told not to;
+   (`noise_floor`), unless told not to; where they compute in float32 and the float32
+   tolerances leave an item diverging, one of them again in float64;
 3. **rerun**, only where needed: every program again (the floor run too), with each `generate()`
    call following the original's tokens where generated tokens parted (`teacher_forcing`), and, on
    request, recording the first diverging step module by module (`localize`).
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_migrate.validate.compare import DIVERGE, MATCH, Comparison, compare_runs
+from neuron_migrate.validate.compare import DIVERGE, MATCH, Comparison, Item, compare_runs
 from neuron_migrate.validate.localize import Localization, localize, step_to_localize
 from neuron_migrate.validate.runner import Capture, CaptureOptions, Program, Run, run_programs
 from neuron_migrate.validate.teacher_forcing import compare_forced
@@ -74,15 +75,24 @@ def validate(
     original, migrated = runs
     comparison = _compare(settings, original.captures, migrated.captures)
     result = Result(runs, comparison, comparison.verdict, EXIT_ERROR, errors, passes=passes)
-    floor_program = _floor_program(programs, settings, comparison)
+    floor_program, width = _floor_program(programs, settings, comparison)
     if floor_program is not None:
-        start(f"noise floor: the {settings.noise_floor} program again, in float32")
-        upcast = dataclasses.replace(settings.capture, upcast=True)
+        why = "" if width == "float32" else ", because float32 tolerances did not settle every item"
+        start(f"noise floor: the {settings.noise_floor} program again, in {width}{why}")
+        upcast = dataclasses.replace(settings.capture, upcast=width)
         result.floor_run = _run_one(floor_program, settings, upcast, work_dir)
-        floor = _usable_floor(result.floor_run, comparison)
+        floor = _usable_floor(result.floor_run, comparison, width)
         if floor is not None:
-            comparison = _compare(settings, original.captures, migrated.captures, floor)
-            comparison.floor = _floor_info(result.floor_run)
+            floored = _compare(settings, original.captures, migrated.captures, floor)
+            if width == "float64" and not _floor_is_close(floor, original.captures):
+                comparison.notes.append(
+                    "no noise floor: the float64 run of the original strays from its float32 run by more "
+                    "than rounding (random draws made in float64 differ, or the program branches on "
+                    "dtypes); float32 tolerances apply"
+                )
+            else:
+                comparison = floored
+                comparison.floor = _floor_info(result.floor_run, width)
     result.comparison = comparison
     _rerun(programs, settings, result, work_dir, start)
     comparison = result.comparison
@@ -133,37 +143,86 @@ def _run_one(program: Program, settings: Settings, options: CaptureOptions, work
 
 def _floor_program(
     programs: list[Program], settings: Settings, comparison: Comparison
-) -> Program | None:
-    if settings.noise_floor == "off" or comparison.precision.name != "bf16":
-        return None  # float32 runs, or tolerances named or overridden
+) -> tuple[Program | None, str]:
+    """The program to run again, and in which width: float32 under a bf16 run; float64 under a
+    float32 run that the float32 tolerances could not settle (rounding of another backend's
+    kernels, a gradient that is zero but for rounding), and only then."""
+    if settings.noise_floor == "off":
+        return None, ""
+    if comparison.precision.name == "bf16":
+        width = "float32"
+    elif (
+        comparison.precision.name == "fp32"
+        and comparison.verdict == DIVERGE
+        and _numeric_only(comparison)
+    ):
+        width = "float64"
+    else:
+        return None, ""  # tolerances named or overridden, or nothing a floor can settle
     source = programs[0] if settings.noise_floor == "original" else programs[1]
-    return dataclasses.replace(source, label="floor")
+    return dataclasses.replace(source, label="floor"), width
 
 
-def _usable_floor(run: Run, comparison: Comparison) -> list[Capture] | None:
+def _numeric_only(comparison: Comparison) -> bool:
+    """Whether every diverging item is one a float64 floor can judge: numbers that differ, not a
+    policy, a tensor or a step that one side lacks, or weights that start apart."""
+    return all(item.verdict != DIVERGE or _floor_can_settle(item) for item in comparison.items)
+
+
+def _floor_can_settle(item: Item) -> bool:
+    base = item.key.split("@")[0]
+    if base == "losses":
+        series = item.series or {}
+        return len(series.get("original", ())) == len(series.get("migrated", ())) > 0
+    return (
+        base in ("gradients", "parameters", "forward")
+        and "only in" not in item.detail
+        and all(e.stats is not None for e in item.entries)
+    )
+
+
+# How far a float64 run may land from the float32 run it widens, relative to the losses' size:
+# float32 rounding, even amplified past the float32 tolerances, moves a short run's losses by far
+# less than a different random draw (a dropout mask) does.
+FLOAT64_STRAY = 1e-2
+
+
+def _floor_is_close(floor: list[Capture], original: list[Capture]) -> bool:
+    for f, o in zip(floor, original, strict=False):
+        fl, ol = f.tensors.get("loss"), o.tensors.get("loss")
+        if fl is None or ol is None or len(fl) != len(ol):
+            return False
+        fl, ol = fl.double(), ol.double()
+        if float((fl - ol).norm()) > FLOAT64_STRAY * (float(ol.norm()) + 1e-12):
+            return False
+    return True
+
+
+def _usable_floor(run: Run, comparison: Comparison, width: str) -> list[Capture] | None:
+    fallback = "bf16" if width == "float32" else "float32"
     if not run.ok or not run.captures:
         comparison.notes.append(
-            f"no noise floor: the float32 run of {run.program.script} failed (exit "
-            f"{run.returncode}); bf16 tolerances apply. Its last lines:\n{run.log_tail(5)}"
+            f"no noise floor: the {width} run of {run.program.script} failed (exit "
+            f"{run.returncode}); {fallback} tolerances apply. Its last lines:\n{run.log_tail(5)}"
         )
         return None
     if not any(c.manifest.get("upcast") for c in run.captures):
         comparison.notes.append(
-            "no noise floor: the float32 run found no low precision to turn off (the program asks for "
-            "it in a way validate does not intercept); bf16 tolerances apply"
+            f"no noise floor: the {width} run found no {'low precision to turn off' if width == 'float32' else 'float32 module to widen'} "
+            f"(the program asks for it in a way validate does not intercept); {fallback} tolerances apply"
         )
         return None
     return run.captures
 
 
-def _floor_info(run: Run | None) -> dict | None:
+def _floor_info(run: Run | None, width: str = "float32") -> dict | None:
     if run is None:
         return None
     changed: dict[str, int] = {}
     for capture in run.captures:
         for name, count in (capture.manifest.get("upcast") or {}).items():
             changed[name] = changed.get(name, 0) + int(count)
-    return {"program": str(run.program.script), "changed": changed}
+    return {"program": str(run.program.script), "changed": changed, "width": width}
 
 
 # -- teacher forcing and localization ------------------------------------------------------------
@@ -202,8 +261,9 @@ def _rerun(
     start(f"rerun: {', '.join(p.label for p in sides)} again, with {' and '.join(why)}")
     options = dataclasses.replace(settings.capture, teacher=teacher, localize=step)
     reruns = []
+    width = (comparison.floor or {}).get("width", "")
     for program in sides:
-        upcast = program.label == "floor"
+        upcast = width if program.label == "floor" else ""
         reruns.append((program, dataclasses.replace(options, upcast=upcast)))
     runs = [_run_one(p, settings, o, work_dir / "rerun") for p, o in reruns]
     result.reruns = runs

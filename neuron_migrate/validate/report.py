@@ -81,6 +81,8 @@ def short_rule(item: Item | dict[str, Any], precision: str) -> str:
     rule = item.rule if isinstance(item, Item) else item.get("rule", "")
     if rule.startswith("noise floor"):
         return "floor R"
+    if "or float64 noise floor" in rule:
+        return f"{precision.split(' ')[0]} tol|f64 R"
     if rule.startswith("teacher forcing: noise"):
         return "forced, floor"
     if rule.startswith("teacher forcing"):
@@ -109,12 +111,7 @@ def format_table(result) -> str:
             f"tensors {_tolerance(p.tensor, 'max|ref|')}"
         )
         if comparison.floor:
-            changed = ", ".join(sorted(comparison.floor["changed"])) or "nothing"
-            line += (
-                f"\nnoise floor: {comparison.floor['program']} in float32 ({changed} turned off); "
-                f"R = ||migrated - fp32|| / ||original - fp32|| must stay ≤ {noise_floor.RUN_THRESHOLD:g}"
-                f" (≤ {noise_floor.COMPONENT_THRESHOLD:g} per module)"
-            )
+            line += "\n" + _floor_line(comparison.floor, "||", "-")
         lines += [line, ""]
         width = max([len("item"), *(len(item.title) for item in comparison.items)])
         header = f"{'item':<{width}}  {'verdict':<8}{'rule':<15}{'R':>8}" + "".join(
@@ -304,7 +301,8 @@ def loss_figure(doc: dict[str, Any]) -> bytes | None:
         top.plot(series["migrated"], "x--", label=f"migrated{tag}")
         if series.get("floor"):
             floored = True
-            top.plot(series["floor"], ":", color="grey", label=f"float32 floor{tag}")
+            width = (doc.get("noise_floor") or {}).get("width", "float32")
+            top.plot(series["floor"], ":", color="grey", label=f"{width} floor{tag}")
             bottom.semilogy(
                 [max(v, 1e-6) for v in series["r_prefix"]], "s-", label=f"R up to step{tag}"
             )
@@ -452,12 +450,7 @@ def _sections(doc: dict[str, Any]) -> list[tuple[str, Any]]:
         text = f"Precision: **{precision['name']}**."
         floor = doc.get("noise_floor")
         if floor:
-            changed = ", ".join(sorted(floor["changed"])) or "nothing"
-            text += (
-                f" Noise floor: `{floor['program']}` again in float32 ({changed} turned off); "
-                f"R = ‖migrated − fp32‖ / ‖original − fp32‖ passes at ≤ {floor['run_threshold']:g} "
-                f"(≤ {floor['module_threshold']:g} per module)."
-            )
+            text += " " + _floor_line(floor, "‖", "−", markdown=True)
         blocks.append(("text", text))
     items = doc.get("items", [])
     if items:
@@ -615,3 +608,20 @@ def write(doc: dict[str, Any], path: Path) -> None:
         text = f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>validate</title></head><body>\n{text}\n</body></html>\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+def _floor_line(floor: dict, bar: str, minus: str, markdown: bool = False) -> str:
+    """What measured the noise floor and how R is read: float32 under bf16, float64 under float32."""
+    width = floor.get("width", "float32")
+    ref = "fp32" if width == "float32" else "fp64"
+    changed = ", ".join(sorted(floor["changed"])) or "nothing"
+    what = f"{changed} turned off" if width == "float32" else f"{changed}"
+    program = f"`{floor['program']}`" if markdown else floor["program"]
+    r = f"R = {bar}migrated {minus} {ref}{bar} / {bar}original {minus} {ref}{bar}"
+    scope = "" if width == "float32" else " for what the float32 tolerances did not settle"
+    return (
+        f"{'Noise' if markdown else 'noise'} floor: {program} again in {width} ({what}); {r} passes at "
+        f"≤ {noise_floor.RUN_THRESHOLD:g} (≤ {noise_floor.COMPONENT_THRESHOLD:g} per module){scope}"
+        + ("." if markdown else "")
+    )
+

@@ -41,7 +41,8 @@ class CaptureOptions:
     forward: str | None = None
     compile_stats: bool = False
     host_random: bool = True  # device and 16-bit random draws made on the host, on both sides
-    upcast: bool = False  # the noise-floor run: low precision turned off
+    # The noise-floor run: "float32" turns low precision off, "float64" widens a float32 program.
+    upcast: str = ""
     localize: int | None = None  # record every module's output around this step
     teacher: dict[str, Any] | None = None  # {"file": capture tensors, "calls": {i: prompt length}}
 

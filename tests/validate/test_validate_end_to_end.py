@@ -161,3 +161,22 @@ def test_an_optimizer_stepped_inside_another_is_part_of_its_step(capsys):
     items = items_by_key(document)
     assert items["parameters"]["title"] == "final parameters (4 tensors)"
     assert [run["ranks"][0]["optimizer_steps"] for run in document["runs"]] == [4, 4]
+
+
+def test_float32_rounding_past_the_tolerance_is_settled_by_a_float64_run(capsys):
+    # The same loss added up in another order: float32 rounding moves it past the float32
+    # tolerance (a few 1e-4 relative). validate runs the original again in float64 and judges
+    # what the tolerance left against that floor; a real difference would still diverge.
+    original, migrated = (
+        str(PROGRAMS / "cancelling_loss_train.py"),
+        str(PROGRAMS / "cancelling_loss_flipped.py"),
+    )
+    code, plain = validate_json(capsys, original, migrated, "--noise-floor", "off")
+    assert code == 1 and items_by_key(plain)["losses"]["verdict"] == "diverge"
+    code, document = validate_json(capsys, original, migrated)
+    assert code == 0 and document["verdict"] == "match", document["items"]
+    assert document["noise_floor"]["width"] == "float64"
+    assert document["noise_floor"]["changed"] == {"module widened": 1, "input widened": 4}
+    losses = items_by_key(document)["losses"]
+    assert "or float64 noise floor" in losses["rule"] and losses["ratio"]["r"] < 2
+    assert any("noise floor of a float64 run" in n for n in document["notes"])

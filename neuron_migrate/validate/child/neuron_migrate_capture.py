@@ -14,7 +14,8 @@ sitecustomize next to it, it waits for `import torch` and then:
 * with `host_random` (the default), draws random numbers meant for a device or a 16-bit type on
   the host (`neuron_migrate_capture_random`), so both stacks draw the same numbers; without it,
   counts the draws made on a device;
-* with `upcast`, runs the program in float32 for the noise floor (`neuron_migrate_capture_precision`);
+* with `upcast`, runs the program in float32 (a bf16 run's noise floor) or float64 (a float32
+  run's) (`neuron_migrate_capture_precision`);
 * with `localize: S`, records every module's output and the gradients and updates around step S
   (`neuron_migrate_capture_layers`);
 * with `teacher`, makes each `generate()` call follow given sequences and keeps all its logits
@@ -176,7 +177,8 @@ class Recorder:
         self.layers: Any = None
         self.teacher: dict[int, Any] = {}  # generate() call -> the sequences it must follow
         self.generate_calls = 0
-        self.upcast = _PARTS["precision"].Upcast() if config.get("upcast") else None
+        upcast = {"float32": "Upcast", "float64": "Widen"}.get(config.get("upcast") or "")
+        self.upcast = getattr(_PARTS["precision"], upcast)() if upcast else None
 
     # -- installation ---------------------------------------------------------------------
 

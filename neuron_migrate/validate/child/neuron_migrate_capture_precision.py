@@ -1,4 +1,5 @@
-"""The noise-floor run: the same program with its low precision turned off, float32 throughout.
+"""The noise-floor runs: the same program with its low precision turned off, float32 throughout
+(`Upcast`), or a float32 program in float64 (`Widen`).
 
 A bf16 run differs from its float32 twin by rounding alone; that difference is the noise floor
 against which `validate` judges the migrated program. This module turns a program's ways of
@@ -141,3 +142,43 @@ class Upcast:
             return original(cls, *args, **kwargs)
 
         return load
+
+
+class Widen:
+    """The noise floor of a float32 run: the same program in float64 from the first forward on.
+
+    Parameters are made in float32 as the program makes them (the same random draws), and each
+    module is widened to float64 at its first call, with the float32 tensors it is given: what
+    float32 rounding alone costs is then the distance between the program's float32 run and this
+    one. Nothing random is drawn in float64 before the first forward; draws after it may differ
+    (dropout masks), which `validate` tells apart by how far this run lands from the original."""
+
+    def __init__(self) -> None:
+        self.changed: Counter[str] = Counter()
+        self.torch: Any = None
+        self._widened: set[int] = set()
+
+    def summary(self) -> dict[str, int]:
+        return dict(self.changed)
+
+    def on_torch(self, torch) -> None:
+        self.torch = torch
+        torch.nn.modules.module.register_module_forward_pre_hook(self._pre_forward)
+
+    def _pre_forward(self, module, args, kwargs=None):
+        torch = self.torch
+        if id(module) not in self._widened:
+            self._widened.update(id(m) for m in module.modules())
+            if any(t.dtype == torch.float32 for t in (*module.parameters(), *module.buffers())):
+                module.to(torch.float64)
+                self.changed["module widened"] += 1
+        return tuple(self._wide(a) for a in args)
+
+    def _wide(self, value):
+        torch = self.torch
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            self.changed["input widened"] += 1
+            return value.to(torch.float64)
+        if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+            return type(value)(self._wide(v) for v in value)
+        return value
