@@ -271,7 +271,19 @@ def _explain(document: dict) -> list[str]:
             )
     if not notes:
         notes += [error.splitlines()[0] for error in document["errors"]]
+    floor = document.get("noise_floor") or {}
+    if floor.get("width") == "float64":
+        settled = [
+            f"{item['key']} R {_number(item['ratio']['r'])}"
+            for item in document.get("items", [])
+            if "float64" in (item.get("rule") or "") and item.get("ratio")
+        ]
+        notes.append(f"judged on a float64 noise floor ({', '.join(settled)})")
     return notes
+
+
+def _number(value: float | str) -> str:
+    return f"{value:.2g}" if isinstance(value, float) else str(value)
 
 
 def _last_error(log: Path) -> str:
@@ -321,7 +333,7 @@ def format_table(outcomes: list[Outcome]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="cases whose name contains NAME")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="the case named NAME, or the cases whose name contains it")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per validate run")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the outcomes here too")
     parser.add_argument(
@@ -333,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate_corpus: skipped: {missing}")
         return 0
     commits = read_commits(REPOS_TSV)
-    cases = [c for c in CASES if not args.only or any(n in c.name for n in args.only)]
+    names = {c.name for c in CASES}
+    cases = [  # a whole case name picks that case alone; a part of one, every case holding it
+        c
+        for c in CASES
+        if not args.only or any(n == c.name or (n not in names and n in c.name) for n in args.only)
+    ]
     root = args.keep or Path(tempfile.mkdtemp(prefix="neuron-migrate-validate-corpus-"))
     outcomes = []
     try:
