@@ -148,9 +148,9 @@ class Widen:
     """The noise floor of a float32 run: the same program in float64 from the first forward on.
 
     Parameters are made in float32 as the program makes them (the same random draws), and each
-    module is widened to float64 at its first call, with the float32 tensors it is given: what
-    float32 rounding alone costs is then the distance between the program's float32 run and this
-    one. Nothing random is drawn in float64 before the first forward; draws after it may differ
+    module is widened to float64 at its first call, with the float32 tensors it is given
+    (positional or by keyword, in lists and tuples): what float32 rounding alone costs is then the
+    distance between the program's float32 run and this one. Nothing random is drawn in float64 before the first forward; draws after it may differ
     (dropout masks), which `validate` tells apart by how far this run lands from the original."""
 
     def __init__(self) -> None:
@@ -163,16 +163,26 @@ class Widen:
 
     def on_torch(self, torch) -> None:
         self.torch = torch
-        torch.nn.modules.module.register_module_forward_pre_hook(self._pre_forward)
+        call = torch.nn.Module.__call__
+        widen = self
 
-    def _pre_forward(self, module, args, kwargs=None):
+        @functools.wraps(call)
+        def __call__(module, *args, **kwargs):  # not a forward pre-hook: those see no keywords
+            widen._widen(module)
+            args = tuple(widen._wide(a) for a in args)
+            kwargs = {k: widen._wide(v) for k, v in kwargs.items()}
+            return call(module, *args, **kwargs)
+
+        torch.nn.Module.__call__ = __call__
+
+    def _widen(self, module) -> None:
         torch = self.torch
-        if id(module) not in self._widened:
-            self._widened.update(id(m) for m in module.modules())
-            if any(t.dtype == torch.float32 for t in (*module.parameters(), *module.buffers())):
-                module.to(torch.float64)
-                self.changed["module widened"] += 1
-        return tuple(self._wide(a) for a in args)
+        if id(module) in self._widened:
+            return
+        self._widened.update(id(m) for m in module.modules())
+        if any(t.dtype == torch.float32 for t in (*module.parameters(), *module.buffers())):
+            module.to(torch.float64)
+            self.changed["module widened"] += 1
 
     def _wide(self, value):
         torch = self.torch
