@@ -83,7 +83,6 @@ def validate(
         result.floor_run = _run_one(floor_program, settings, upcast, work_dir)
         floor = _usable_floor(result.floor_run, comparison, width)
         if floor is not None:
-            floored = _compare(settings, original.captures, migrated.captures, floor)
             if width == "float64" and not _floor_is_close(floor, original.captures):
                 comparison.notes.append(
                     "no noise floor: the float64 run of the original strays from its float32 run by more "
@@ -91,7 +90,7 @@ def validate(
                     "dtypes); float32 tolerances apply"
                 )
             else:
-                comparison = floored
+                comparison = _compare(settings, original.captures, migrated.captures, floor)
                 comparison.floor = _floor_info(result.floor_run, width)
     result.comparison = comparison
     _rerun(programs, settings, result, work_dir, start)
@@ -207,9 +206,14 @@ def _usable_floor(run: Run, comparison: Comparison, width: str) -> list[Capture]
         )
         return None
     if not any(c.manifest.get("upcast") for c in run.captures):
+        missed = (
+            "no low precision to turn off (the program asks for it in a way validate does not "
+            "intercept)"
+            if width == "float32"
+            else "no float32 module to widen (the program computes outside `nn.Module` calls)"
+        )
         comparison.notes.append(
-            f"no noise floor: the {width} run found no {'low precision to turn off' if width == 'float32' else 'float32 module to widen'} "
-            f"(the program asks for it in a way validate does not intercept); {fallback} tolerances apply"
+            f"no noise floor: the {width} run found {missed}; {fallback} tolerances apply"
         )
         return None
     return run.captures
