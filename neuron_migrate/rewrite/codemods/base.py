@@ -141,6 +141,19 @@ def string_value(node: cst.CSTNode) -> str | None:
     return None
 
 
+def is_main_guard(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"`: what is under it runs whenever the file runs as a script."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    target = test.comparisons[0]
+    return (
+        isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and isinstance(target.operator, cst.Equal)
+        and string_value(target.comparator) == "__main__"
+    )
+
+
 def with_string_value(node: cst.SimpleString, value: str) -> cst.SimpleString:
     quote = node.quote
     return node.with_changes(value=f"{node.prefix}{quote}{value}{quote}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import Visitor, arg_value, string_value
+from neuron_migrate.rewrite.codemods.base import Visitor, arg_value, is_main_guard
 
 DDP = (
     "torch.nn.parallel.DistributedDataParallel",
@@ -56,24 +56,11 @@ def _run_by_module(body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]
     """The module's own statements, with those under `if __name__ == "__main__":` in its place."""
     statements: list[cst.BaseStatement] = []
     for statement in body:
-        if isinstance(statement, cst.If) and statement.orelse is None and _is_main_guard(statement.test):
+        if isinstance(statement, cst.If) and statement.orelse is None and is_main_guard(statement.test):
             statements.extend(statement.body.body)  # type: ignore[arg-type]
         else:
             statements.append(statement)
     return statements
-
-
-def _is_main_guard(test: cst.BaseExpression) -> bool:
-    """`__name__ == "__main__"`: what is under it runs whenever the file runs as a script."""
-    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
-        return False
-    target = test.comparisons[0]
-    return (
-        isinstance(test.left, cst.Name)
-        and test.left.value == "__name__"
-        and isinstance(target.operator, cst.Equal)
-        and string_value(target.comparator) == "__main__"
-    )
 
 
 class _Functions(Visitor):

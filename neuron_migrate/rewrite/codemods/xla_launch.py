@@ -18,6 +18,7 @@ from neuron_migrate.rewrite.codemods.base import (
     expr,
     fix_trailing_comma,
     has_star_args,
+    is_main_guard,
     stmt,
     string_value,
     with_string_value,
@@ -76,7 +77,10 @@ class XlaLaunch(Codemod):
     `dist.init_process_group("xla", init_method="xla://")` loses its XLA backend and rendezvous
     (`env://`, what torchrun provides, is the default); so does a backend given as a variable
     holding the XLA device (`device = "xla"`, `init_process_group(device)`), and the older
-    `init_method="pjrt://"`.
+    `init_method="pjrt://"`. A script whose entry point (the last call under
+    `if __name__ == "__main__":`) creates that group, and which never destroys it, destroys the
+    native one after that call, once every rank is there: gloo can abort a process whose group
+    is still alive at interpreter shutdown.
     The entry point creates the process group for every run, as torch_xla's launcher joined the
     processes for every run; a file whose own `init_process_group` runs only on some runs
     (`if args.ddp:`) keeps it, under `if not dist.is_initialized():`, for the runs that do not
@@ -149,6 +153,9 @@ class XlaLaunch(Codemod):
         # `flag = ...` lines right before the `torch_xla.launch(..., debug_single_process=flag)` that
         # is their only reader, by the variable's name.
         self._launch_options: dict[str, cst.SimpleStatementLine] = {}
+        # The `main()` at the end of `if __name__ == "__main__":` whose function creates an `xla`
+        # process group: the native group is torn down after it, by id of the guard.
+        self._torn_down_after: int | None = None
 
     # -- what the file holds -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -175,6 +182,47 @@ class XlaLaunch(Codemod):
                 set(INIT_PROCESS_GROUP) & surely.get("", frozenset())
                 or all(set(INIT_PROCESS_GROUP) & surely.get(f, frozenset()) for f in launched.functions)
             )
+
+        if not (self.ctx.notebook or self._launcher_creates_group):
+            self._torn_down_after = self._entry_creating_xla_group(node)
+
+    def _entry_creating_xla_group(self, module: cst.Module) -> int | None:
+        """The script's `if __name__ == "__main__":` guard when its last statement is a plain call of
+        a module function that surely creates an `xla` process group, and nothing in the file
+        destroys one: the native group must be destroyed before the process exits, or gloo can
+        abort it at interpreter shutdown."""
+        destroys = _FindsCall(lambda call: self.qualify(call.func) == "torch.distributed.destroy_process_group")
+        destroys.scan(module)
+        guards = [s for s in module.body if isinstance(s, cst.If) and s.orelse is None and is_main_guard(s.test)]
+        if destroys.found or len(guards) != 1:
+            return None
+        last = guards[0].body.body[-1]
+        small = last.body[0] if isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 else None
+        if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name)):
+            return None
+        name = small.value.func.value
+        functions = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+        if len(functions) != 1 or name not in self._self_initializing:
+            return None
+        xla = _FindsCall(
+            lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP and any(self._xla_arguments(call))
+        )
+        for statement in functions[0].body.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                xla.scan(statement)
+        return id(guards[0]) if xla.found else None
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if id(original_node) != self._torn_down_after:
+            return updated_node
+        dist = self.ctx.dist()
+        self.changed("the native process group is destroyed once the script's entry point returns")
+        body = updated_node.body
+        assert isinstance(body, cst.IndentedBlock)
+        # Wait for every rank first: gloo can abort a process that exits while a peer is
+        # still finishing its last collective.
+        teardown = [stmt(f"{dist}.barrier()\n"), stmt(f"{dist}.destroy_process_group()\n")]
+        return updated_node.with_changes(body=body.with_changes(body=[*body.body, *teardown]))
 
     def _creates_group(self, function: cst.FunctionDef) -> bool:
         """Does every call of `function` create the process group (no branch decides)?"""
@@ -362,8 +410,7 @@ class XlaLaunch(Codemod):
             return updated_node
         backend = arg_value(updated_node, 0, "backend")
         init_method = arg_value(updated_node, 1, "init_method")
-        xla_backend = backend is not None and self._names_xla(original_node, backend.value)
-        xla_init = init_method is not None and (string_value(init_method.value) or "").startswith(XLA_INIT_METHODS)
+        xla_backend, xla_init = self._xla_arguments(original_node)
         if not (xla_backend or xla_init):
             return updated_node
         rename = xla_backend and self.ctx.target.neuron
@@ -394,6 +441,15 @@ class XlaLaunch(Codemod):
                 self.ctx.insert_after(pin)
         self.changed("`init_process_group('xla')` -> native process group")
         return new
+
+    def _xla_arguments(self, call: cst.Call) -> tuple[bool, bool]:
+        """Whether `init_process_group(...)` names the XLA backend, and an XLA rendezvous."""
+        backend = arg_value(call, 0, "backend")
+        init_method = arg_value(call, 1, "init_method")
+        return (
+            backend is not None and self._names_xla(call, backend.value),
+            init_method is not None and (string_value(init_method.value) or "").startswith(XLA_INIT_METHODS),
+        )
 
     def _names_xla(self, call: cst.Call, value: cst.BaseExpression) -> bool:
         """Is the backend `"xla"`, or a variable that holds the XLA device (or its name)?"""
