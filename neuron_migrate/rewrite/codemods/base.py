@@ -154,6 +154,47 @@ def is_main_guard(test: cst.BaseExpression) -> bool:
     )
 
 
+def _header_comment(block: cst.BaseSuite) -> list[cst.EmptyLine]:
+    """The comment after `if test:` or `else:`, as a line of its own."""
+    if isinstance(block, cst.IndentedBlock) and block.header.comment is not None:
+        return [cst.EmptyLine(comment=block.header.comment)]
+    return []
+
+
+def branch_taken(ctx: MigrationContext, node: cst.If, taken: bool) -> Any:
+    """What stands in place of an `if` whose test is known to be `taken`: the statements of the
+    branch it takes (the comments above the `if` and on its header kept above them), the `elif`
+    that follows, or nothing."""
+    leading = list(node.leading_lines)
+    branch: cst.BaseSuite | None = node.body
+    if not taken:
+        orelse = node.orelse
+        if isinstance(orelse, cst.If):
+            return orelse.with_changes(leading_lines=[*leading, *orelse.leading_lines])
+        branch = orelse.body if orelse is not None else None
+        leading += [*orelse.leading_lines, *_header_comment(orelse.body)] if orelse is not None else []
+    else:
+        leading += _header_comment(node.body)
+    statements: list[Any] = list(branch.body) if branch is not None else []
+    if isinstance(branch, cst.SimpleStatementSuite):  # `if test: a = 1` on one line
+        statements = [cst.SimpleStatementLine(body=branch.body)]
+    if all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(p, cst.Pass) for p in s.body) for s in statements):
+        # Nothing runs (the migration may have emptied the branch): what it said went with it.
+        return ctx.remove(node)
+    statements[0] = statements[0].with_changes(leading_lines=[*leading, *statements[0].leading_lines])
+    return cst.FlattenSentinel(statements)
+
+
+def elif_taken(node: cst.If, taken: bool) -> Any:
+    """What stands in place of an `elif` whose test is known: an `else:` with its body, or the
+    clause that follows it (none at all)."""
+    if taken:
+        return cst.Else(body=node.body, leading_lines=node.leading_lines)
+    if node.orelse is None:
+        return cst.RemovalSentinel.REMOVE
+    return node.orelse.with_changes(leading_lines=[*node.leading_lines, *node.orelse.leading_lines])
+
+
 def with_string_value(node: cst.SimpleString, value: str) -> cst.SimpleString:
     quote = node.quote
     return node.with_changes(value=f"{node.prefix}{quote}{value}{quote}")

@@ -10,7 +10,14 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    MigrationContext,
+    arg_value,
+    branch_taken,
+    code_of,
+    elif_taken,
+)
 from neuron_migrate.rewrite.codemods.optimum.support import (
     PLATFORM_TARGET,
     mark_named_module,
@@ -24,6 +31,12 @@ MOVE_TO_DEVICE = (
     f"{NXD}.utils.model_utils.move_model_to_device",
     f"{NXD}.parallel_layers.move_model_to_device",
 )
+# NxD's probes of the torch version, whose answer natively (torch 2.x, past 2.0) is known: an
+# `if` that one of them decides keeps the branch it takes.
+VERSION_PROBES = {
+    f"{NXD}.parallel_layers.utils.requires_init_pg_override": False,  # torch 2.0 only
+    f"{NXD}.parallel_layers.utils.is_torch_version_greater_than_2": True,
+}
 INF1_TRACE = ("torch.neuron.trace", "torch_neuron.trace")
 PIPELINE_MODEL = (f"{NXD}.pipeline.NxDPPModel", f"{NXD}.pipeline.model.NxDPPModel")
 INF1 = "Inf1 torch-neuron (the `torch.neuron` trace API of Inferentia 1) is out of scope for TorchNeuron, which runs on Trn2/Trn3 only and owns the `torch.neuron` namespace; keep this code on the Inf1 stack or rewrite it for the `neuron` device with `torch.compile(model, dynamic=False)`"
@@ -63,7 +76,9 @@ class NeuronxDistributed(Codemod):
     naming the native replacement: DTensor and `parallelize_module` plans on a `DeviceMesh`,
     `DistributedConfig` for transformers models, `torch.distributed.pipelining`, FSDP2,
     `torch.distributed.checkpoint` (DCP), and `generate` with a static cache for inference.
-    `move_model_to_device(model, device)` becomes `model.to(device)`. Star imports of these
+    `move_model_to_device(model, device)` becomes `model.to(device)`, and an `if` decided by
+    NxD's torch-version probes (`if requires_init_pg_override():`, true on torch 2.0 alone)
+    keeps the branch native torch takes. Star imports of these
     packages and modules named in strings (`importlib.import_module(...)`, patch targets) get a
     TODO as well: what they reach cannot be seen.
 
@@ -178,6 +193,24 @@ class NeuronxDistributed(Codemod):
         # Inf1
         "torch_neuron": INF1,
     }
+
+    def __init__(self, ctx: MigrationContext) -> None:
+        super().__init__(ctx)
+        self._elifs: set[int] = set()
+
+    def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> Any:
+        test = original_node.test
+        answer = VERSION_PROBES.get(self.qualify(test.func) or "") if isinstance(test, cst.Call) and not test.args else None
+        if answer is None:
+            return updated_node
+        self.changed(f"`if {code_of(test)}:` -> the branch native torch takes (the test is {answer})")
+        if id(original_node) in self._elifs:
+            return elif_taken(updated_node, answer)
+        return branch_taken(self.ctx, updated_node, answer)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         mark_run_time_import(self, original_node, ROOTS)

@@ -28,7 +28,7 @@ from neuron_migrate.rewrite.codemods.base import (
     fix_trailing_comma,
     stmt,
 )
-from neuron_migrate.rewrite.codemods.neuronx_distributed import MOVE_TO_DEVICE
+from neuron_migrate.rewrite.codemods.neuronx_distributed import MOVE_TO_DEVICE, VERSION_PROBES
 from neuron_migrate.rewrite.codemods.nxd_layouts import (
     LAYER_NAMES,
     LAYERS,
@@ -324,6 +324,10 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         return None if isinstance(statement, ast.Expr) and not call.args else f"`{short}` is called for its value"
     if qualified in MOVE_TO_DEVICE:
         return None  # NM024 makes it `model.to(device)`
+    if qualified in VERSION_PROBES:
+        # NM024 keeps the branch native torch takes of an `if` the probe decides alone.
+        decides = isinstance(statement, ast.If) and statement.test is call and not call.args and not call.keywords
+        return None if decides else f"`{short}` is used other than as the whole test of an `if`"
     if qualified in SEED:
         return None if len(call.args) == 1 and not call.keywords else f"`{short}` is called with other than a seed"
     if qualified in SEQUENCE_GRADIENTS:

@@ -10,6 +10,7 @@ import libcst as cst
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     arg_value,
+    branch_taken,
     code_of,
     expr,
     string_value,
@@ -266,19 +267,7 @@ class XlaDevice(Codemod):
         if known is None or id(original_node) in self._elifs:
             return updated_node
         self.changed(f"`if xr.device_type() ...` -> the branch Trainium takes (the test is {known})")
-        if known:
-            branch: cst.BaseSuite | None = updated_node.body
-        elif isinstance(updated_node.orelse, cst.If):
-            return updated_node.orelse.with_changes(leading_lines=updated_node.leading_lines)
-        else:
-            branch = updated_node.orelse.body if updated_node.orelse is not None else None
-        if branch is None:
-            return self.ctx.remove(updated_node)
-        statements: list[Any] = list(branch.body)
-        if isinstance(branch, cst.SimpleStatementSuite):  # `if test: a = 1` on one line
-            statements = [cst.SimpleStatementLine(body=branch.body)]
-        statements[0] = statements[0].with_changes(leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines])
-        return cst.FlattenSentinel(statements)
+        return branch_taken(self.ctx, updated_node, known)
 
     def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
         known = self._known.pop(id(updated_node.test), None)
