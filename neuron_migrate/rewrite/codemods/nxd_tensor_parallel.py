@@ -10,8 +10,11 @@ become DTensor redistributions with the same forward and backward (`nxd_layouts.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from string import Template
 from typing import Any, ClassVar
@@ -20,6 +23,7 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.core.oldstack import OPTIMUM_NEURON, PACKAGES
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     arg_value,
@@ -28,7 +32,11 @@ from neuron_migrate.rewrite.codemods.base import (
     fix_trailing_comma,
     stmt,
 )
-from neuron_migrate.rewrite.codemods.neuronx_distributed import MOVE_TO_DEVICE, VERSION_PROBES
+from neuron_migrate.rewrite.codemods.neuronx_distributed import (
+    MOVE_TO_DEVICE,
+    ROOTS,
+    VERSION_PROBES,
+)
 from neuron_migrate.rewrite.codemods.nxd_layouts import (
     LAYER_NAMES,
     LAYERS,
@@ -268,7 +276,7 @@ def _blocker(
             "sequence-parallel norms or biases are never all-reduced (`allreduce_sequence_parallel_gradients`), "
             "so their copies drift apart on each rank; natively DTensor reduces them in backward"
         )
-    return _sibling_blocker(tree, path) if program is None else None
+    return _unseen_module_blocker(tree, path) or (_sibling_blocker(tree, path) if program is None else None)
 
 
 def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: int, resolve: Any) -> bool:
@@ -428,6 +436,46 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
     return None
 
 
+def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
+    """A module this file imports that is neither next to it, nor installed here, nor part of
+    Python or the old stack (a folder put on `sys.path`, say): if it uses NxD, its layers and
+    groups expect the NxD state this file no longer sets up, and nothing here can tell."""
+    if not path:
+        return None
+    folder = Path(path).parent
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+        else:
+            continue
+        for module in modules:
+            top = module.partition(".")[0]
+            if (
+                top in sys.stdlib_module_names
+                or top in (*PACKAGES, *ROOTS, "neuronxcc")  # the old stack, and Neuron's compiler
+                or module.startswith(OPTIMUM_NEURON)
+                or (folder / top).is_dir()
+                or (folder / f"{top}.py").is_file()
+                or _installed(top)
+            ):
+                continue
+            return (
+                f"`{module}` is neither next to this file nor installed here: if it uses neuronx-distributed, "
+                "it needs the NxD state that migrating this file alone would remove: migrate the two together"
+            )
+    return None
+
+
+@cache
+def _installed(top: str) -> bool:
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _sibling_blocker(tree: ast.Module, path: str) -> str | None:
     """A module of the user's own, next to this file, that uses NxD too: its layers and groups
     would expect the NxD state this file no longer sets up."""
@@ -531,8 +579,9 @@ class NxdTensorParallel(Codemod):
     folder that it imports and that use NxD too (its model code) are one program: migrated
     together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets
     and the model code reads; if any of them is left, all are, and a file migrated without the
-    others it shares NxD's state with is left too. What is left gets NM024's TODOs, and the
-    report says why. A migrated
+    others it shares NxD's state with is left too, as is one importing a module that is neither
+    next to it nor installed (a folder put on `sys.path`), which may read that state unseen.
+    What is left gets NM024's TODOs, and the report says why. A migrated
     program gives the losses and gradients of its one-process run under `torchrun`, clipped
     gradients, sequence parallelism, every region mapping and the loss of ignored targets
     included (tested with two and four processes). The helper loss no longer shifts the caller's
