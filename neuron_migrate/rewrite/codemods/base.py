@@ -576,6 +576,10 @@ class MigrationContext:
     def local_rank_expr(self) -> str:
         return self._launcher_variable("LOCAL_RANK", 0)
 
+    def local_world_size_expr(self) -> str:
+        """The processes on this host, as torchrun says (one without it)."""
+        return f'int({self.os()}.environ.get("LOCAL_WORLD_SIZE", 1))'
+
     def rank_expr(self) -> str:
         dist = self.dist()
         if self.facts.distributed:

@@ -17,6 +17,7 @@ from neuron_migrate.rewrite.codemods.base import (
     branch_taken,
     code_of,
     elif_taken,
+    expr,
 )
 from neuron_migrate.rewrite.codemods.optimum.support import (
     PLATFORM_TARGET,
@@ -37,6 +38,9 @@ VERSION_PROBES = {
     f"{NXD}.parallel_layers.utils.requires_init_pg_override": False,  # torch 2.0 only
     f"{NXD}.parallel_layers.utils.is_torch_version_greater_than_2": True,
 }
+# torch_xla's `local_process_count()` (or the world size over `HOST_WORLD_SIZE`): what torchrun
+# calls LOCAL_WORLD_SIZE.
+LOCAL_WORLD_SIZE = (f"{NXD}.parallel_layers.utils.get_local_world_size",)
 INF1_TRACE = ("torch.neuron.trace", "torch_neuron.trace")
 PIPELINE_MODEL = (f"{NXD}.pipeline.NxDPPModel", f"{NXD}.pipeline.model.NxDPPModel")
 INF1 = "Inf1 torch-neuron (the `torch.neuron` trace API of Inferentia 1) is out of scope for TorchNeuron, which runs on Trn2/Trn3 only and owns the `torch.neuron` namespace; keep this code on the Inf1 stack or rewrite it for the `neuron` device with `torch.compile(model, dynamic=False)`"
@@ -76,7 +80,8 @@ class NeuronxDistributed(Codemod):
     naming the native replacement: DTensor and `parallelize_module` plans on a `DeviceMesh`,
     `DistributedConfig` for transformers models, `torch.distributed.pipelining`, FSDP2,
     `torch.distributed.checkpoint` (DCP), and `generate` with a static cache for inference.
-    `move_model_to_device(model, device)` becomes `model.to(device)`, and an `if` decided by
+    `move_model_to_device(model, device)` becomes `model.to(device)`, `get_local_world_size()`
+    torchrun's `LOCAL_WORLD_SIZE`, and an `if` decided by
     NxD's torch-version probes (`if requires_init_pg_override():`, true on torch 2.0 alone)
     keeps the branch native torch takes. Star imports of these
     packages and modules named in strings (`importlib.import_module(...)`, patch targets) get a
@@ -221,6 +226,9 @@ class NeuronxDistributed(Codemod):
             if model is not None and device is not None:
                 self.changed("`move_model_to_device(model, device)` -> `model.to(device)`")
                 return cst.parse_expression(f"{code_of(model.value)}.to({code_of(device.value)})")
+        if name in LOCAL_WORLD_SIZE and not updated_node.args:
+            self.changed("`get_local_world_size()` -> `LOCAL_WORLD_SIZE`")
+            return expr(self.ctx.local_world_size_expr())
         if name in INF1_TRACE:
             self.todo(INF1)
         if name in PIPELINE_MODEL:

@@ -33,6 +33,7 @@ from neuron_migrate.rewrite.codemods.base import (
     stmt,
 )
 from neuron_migrate.rewrite.codemods.neuronx_distributed import (
+    LOCAL_WORLD_SIZE,
     MOVE_TO_DEVICE,
     ROOTS,
     VERSION_PROBES,
@@ -332,6 +333,8 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         return None if isinstance(statement, ast.Expr) and not call.args else f"`{short}` is called for its value"
     if qualified in MOVE_TO_DEVICE:
         return None  # NM024 makes it `model.to(device)`
+    if qualified in LOCAL_WORLD_SIZE:
+        return None if not (call.args or call.keywords) else f"`{short}` is called with arguments"
     if qualified in VERSION_PROBES:
         # NM024 keeps the branch native torch takes of an `if` the probe decides alone.
         decides = isinstance(statement, ast.If) and statement.test is call and not call.args and not call.keywords

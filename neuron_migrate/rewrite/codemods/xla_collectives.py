@@ -272,7 +272,7 @@ class XlaCollectives(Codemod):
             return expr(self.ctx.local_rank_expr())
         if name in LOCAL_WORLD_SIZE:
             self.changed(f"`{old}()` -> `LOCAL_WORLD_SIZE`")
-            return expr(f'int({self.ctx.os()}.environ.get("LOCAL_WORLD_SIZE", 1))')
+            return expr(self.ctx.local_world_size_expr())
         if name in IS_MASTER:
             local = arg_value(updated_node, 0, "local")
             is_local = local is None or code_of(local.value) != "False"
