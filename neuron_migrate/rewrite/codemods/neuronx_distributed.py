@@ -18,7 +18,9 @@ from neuron_migrate.rewrite.codemods.base import (
     code_of,
     elif_taken,
     expr,
+    has_star_args,
 )
+from neuron_migrate.rewrite.codemods.nxd_layouts import LAYER_NAMES, LAYERS, Layer, layer_style
 from neuron_migrate.rewrite.codemods.optimum.support import (
     PLATFORM_TARGET,
     mark_named_module,
@@ -70,6 +72,16 @@ INFERENCE = (
 TP_PLAN = 'build the model from `nn.Linear`/`nn.Embedding` and shard it with `torch.distributed.tensor.parallel.parallelize_module(model, mesh["tp"], plan)`; for transformers models pass `distributed_config=DistributedConfig(tp_size=...)` to `from_pretrained`'
 
 
+def _layer_advice(name: str) -> str:
+    """What replaces an NxD parallel layer, both of its layouts spelled out (NxD's default first)."""
+    layer = LAYERS[name]
+    default, other = layer.switch_default, not layer.switch_default
+    return (
+        f"use `nn.{layer.native}` sharded by `{layer.styles[default]}` in a tensor-parallel plan where "
+        f"`{layer.switch}={default}` (NxD's default), by `{layer.styles[other]}` where `{layer.switch}={other}`: {TP_PLAN}"
+    )
+
+
 class NeuronxDistributed(Codemod):
     """Marks neuronx-distributed, transformers-neuronx, NxD Inference and Inf1 code for a person.
 
@@ -79,7 +91,10 @@ class NeuronxDistributed(Codemod):
     `transformers_neuronx`, `neuronx_distributed_inference` and Inf1's `torch.neuron.trace`,
     naming the native replacement: DTensor and `parallelize_module` plans on a `DeviceMesh`,
     `DistributedConfig` for transformers models, `torch.distributed.pipelining`, FSDP2,
-    `torch.distributed.checkpoint` (DCP), and `generate` with a static cache for inference.
+    `torch.distributed.checkpoint` (DCP), and `generate` with a static cache for inference. A
+    parallel layer's TODO names the style that lays it out as the call asked NxD to
+    (`gather_output`, `input_is_parallel`, `shard_across_embedding`, sequence parallelism), or
+    both where the call decides at run time.
     `move_model_to_device(model, device)` becomes `model.to(device)`, `get_local_world_size()`
     torchrun's `LOCAL_WORLD_SIZE`, and an `if` decided by
     NxD's torch-version probes (`if requires_init_pg_override():`, true on torch 2.0 alone)
@@ -115,12 +130,12 @@ class NeuronxDistributed(Codemod):
     markers = ROOTS  # also reached by `importlib.import_module(...)` or `import *`
     manual: ClassVar[dict[str, str]] = {
         # neuronx_distributed: parallel layers and state
-        f"{NXD}.parallel_layers.layers.ColumnParallelLinear": f"use `nn.Linear` + `ColwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
-        f"{NXD}.parallel_layers.ColumnParallelLinear": f"use `nn.Linear` + `ColwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
-        f"{NXD}.parallel_layers.layers.RowParallelLinear": f"use `nn.Linear` + `RowwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
-        f"{NXD}.parallel_layers.RowParallelLinear": f"use `nn.Linear` + `RowwiseParallel()` in a tensor-parallel plan: {TP_PLAN}",
-        f"{NXD}.parallel_layers.layers.ParallelEmbedding": f"use `nn.Embedding` + `RowwiseParallel()` (vocabulary-sharded): {TP_PLAN}",
-        f"{NXD}.parallel_layers.ParallelEmbedding": f"use `nn.Embedding` + `RowwiseParallel()` (vocabulary-sharded): {TP_PLAN}",
+        f"{NXD}.parallel_layers.layers.ColumnParallelLinear": _layer_advice("ColumnParallelLinear"),
+        f"{NXD}.parallel_layers.ColumnParallelLinear": _layer_advice("ColumnParallelLinear"),
+        f"{NXD}.parallel_layers.layers.RowParallelLinear": _layer_advice("RowParallelLinear"),
+        f"{NXD}.parallel_layers.RowParallelLinear": _layer_advice("RowParallelLinear"),
+        f"{NXD}.parallel_layers.layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
+        f"{NXD}.parallel_layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
         f"{NXD}.modules.qkv_linear": "use separate q/k/v `nn.Linear` sharded with `ColwiseParallel()`; replicate KV heads yourself when `num_key_value_heads < tp_size`",
         f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build the mesh instead: `mesh = init_device_mesh(device_type, (world_size // tp, tp), mesh_dim_names=("dp", "tp"))` (`torch.distributed.device_mesh`); pipeline stages need `torch.distributed.pipelining`',
         # Utilities with a plain counterpart (the family's advice below would be wrong for them).
@@ -229,11 +244,28 @@ class NeuronxDistributed(Codemod):
         if name in LOCAL_WORLD_SIZE and not updated_node.args:
             self.changed("`get_local_world_size()` -> `LOCAL_WORLD_SIZE`")
             return expr(self.ctx.local_world_size_expr())
+        if name in LAYER_NAMES and self.qualify(updated_node.func) == name:
+            self._layer_todo(updated_node, LAYERS[LAYER_NAMES[name]])
         if name in INF1_TRACE:
             self.todo(INF1)
         if name in PIPELINE_MODEL:
             self._pipeline_todo(original_node)
         return updated_node
+
+    def _layer_todo(self, call: cst.Call, layer: Layer) -> None:
+        """A parallel layer left in place: the one layout this call gives it, where it says."""
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if layer.native == "LayerNorm" or has_star_args(call) or len(positional) > len(layer.sizes):
+            return  # the family's advice
+        given = {arg.keyword.value: code_of(arg.value) for arg in call.args if arg.keyword is not None}
+        style = layer_style(layer, given)
+        if not style:
+            return
+        written = code_of(call.func)
+        self.todo(
+            f"`{written}` as called here -> `nn.{layer.native}` sharded by `{style}` in a tensor-parallel plan: {TP_PLAN}",
+            explains=(written,),
+        )
 
     def _pipeline_todo(self, call: cst.Call) -> None:
         """`NxDPPModel(...)`: the native pipeline, with this call's own cut and microbatches."""

@@ -108,6 +108,27 @@ LAYERS = {
         sequence_style="SequenceParallel(sequence_dim={dim}, use_local_output=True)",
     ),
 }
+
+
+def layer_style(layer: Layer, given: dict[str, str], sequence_dim: str = "0") -> str | None:
+    """The `parallelize_module` style that lays the layer out as NxD did, from the keywords a call
+    passes (as code): "" for none, None where the call decides it at run time or DTensor has no
+    such layout. `sequence_dim`: the program's, for a layer that does not name its own."""
+    if given.get(SEQUENCE_OPTIONS[0], "False") == "True":
+        if layer.sequence_style is None:
+            return None
+        if not layer.switch:
+            return layer.sequence_style.format(dim=sequence_dim)
+        dim = given.get(SEQUENCE_OPTIONS[1], "None")
+        return layer.sequence_style.format(dim="0" if dim == "None" else dim)
+    if given.get(SEQUENCE_OPTIONS[0], "False") != "False":
+        return None
+    if not layer.switch:
+        return layer.styles[False]
+    value = given.get(layer.switch, str(layer.switch_default))
+    return layer.styles[value == "True"] if value in ("True", "False") else None
+
+
 LAYER_MODULES = {"LayerNorm": (".layer_norm",)}
 LAYER_NAMES = {
     f"{LAYERS_MODULE}{module}.{name}": name

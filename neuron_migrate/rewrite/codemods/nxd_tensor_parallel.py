@@ -48,6 +48,7 @@ from neuron_migrate.rewrite.codemods.nxd_layouts import (
     SEQUENCE_OPTIONS,
     Layer,
     Mapping,
+    layer_style,
     redistribution,
 )
 from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram, sibling_modules
@@ -921,14 +922,7 @@ class NxdTensorParallel(Codemod):
 
     def _style(self, layer: Layer, call: cst.Call) -> str:
         """The `parallelize_module` style that lays the layer out as NxD did ("" for none)."""
-        sequence = arg_value(call, None, SEQUENCE_OPTIONS[0])
-        if sequence is not None and code_of(sequence.value) == "True":
-            assert layer.sequence_style is not None  # the whole-file check refused it otherwise
-            dim = arg_value(call, None, SEQUENCE_OPTIONS[1])
-            if not layer.switch:
-                return layer.sequence_style.format(dim=self._plan.sequence_dim)
-            given = code_of(dim.value) if dim is not None else "None"
-            return layer.sequence_style.format(dim="0" if given == "None" else given)
-        switch = arg_value(call, None, layer.switch) if layer.switch else None
-        on = layer.switch_default if switch is None else code_of(switch.value) == "True"
-        return layer.styles[on]
+        given = {arg.keyword.value: code_of(arg.value) for arg in call.args if arg.keyword is not None}
+        style = layer_style(layer, given, self._plan.sequence_dim)
+        assert style is not None  # the whole-file check refused it otherwise
+        return style
