@@ -21,6 +21,13 @@ from neuron_migrate.rewrite.codemods.base import (
     has_star_args,
 )
 from neuron_migrate.rewrite.codemods.nxd_layouts import LAYER_NAMES, LAYERS, Layer, layer_style
+from neuron_migrate.rewrite.codemods.nxd_state import (
+    IS_INITIALIZED,
+    MESH_BUILT,
+    MESH_QUERIES,
+    REPLICA_GROUPS,
+    STATE,
+)
 from neuron_migrate.rewrite.codemods.optimum.support import (
     PLATFORM_TARGET,
     mark_named_module,
@@ -44,6 +51,7 @@ VERSION_PROBES = {
 # calls LOCAL_WORLD_SIZE.
 LOCAL_WORLD_SIZE = (f"{NXD}.parallel_layers.utils.get_local_world_size",)
 INF1_TRACE = ("torch.neuron.trace", "torch_neuron.trace")
+KINDS = {"tp": "tensor-parallel", "dp": "data-parallel"}
 PIPELINE_MODEL = (f"{NXD}.pipeline.NxDPPModel", f"{NXD}.pipeline.model.NxDPPModel")
 INF1 = "Inf1 torch-neuron (the `torch.neuron` trace API of Inferentia 1) is out of scope for TorchNeuron, which runs on Trn2/Trn3 only and owns the `torch.neuron` namespace; keep this code on the Inf1 stack or rewrite it for the `neuron` device with `torch.compile(model, dynamic=False)`"
 
@@ -164,6 +172,17 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.lightning.logger.NeuronTensorBoardLogger": "use Lightning's `TensorBoardLogger` (`lightning.pytorch.loggers`), which it extends",
         "neuronx_distributed_inference.utils.distributed.get_tp_group": '`{name}(config)` is the tensor-parallel process group: `mesh["tp"].get_group()` of the `DeviceMesh` the model is sharded on',
         f"{NXD}.parallel_layers.parallel_state": 'ask the `DeviceMesh` instead: `mesh["tp"].get_local_rank()`, `mesh["dp"].size()`, `mesh["tp"].get_group()`',
+        **{name: f'`{{name}}()` -> `mesh["{dim}"].{query}`: {MESH_BUILT}' for name, (dim, query) in MESH_QUERIES.items()},
+        **{
+            name: f"`{{name}}()` lists the ranks of each {KINDS[dim]} group: `{rows.format(mesh='mesh')}`: {MESH_BUILT}"
+            for name, (dim, rows) in REPLICA_GROUPS.items()
+        },
+        IS_INITIALIZED: f"`{{name}}()` -> `mesh is not None`, with `mesh = None` at module level: {MESH_BUILT}",
+        **{
+            f"{STATE}.get_pipeline_model_parallel_{query}": f'`{{name}}()` -> `mesh["pp"].{native}` of a ("pp", "dp", "tp") mesh '
+            f"when the model is cut into `torch.distributed.pipelining` stages, `{alone}` when it is not"
+            for query, native, alone in (("size", "size()", 1), ("rank", "get_local_rank()", 0))
+        },
         f"{NXD}.parallel_layers.mappings": "express the region mapping as a DTensor layout: `SequenceParallel()` in the plan or `dtensor.redistribute(mesh, [Shard(...)/Replicate()])`",
         f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": '`{name}(logits, target)` is each token\'s loss from logits split across the vocabulary, and a target outside it (-100) costs the log-sum-exp of the shifted logits: `F.cross_entropy(DTensor.from_local(logits, mesh["tp"], [Shard(-1)]), target, reduction="none")` under `loss_parallel()` gives 0 there instead, so mask such targets out before you rely on it',
         f"{NXD}.parallel_layers.layer_norm.LayerNorm": "`{name}` is `nn.LayerNorm` whose parameters `allreduce_sequence_parallel_gradients` sums over the tensor-parallel ranks: with sequence parallelism shard an `nn.LayerNorm` with `SequenceParallel(sequence_dim=..., use_local_output=True)`, which sums them in backward; without it use `nn.LayerNorm`",

@@ -68,7 +68,8 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
     Files that use NxD and import one another (directly or not) form a program; exactly one of
     them must build the mesh. A file outside every program is migrated on its own, as before.
     """
-    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import INITIALIZE, plan
+    from neuron_migrate.rewrite.codemods.nxd_state import INITIALIZE
+    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import plan
 
     files: dict[Path, _File] = {}
     given = {path.resolve(): path for path in paths if path.suffix == ".py"}

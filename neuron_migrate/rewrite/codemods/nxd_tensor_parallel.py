@@ -52,6 +52,14 @@ from neuron_migrate.rewrite.codemods.nxd_layouts import (
     redistribution,
 )
 from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram, sibling_modules
+from neuron_migrate.rewrite.codemods.nxd_state import (
+    DESTROY,
+    INITIALIZE,
+    IS_INITIALIZED,
+    MESH_QUERIES,
+    REPLICA_GROUPS,
+    STATE,
+)
 from neuron_migrate.rewrite.codemods.nxd_trainer import (
     CHECKPOINT_IGNORED,
     CONFIG,
@@ -71,25 +79,6 @@ from neuron_migrate.rewrite.codemods.nxd_trainer import (
 )
 from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
 
-STATE = f"{LAYERS_MODULE}.parallel_state"
-INITIALIZE = f"{STATE}.initialize_model_parallel"
-IS_INITIALIZED = f"{STATE}.model_parallel_is_initialized"
-DESTROY = f"{STATE}.destroy_model_parallel"
-# NxD's rank layout is [PP, DP, TP] with TP contiguous: a ("dp", "tp") mesh has the same groups.
-MESH_QUERIES = {
-    f"{STATE}.get_tensor_model_parallel_size": ("tp", "size()"),
-    f"{STATE}.get_tensor_model_parallel_rank": ("tp", "get_local_rank()"),
-    f"{STATE}.get_tensor_model_parallel_group": ("tp", "get_group()"),
-    f"{STATE}.get_data_parallel_size": ("dp", "size()"),
-    f"{STATE}.get_data_parallel_rank": ("dp", "get_local_rank()"),
-    f"{STATE}.get_data_parallel_group": ("dp", "get_group()"),
-}
-# The replica groups (lists of ranks) of each mesh dimension: the rows of the ("dp", "tp") mesh
-# are its tensor-parallel groups, the columns its data-parallel ones.
-REPLICA_GROUPS = {
-    f"{STATE}.get_tensor_model_parallel_replica_groups": ("tp", "{mesh}.mesh.tolist()"),
-    f"{STATE}.get_data_parallel_replica_groups": ("dp", "{mesh}.mesh.T.tolist()"),
-}
 # torch_xla steps that average gradients over `groups=`: with the data-parallel groups, each rank
 # averages its own shard over the replicas of that shard (position of `groups`).
 DATA_PARALLEL_AVERAGES = {
