@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -56,10 +57,25 @@ def _env(results: Path) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """Ports nothing holds now, from below the kernel's ephemeral range: a port the kernel hands
+    out itself (a bind to port 0, a connection's own end) could be taken by a worker's sockets
+    before the script meant to listen on it starts."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    ports: list[int] = []
+    for port in random.sample(range(max(1024, low - 12000), low), 500):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError("no free ports below the ephemeral range")
 
 
 def torchrun(tmp: Path, scripts: list[Path], nodes: int = 1) -> str:
@@ -73,14 +89,14 @@ def torchrun(tmp: Path, scripts: list[Path], nodes: int = 1) -> str:
     if nodes == 1:
         launches = [[*run, "--standalone", "--nproc_per_node=2"]]
     else:
-        port = _free_port()
+        [port] = _free_ports(1)
         launches = [
             [*run, "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}",
              "--master_addr=127.0.0.1", f"--master_port={port}"]
             for rank in range(2)
         ]
     env = _env(results)
-    env["STORE_PORTS"] = ",".join(str(_free_port()) for _ in scripts)
+    env["STORE_PORTS"] = ",".join(map(str, _free_ports(len(scripts))))
     procs = [
         subprocess.Popen([*launch, str(driver), *map(str, scripts)], cwd=tmp, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
