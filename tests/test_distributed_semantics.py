@@ -21,6 +21,7 @@ import pytest
 
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.notebook import rewrite_notebook
+from tests.helpers import torchrun as torchrun_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,26 +87,33 @@ def torchrun(tmp: Path, scripts: list[Path], nodes: int = 1) -> str:
     results = tmp / "results"
     results.mkdir(exist_ok=True)
     run = [sys.executable, "-m", "torch.distributed.run"]
-    if nodes == 1:
-        launches = [[*run, "--standalone", "--nproc_per_node=2"]]
-    else:
-        [port] = _free_ports(1)
-        launches = [
-            [*run, "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}",
-             "--master_addr=127.0.0.1", f"--master_port={port}"]
-            for rank in range(2)
-        ]
     env = _env(results)
-    env["STORE_PORTS"] = ",".join(map(str, _free_ports(len(scripts))))
-    procs = [
-        subprocess.Popen([*launch, str(driver), *map(str, scripts)], cwd=tmp, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for launch in launches
-    ]
-    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
-    for proc, output in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, output
-    return "".join(outputs)
+
+    def launch_all() -> list[subprocess.CompletedProcess[str]]:
+        ports = _free_ports(len(scripts) + 1)  # fresh ones for a second launch too
+        env["STORE_PORTS"] = ",".join(map(str, ports[1:]))
+        if nodes == 1:
+            launches = [[*run, "--standalone", "--nproc_per_node=2"]]
+        else:
+            launches = [
+                [*run, "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}",
+                 "--master_addr=127.0.0.1", f"--master_port={ports[0]}"]
+                for rank in range(2)
+            ]
+        procs = [
+            subprocess.Popen([*launch, str(driver), *map(str, scripts)], cwd=tmp, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for launch in launches
+        ]
+        outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+        return [subprocess.CompletedProcess(p.args, p.returncode, o) for p, o in zip(procs, outputs, strict=True)]
+
+    done = launch_all()
+    if any(d.returncode != 0 and torchrun_helper.aborted_at_exit(d.stdout) for d in done):
+        done = launch_all()
+    for node in done:
+        assert node.returncode == 0, node.stdout
+    return "".join(node.stdout for node in done)
 
 
 def results(tmp: Path, label: str) -> dict[int, dict]:

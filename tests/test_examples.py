@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from neuron_migrate.cli import main
+from tests.helpers import torchrun as torchrun_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -73,7 +74,7 @@ def _torchrun(script: Path, cwd: Path, *extra: str, dump: Path | None = None) ->
     env = _env(cwd)
     if dump is not None:
         env["PARAM_DUMP_DIR"] = str(dump)
-    proc = subprocess.run(env_args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = torchrun_helper.run(env_args, cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, f"{' '.join(env_args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from neuron_migrate.cli import main
 from neuron_migrate.rewrite.codemods.nxd_program import MESH_MODULE_TEXT
 from neuron_migrate.rewrite.engine import rewrite_source
+from tests.helpers import torchrun as torchrun_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
@@ -349,7 +349,7 @@ def torchrun(tmp: Path, script: str, processes: int, *args: str, **env: str) -> 
     launch = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", script, *args,
     ]
-    done = subprocess.run(launch, cwd=tmp, env=environment, capture_output=True, text=True, timeout=300)
+    done = torchrun_helper.run(launch, cwd=tmp, env=environment, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from neuron_migrate.rewrite.engine import rewrite_source
+from tests.helpers import torchrun as torchrun_helper
 
 STEPS = 3
 
@@ -107,7 +108,7 @@ def run_two_ranks(tmp: Path, program: str) -> list[float]:
     env = dict(os.environ, RESULTS=str(results), OMP_NUM_THREADS="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     env.pop("PJRT_DEVICE", None)
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py"]
-    done = subprocess.run(launch, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    done = torchrun_helper.run(launch, cwd=tmp, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     ranks = [json.loads((results / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     return [(a + b) / 2 for a, b in zip(*ranks, strict=True)]

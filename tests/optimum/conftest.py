@@ -13,7 +13,6 @@ import json
 import os
 import re
 import runpy
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 
 from neuron_migrate.rewrite.codemods.base import TARGETS
 from neuron_migrate.rewrite.engine import Options, rewrite_source
+from tests.helpers import torchrun as torchrun_helper
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -364,9 +364,7 @@ def train_with_torchrun(script: Path, processes: int, *args: str) -> tuple[list[
         else []
     )
     command = [sys.executable, *launcher, str(directory / "run_and_report.py"), str(script), *args]
-    proc = subprocess.run(
-        command, cwd=directory, env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = torchrun_helper.run(command, cwd=directory, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     losses = [float(v) for v in re.findall(r"^step \d+ loss ([0-9.]+)$", proc.stdout, re.M)]
     tp_size = int(re.search(r"^tp_size (\d+)$", proc.stdout, re.M).group(1))  # type: ignore[union-attr]

@@ -1,0 +1,31 @@
+"""Running a program under torchrun in a test, past the one abort that is torch's, not the program's.
+
+The CPU build's gloo process groups can abort a worker as its interpreter exits, after the
+program has finished and written what it wrote: a C++ thread still joinable at finalization,
+`terminate called without an active exception`, SIGABRT (rare, and only under load). A launch
+that ends so is run once more; a second abort, or any other failure, fails the test as before.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import Any
+
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def aborted_at_exit(output: str) -> bool:
+    return TEARDOWN_ABORT in output
+
+
+def run(command: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(command, capture_output=True, text=True, **kwargs)`, past that abort."""
+    return again_after_abort(lambda: subprocess.run(command, capture_output=True, text=True, **kwargs))
+
+
+def again_after_abort(launch: Callable[[], subprocess.CompletedProcess[str]]) -> subprocess.CompletedProcess[str]:
+    done = launch()
+    if done.returncode != 0 and aborted_at_exit((done.stdout or "") + (done.stderr or "")):
+        done = launch()
+    return done

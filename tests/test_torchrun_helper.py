@@ -1,0 +1,36 @@
+"""The test launcher runs a program again only after torch's abort at interpreter exit, and once."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.helpers.torchrun import TEARDOWN_ABORT, again_after_abort
+
+
+def launches(*outcomes: tuple[int, str]):
+    calls: list[int] = []
+
+    def launch() -> subprocess.CompletedProcess[str]:
+        code, output = outcomes[len(calls)]
+        calls.append(code)
+        return subprocess.CompletedProcess(["torchrun"], code, output, "")
+
+    return launch, calls
+
+
+def test_an_abort_at_exit_is_run_once_more() -> None:
+    launch, calls = launches((-6, f"step 3 loss 0.1\n{TEARDOWN_ABORT}\n"), (0, "step 3 loss 0.1\n"))
+    assert again_after_abort(launch).returncode == 0
+    assert calls == [-6, 0]
+
+
+def test_a_second_abort_fails() -> None:
+    launch, calls = launches((-6, TEARDOWN_ABORT), (-6, TEARDOWN_ABORT), (0, ""))
+    assert again_after_abort(launch).returncode == -6
+    assert calls == [-6, -6]
+
+
+def test_any_other_failure_is_not_run_again() -> None:
+    launch, calls = launches((1, "Traceback (most recent call last):\nValueError: bad shape\n"), (0, ""))
+    assert again_after_abort(launch).returncode == 1
+    assert calls == [1]
