@@ -34,3 +34,10 @@ def test_any_other_failure_is_not_run_again() -> None:
     launch, calls = launches((1, "Traceback (most recent call last):\nValueError: bad shape\n"), (0, ""))
     assert again_after_abort(launch).returncode == 1
     assert calls == [1]
+
+
+def test_torchrun_s_own_report_of_the_abort_counts_too() -> None:
+    report = "rank      : 1 (local_rank: 1)\n  exitcode  : -6 (pid: 26880)  (SIGABRT)\n"
+    launch, calls = launches((1, report), (0, ""))
+    assert again_after_abort(launch).returncode == 0
+    assert calls == [1, 0]

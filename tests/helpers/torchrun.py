@@ -13,10 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 TEARDOWN_ABORT = "terminate called without an active exception"
+# How torchrun's failure summary reports a worker killed so, when its own output is not shown.
+ABORT_REPORTED = "(SIGABRT)"
 
 
 def aborted_at_exit(output: str) -> bool:
-    return TEARDOWN_ABORT in output
+    return TEARDOWN_ABORT in output or ABORT_REPORTED in output
 
 
 def run(command: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:

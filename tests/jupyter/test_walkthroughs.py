@@ -15,6 +15,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from tests.helpers import torchrun as torchrun_helper
 from tests.jupyter.conftest import NOTEBOOKS, artifacts_dir
 
 WALKTHROUGHS = sorted(path.name for path in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -73,18 +74,28 @@ def _cli_has(command: str) -> bool:
 
 
 def execute(name: str, work: Path, **parameters: Any) -> nbformat.NotebookNode:
+    """Run the notebook; once more, in a fresh work folder, when a torchrun it launched lost a
+    worker to torch's gloo abort at interpreter exit (`tests/helpers/torchrun.py`)."""
     papermill = pytest.importorskip("papermill")
     output = artifacts_dir() / name.replace(".ipynb", ".executed.ipynb")
-    notebook = papermill.execute_notebook(
-        str(NOTEBOOKS / name),
-        str(output),
-        parameters={"work_dir": str(work), **parameters},
-        kernel_name="python3",
-        cwd=str(NOTEBOOKS),
-        progress_bar=False,
-        execution_timeout=BUDGET_SECONDS,
-    )
-    return notebook
+
+    def run(folder: Path) -> nbformat.NotebookNode:
+        return papermill.execute_notebook(
+            str(NOTEBOOKS / name),
+            str(output),
+            parameters={"work_dir": str(folder), **parameters},
+            kernel_name="python3",
+            cwd=str(NOTEBOOKS),
+            progress_bar=False,
+            execution_timeout=BUDGET_SECONDS,
+        )
+
+    try:
+        return run(work)
+    except papermill.PapermillExecutionError as error:
+        if "torchrun" not in str(error) or not torchrun_helper.aborted_at_exit(str(error)):
+            raise
+        return run(work.with_name(work.name + "-again"))
 
 
 def cell(notebook: nbformat.NotebookNode, start: str) -> nbformat.NotebookNode:
