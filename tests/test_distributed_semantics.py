@@ -108,9 +108,7 @@ def torchrun(tmp: Path, scripts: list[Path], nodes: int = 1) -> str:
         outputs = [proc.communicate(timeout=300)[0] for proc in procs]
         return [subprocess.CompletedProcess(p.args, p.returncode, o) for p, o in zip(procs, outputs, strict=True)]
 
-    done = launch_all()
-    if any(d.returncode != 0 and torchrun_helper.aborted_at_exit(d.stdout) for d in done):
-        done = launch_all()
+    done = torchrun_helper.again_after_abort(launch_all)
     for node in done:
         assert node.returncode == 0, node.stdout
     return "".join(node.stdout for node in done)

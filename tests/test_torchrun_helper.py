@@ -41,3 +41,16 @@ def test_torchrun_s_own_report_of_the_abort_counts_too() -> None:
     launch, calls = launches((1, report), (0, ""))
     assert again_after_abort(launch).returncode == 0
     assert calls == [1, 0]
+
+
+def test_one_node_of_several_launched_together_aborting_runs_them_all_again() -> None:
+    calls: list[int] = []
+    outcomes = iter([(0, -6), (0, 0)])
+
+    def launch() -> list[subprocess.CompletedProcess[str]]:
+        codes = next(outcomes)
+        calls.extend(codes)
+        return [subprocess.CompletedProcess([], code, TEARDOWN_ABORT if code else "") for code in codes]
+
+    assert [d.returncode for d in again_after_abort(launch)] == [0, 0]
+    assert calls == [0, -6, 0, 0]

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -101,20 +100,14 @@ def imports_torch_xla(script: Path) -> bool:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def command_for(program: Program) -> list[str]:
     if program.nproc is not None:
         launcher = [
             str(program.python),
             "-m",
             "torch.distributed.run",
+            "--standalone",  # its own store on a port it binds itself: two runs never share one
             f"--nproc_per_node={program.nproc}",
-            f"--master_port={_free_port()}",
         ]
         return [*launcher, str(program.script), *program.args]
     return [str(program.python), str(program.script), *program.args]

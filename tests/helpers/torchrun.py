@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 TEARDOWN_ABORT = "terminate called without an active exception"
 # How torchrun's failure summary reports a worker killed so, when its own output is not shown.
 ABORT_REPORTED = "(SIGABRT)"
+
+# One launch, or several made together (the nodes of one run).
+Launched = TypeVar("Launched", subprocess.CompletedProcess[str], list[subprocess.CompletedProcess[str]])
 
 
 def aborted_at_exit(output: str) -> bool:
@@ -26,8 +29,13 @@ def run(command: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[st
     return again_after_abort(lambda: subprocess.run(command, capture_output=True, text=True, **kwargs))
 
 
-def again_after_abort(launch: Callable[[], subprocess.CompletedProcess[str]]) -> subprocess.CompletedProcess[str]:
+def again_after_abort(launch: Callable[[], Launched]) -> Launched:
+    """`launch()`, once more if it (or one of the launches it made together) ended in that abort."""
     done = launch()
-    if done.returncode != 0 and aborted_at_exit((done.stdout or "") + (done.stderr or "")):
+    if any(d.returncode != 0 and aborted_at_exit((d.stdout or "") + (d.stderr or "")) for d in _each(done)):
         done = launch()
     return done
+
+
+def _each(done: Launched) -> Sequence[subprocess.CompletedProcess[str]]:
+    return [done] if isinstance(done, subprocess.CompletedProcess) else done
