@@ -219,3 +219,25 @@ def test_zero1_without_a_process_group_for_every_run_is_left_for_review() -> Non
     migrated = migrate(source.replace("STEPS", str(STEPS)).replace("MAX_NORM", "0.5"))
     assert "optimizer = ZeroRedundancyOptimizer(" in migrated
     assert "native `ZeroRedundancyOptimizer` needs a process group" in migrated
+
+
+def test_zero1_keeps_stepping_a_parameter_whose_gradient_stopped(tmp_path: Path) -> None:
+    # torch_xla's ZeRO-1 zeroed gradients in place: `extra`, which only the first step's loss uses,
+    # still moves with its momentum afterwards (in a one-process SGD that zeroes in place, too).
+    program = ZERO_PROGRAM.replace(
+        "    optimizer = ZeroRedundancyOptimizer(\n        model.parameters(),",
+        "    extra = torch.nn.Parameter(torch.ones(3))\n"
+        "    optimizer = ZeroRedundancyOptimizer(\n        [*model.parameters(), extra],",
+    ).replace(
+        "        loss.backward()\n",
+        "        (loss + (extra.sum() if not losses else 0)).backward()\n",
+    ).replace("json.dump(losses, f)", "json.dump(extra.tolist(), f)")
+    migrated = migrate(program.replace("STEPS", str(STEPS)).replace(", max_norm=MAX_NORM", ", grad_clipping=False"))
+    extra = torch.nn.Parameter(torch.ones(3))
+    reference = torch.optim.SGD([extra], lr=0.1, momentum=0.9)
+    for step in range(STEPS):
+        reference.zero_grad(set_to_none=False)
+        if step == 0:
+            extra.sum().backward()
+        reference.step()
+    assert close(run_two_ranks(tmp_path, migrated), extra.tolist())

@@ -145,7 +145,7 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
         f"{NXD}.parallel_layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
         f"{NXD}.modules.qkv_linear": "use separate q/k/v `nn.Linear` sharded with `ColwiseParallel()`; replicate KV heads yourself when `num_key_value_heads < tp_size`",
-        f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build the mesh instead: `mesh = init_device_mesh(device_type, (world_size // tp, tp), mesh_dim_names=("dp", "tp"))` (`torch.distributed.device_mesh`); pipeline stages need `torch.distributed.pipelining`',
+        f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build the mesh instead: `mesh = init_device_mesh(device_type, (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))` (`torch.distributed.device_mesh`); pipeline stages need `torch.distributed.pipelining`',
         # Utilities with a plain counterpart (the family's advice below would be wrong for them).
         f"{NXD}.parallel_layers.parallel_state.rmsg": "`{name}(msg)` prefixes a log message with this process's ranks: use an f-string with `dist.get_rank()` (and `mesh.get_coordinate()` for the mesh position)",
         f"{NXD}.parallel_layers.utils.get_local_world_size": '`{name}()` is the number of processes on this host: `int(os.environ["LOCAL_WORLD_SIZE"])` under torchrun',
@@ -187,7 +187,7 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": '`{name}(logits, target)` is each token\'s loss from logits split across the vocabulary, and a target outside it (-100) costs the log-sum-exp of the shifted logits: `F.cross_entropy(DTensor.from_local(logits, mesh["tp"], [Shard(-1)]), target, reduction="none")` under `loss_parallel()` gives 0 there instead, so mask such targets out before you rely on it',
         f"{NXD}.parallel_layers.layer_norm.LayerNorm": "`{name}` is `nn.LayerNorm` whose parameters `allreduce_sequence_parallel_gradients` sums over the tensor-parallel ranks: with sequence parallelism shard an `nn.LayerNorm` with `SequenceParallel(sequence_dim=..., use_local_output=True)`, which sums them in backward; without it use `nn.LayerNorm`",
         f"{NXD}.parallel_layers.random": "seed with `torch.manual_seed(seed)`: DTensor random ops keep shards consistent",
-        f"{NXD}.parallel_layers.grads": "use `torch.nn.utils.clip_grad_norm_`, which handles DTensor parameters",
+        f"{NXD}.parallel_layers.grads": "clip the norm of all gradients, sharded and not: `torch.nn.utils.clip_grad_norm_` needs every parameter a DTensor (it refuses a mix with plain tensors), so on a model sharded only in part sum the squared norms of the local shards over `mesh[\"tp\"]` (and count replicated parameters once) before scaling",
         f"{NXD}.parallel_layers.checkpointing": "use `torch.distributed.checkpoint.save/load` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
         f"{NXD}.parallel_layers.save": "use `torch.distributed.checkpoint.save` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
         f"{NXD}.parallel_layers.load": "use `torch.distributed.checkpoint.load` (DCP) into the DTensor state dict, or `from_pretrained` for transformers models",
@@ -198,11 +198,11 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.trainer.initialize_parallel_model": "use `AutoModel...from_pretrained(id, distributed_config=DistributedConfig(tp_size=..., fsdp_size=...))` for transformers models, else `parallelize_module` + `fully_shard`",
         f"{NXD}.trainer.neuronx_distributed_config": "use `DistributedConfig(tp_size=..., fsdp_size=...)` for transformers models, else a `DeviceMesh` + `parallelize_module` + `fully_shard`",
         **dict.fromkeys(
-            (f"{NXD}.save_checkpoint", f"{NXD}.trainer.save_checkpoint"),
+            (f"{NXD}.save_checkpoint", f"{NXD}.trainer.save_checkpoint", f"{NXD}.trainer.checkpoint.save_checkpoint"),
             "use `torch.distributed.checkpoint.save` (DCP) of the model and optimizer state dicts (`torch.distributed.checkpoint.state_dict.get_state_dict`)",
         ),
         **dict.fromkeys(
-            (f"{NXD}.load_checkpoint", f"{NXD}.trainer.load_checkpoint"),
+            (f"{NXD}.load_checkpoint", f"{NXD}.trainer.load_checkpoint", f"{NXD}.trainer.checkpoint.load_checkpoint"),
             "use `torch.distributed.checkpoint.load` (DCP), then `set_state_dict`",
         ),
         **dict.fromkeys(

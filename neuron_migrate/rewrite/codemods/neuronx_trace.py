@@ -206,7 +206,10 @@ class NeuronxTrace(Codemod):
     markers = ROOTS  # also reached by `importlib.import_module("torch_neuronx")` or `import *`
     manual: ClassVar[dict[str, str]] = {
         "torch_neuronx.xla_impl": "torch_neuronx XLA internals (custom ops, NKI via `nki_jit`) have no automatic migration; NKI kernels need the native NKI integration",
-        "torch_neuronx.xla_impl.ops.nki_jit": "NKI kernels through `nki_jit` need the native NKI integration of TorchNeuron; rewrite the kernel call by hand",
+        **dict.fromkeys(
+            ("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
+            "NKI kernels through `nki_jit` need the native NKI integration of TorchNeuron; rewrite the kernel call by hand",
+        ),
         "torch_neuronx.analyze": "`torch_neuronx.analyze` reported operator support for tracing; run the model eagerly on the `neuron` device (unsupported ops fall back to CPU, see `torch_neuronx.get_fallback_ops()`)",
         "torch_neuronx.replace_weights": "swap weights with `model.load_state_dict(weights)` on the compiled model's original module",
         "torch_neuronx.experimental": "experimental torch_neuronx API with no native counterpart",

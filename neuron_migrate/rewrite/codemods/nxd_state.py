@@ -31,6 +31,6 @@ REPLICA_GROUPS = {
 
 # Where the mesh comes from: the advice of every TODO about NxD's groups.
 MESH_BUILT = (
-    'build `mesh = init_device_mesh(device_type, (world_size // tp, tp), mesh_dim_names=("dp", "tp"))` '
-    "where `initialize_model_parallel` ran (its rows are NxD's tensor-parallel groups)"
+    'build `mesh = init_device_mesh(device_type, (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))` '
+    "where `initialize_model_parallel` ran (its rows, runs of consecutive ranks, are the tensor-parallel groups)"
 )

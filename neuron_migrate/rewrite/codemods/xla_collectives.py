@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from string import Template
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -21,6 +22,7 @@ from neuron_migrate.rewrite.codemods.base import (
 from neuron_migrate.rewrite.codemods.group_lifetime import calls_before_group
 from neuron_migrate.rewrite.codemods.replica_groups import groups_argument, process_group
 from neuron_migrate.rewrite.codemods.seeding import seeded_already
+from neuron_migrate.rewrite.codemods.xla_utils import TO_CPU_FUNCTION
 
 XM = "torch_xla.core.xla_model"
 XR = "torch_xla.runtime"
@@ -33,6 +35,8 @@ WORLD_SIZE = (
     f"{XR}.global_device_count",
     f"{XR}.global_runtime_device_count",
 )
+# A program that shards one process's work over every device (its counts are of devices, not processes).
+SPMD = (f"{XR}.use_spmd", "torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
 RANK = (f"{XM}.get_ordinal", f"{XR}.global_ordinal", f"{XR}.process_index")
 LOCAL_RANK = (f"{XM}.get_local_ordinal", f"{XR}.local_ordinal")
 LOCAL_WORLD_SIZE = (f"{XR}.local_process_count", f"{XR}.local_device_count")
@@ -165,8 +169,7 @@ class XlaCollectives(Codemod):
     in place: it becomes a loop over `tensors`, with a TODO to confirm it is a list. In a file
     that creates no process group, collectives run only once one exists (torch_xla skipped them
     in a single process) and a TODO says where ranks fall back to a single process.
-    `torch.save` keeps tensors on their device, where `xm.save` moved them to the CPU (the
-    report says so).
+    `torch.save` is given the CPU copy `xm.save` wrote (`to_cpu`, a function added to the file).
     """
 
     code = "NM006"
@@ -261,6 +264,14 @@ class XlaCollectives(Codemod):
             return updated_node
         old = code_of(updated_node.func)
         early = id(original_node) in self._early
+        if name in (*WORLD_SIZE, *LOCAL_WORLD_SIZE) and self.ctx.facts.uses(*SPMD):
+            self.todo(
+                f"`{old}()` counts devices, and under SPMD one process drives them all: there is no native "
+                "single-process SPMD; shard with DTensor under torchrun, one device per process, and size "
+                "per-process values (batch sizes) by the local device",
+                explains=(old,),
+            )
+            return updated_node
         if name in WORLD_SIZE:
             self.changed(f"`{old}()` -> `dist.get_world_size()`")
             return self.ctx.group(expr(self._world_size(early)))
@@ -459,13 +470,11 @@ class XlaCollectives(Codemod):
         data, path = arg_value(call, 0, "data"), arg_value(call, 1, "file_or_path")
         if data is None or path is None or has_star_args(call):
             return line
-        save = f"{self.ctx.torch()}.save({code_of(data.value)}, {code_of(path.value)})"
-        self.changed("`xm.save(obj, path)` -> `torch.save` on the master process")
-        self.ctx.note(
-            self.code,
-            "`torch.save` writes tensors on the device they live on, where `xm.save` moved them to the CPU "
-            'first: load such checkpoints on another machine with `torch.load(path, map_location="cpu")`',
-        )
+        torch = self.ctx.torch()
+        to_cpu = self.ctx.unused_name("to_cpu")  # `xm.save` wrote CPU copies of the tensors
+        self.ctx.need_helper(to_cpu, Template(TO_CPU_FUNCTION).substitute(torch=torch, name=to_cpu))
+        save = f"{torch}.save({to_cpu}({code_of(data.value)}), {code_of(path.value)})"
+        self.changed("`xm.save(obj, path)` -> `torch.save` of its CPU copy on the master process")
         master_only = arg_value(call, 2, "master_only")
         only = True if master_only is None else _literal_bool(master_only.value)
         if only is False:

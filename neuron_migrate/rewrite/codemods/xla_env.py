@@ -54,6 +54,14 @@ CHILDREN_ONLY_TODO = (
     "it does nothing: cast in their scripts, where data moves to the device (`model.to(device, "
     "torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
 )
+NXD = "neuronx_distributed"
+# neuronx-distributed reads the switches itself (its fp32-master optimizers, layer norms and
+# trainer choose their dtypes by them), so they stay while its code does.
+NXD_PRECISION_TODO = (
+    "`{variable}` is read by neuronx-distributed too (its optimizers, norms and trainer choose their dtypes by it): "
+    "keep it while this file uses NxD; once that code is native, delete it and build the model in float32, "
+    "then `model.to(device, torch.{dtype})` and cast float inputs where they move"
+)
 CHILD_PRECISION_TODO = (
     "`{variable}` set the precision of the process started here ({dtype} on the device); natively it "
     "does nothing: cast in the script that process runs, where data moves to the device "
@@ -140,6 +148,7 @@ class XlaEnv(Codemod):
         self.functions: list[str] = []  # the functions being rewritten, innermost last
         self.inherited: list[str] = []  # switches this program turned on, which its children inherit
         self.launches = False  # the file starts a Python process that inherits its environment
+        self.kept_for_nxd = False  # the setting just read stays, for neuronx-distributed
 
     def _key(self, node: cst.CSTNode) -> str | None:
         value = string_value(node)
@@ -161,7 +170,7 @@ class XlaEnv(Codemod):
         self.inherited = list(dict.fromkeys(variable for variable, _ in self.roles.process_switches))
         if self.inherited:
             self.launches = any(self._inheriting_launch(call) for call in _calls(node))
-        if not self._reads_switches():
+        if not self._reads_switches() or self.ctx.facts.uses(NXD):
             self.roles.process_switches = []
         self.precision.start(self.roles.process_switches, node)
         if started:  # in force from the first line: every reader sees it
@@ -200,6 +209,10 @@ class XlaEnv(Codemod):
         literal = string_value(value) if value is not None else None
         if role is Role.REMOTE:
             self._remote_job(variable if variable in PRECISION and literal not in FALSE_VALUES else None)
+            return False
+        if variable in PRECISION and role is Role.PROCESS and self.ctx.facts.uses(NXD):
+            self.todo(NXD_PRECISION_TODO.format(variable=variable, dtype=PRECISION[variable]))
+            self.kept_for_nxd = True
             return False
         if variable in PRECISION and role is Role.PROCESS:
             self._apply_policy(variable, literal)
@@ -241,7 +254,10 @@ class XlaEnv(Codemod):
         if not isinstance(index, cst.Index):
             return updated_node
         variable = self._key(index.value)
+        self.kept_for_nxd = False
         if variable is None or not self._setting(variable, updated_node.value, self.roles.role(original_node)):
+            if self.kept_for_nxd:
+                self.answered[id(target)] = target  # the setting's own TODO says it all
             return updated_node
         return self.ctx.remove(updated_node)
 
@@ -252,8 +268,7 @@ class XlaEnv(Codemod):
         name = self.qualify(call.func)
         if name in SETTERS and len(call.args) == 2:
             variable = self._key(call.args[0].value)
-            if variable is not None:
-                self._setting(variable, call.args[1].value, Role.PROCESS)
+            if variable is not None and self._setting(variable, call.args[1].value, Role.PROCESS):
                 return self.ctx.remove(updated_node)
         if name in UPDATE and _emptied_update(call):
             self.changed("removed an `os.environ.update` left empty")

@@ -85,6 +85,10 @@ class $name($optim.ZeroRedundancyOptimizer):
             )
         self.max_norm = (1.0 if max_norm is None else max_norm) if grad_clipping else None
 
+    def zero_grad(self, set_to_none=False):
+        # Zeroed in place, as torch_xla did: a parameter without a gradient this step is still stepped.
+        super().zero_grad(set_to_none=set_to_none)
+
     def step(self, closure=None):
         loss = None
         if closure is not None:

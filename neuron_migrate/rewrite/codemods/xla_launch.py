@@ -31,6 +31,14 @@ SPAWN = (XMP_SPAWN, "torch_xla.launch")
 INIT_PROCESS_GROUP = ("torch.distributed.init_process_group",)
 XLA_DEVICE = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
 XLA_INIT_METHODS = ("xla://", "pjrt://")
+# What torchrun puts in each worker's environment: a test of one tells its runs from plain `python` ones.
+TORCHRUN_VARIABLES = frozenset({"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "GROUP_RANK"})
+TORCHRUN_PROBES = ("torch.distributed.is_torchelastic_launched", "torch.distributed.elastic.utils.distributed.is_torchelastic_launched")
+SPAWN_BESIDE_TORCHRUN = (
+    "`{call}` is under a test of whether torchrun started this script, so it runs where torchrun did not, to "
+    "start the workers itself: natively only torchrun starts them, so launch with `torchrun --nproc_per_node=<processes>` "
+    "and the torchrun branch runs, or call `{fn}(0, ...)` here for one process"
+)
 
 RUN_ON_EACH_PROCESS = '''\
 def {name}(fn, *args):
@@ -150,6 +158,8 @@ class XlaLaunch(Codemod):
         self._launcher_creates_group = False
         self._pinned_inits: dict[int, cst.BaseStatement] = {}  # init call -> the pin that follows it
         self._parent_only: dict[int, ParentOnly] = {}  # statements next to a spawn, by id
+        # Launches under a test of torchrun's environment: they ran only without torchrun, and stay.
+        self._beside_torchrun: set[int] = set()
         # `flag = ...` lines right before the `torch_xla.launch(..., debug_single_process=flag)` that
         # is their only reader, by the variable's name.
         self._launch_options: dict[str, cst.SimpleStatementLine] = {}
@@ -167,9 +177,12 @@ class XlaLaunch(Codemod):
             for statement in node.body
             if isinstance(statement, cst.FunctionDef) and self._creates_group(statement)
         }
+        beside = _LaunchesBesideTorchrun(lambda call: self.called(call, *SPAWN), self.qualify)
+        beside.scan(node)
+        self._beside_torchrun = beside.found
         if not self.ctx.notebook:
             self._parent_only = parent_only_statements(node, self._is_spawn_statement)
-        launched = _SpawnedFunctions(lambda call: self.called(call, *SPAWN))
+        launched = _SpawnedFunctions(lambda call: self.called(call, *SPAWN) and id(call) not in self._beside_torchrun)
         launched.scan(node)
         self._launch_options = _launch_options(node, lambda call: self.called(call, "torch_xla.launch"), self.ctx.source)
         if self.ctx.notebook:
@@ -236,7 +249,7 @@ class XlaLaunch(Codemod):
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
             return False
         small = statement.body[0]
-        return isinstance(small, cst.Expr) and self.called(small.value, *SPAWN)
+        return isinstance(small, cst.Expr) and self.called(small.value, *SPAWN) and id(small.value) not in self._beside_torchrun
 
     # -- statements that ran once, in the parent process ---------------------------------------
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
@@ -291,6 +304,10 @@ class XlaLaunch(Codemod):
             return updated_node
         fn = arg_value(call, 0, "fn")
         if fn is None:
+            return updated_node
+        if id(original_node.value) in self._beside_torchrun:
+            written = code_of(call.func)
+            self.todo(SPAWN_BESIDE_TORCHRUN.format(call=written, fn=code_of(fn.value)), explains=(written,))
             return updated_node
         args = arg_value(call, 1, "args")
         user_args: list[str] = []
@@ -413,6 +430,18 @@ class XlaLaunch(Codemod):
         xla_backend, xla_init = self._xla_arguments(original_node)
         if not (xla_backend or xla_init):
             return updated_node
+        ranks = [
+            f"{name}={code_of(given.value)}"
+            for name, position in (("rank", 4), ("world_size", 3))
+            if (given := arg_value(updated_node, position, name)) is not None
+        ]
+        if ranks:
+            self.todo(
+                f"`init_process_group(\"xla\", {', '.join(ranks)})`: the XLA group ignored these (its ranks are XLA's "
+                "ordinals), a native group waits for them: under torchrun drop them (it sets RANK and WORLD_SIZE), "
+                "in one process pass `rank=0, world_size=1`"
+            )
+            return updated_node
         rename = xla_backend and self.ctx.target.neuron
         drop = [
             a
@@ -475,6 +504,41 @@ class _SpawnedFunctions(Visitor):
             fn = arg_value(node, 0, "fn")
             if fn is not None:
                 self.functions.add(code_of(fn.value))
+
+
+class _LaunchesBesideTorchrun(Visitor):
+    """The launch calls (by id) inside an `if` whose test reads torchrun's environment
+    (`if os.environ.get("WORLD_SIZE"):`, `if not dist.is_torchelastic_launched():`)."""
+
+    def __init__(self, is_launch: Any, qualify: Any) -> None:
+        self.is_launch = is_launch
+        self.qualify = qualify
+        self.found: set[int] = set()
+        self._tests: list[bool] = []  # per enclosing `if`: does its test read torchrun's environment?
+
+    def visit_If(self, node: cst.If) -> None:
+        probes = _FindsCall(lambda call: self.qualify(call.func) in TORCHRUN_PROBES)
+        probes.scan(node.test)
+        strings = _StringsIn()
+        strings.scan(node.test)
+        self._tests.append(probes.found or bool(strings.found & TORCHRUN_VARIABLES))
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._tests.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if any(self._tests) and self.is_launch(node):
+            self.found.add(id(node))
+
+
+class _StringsIn(Visitor):
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        value = string_value(node)
+        if value is not None:
+            self.found.add(value)
 
 
 def _launch_options(module: cst.Module, is_launch: Any, source: str) -> dict[str, cst.SimpleStatementLine]:
