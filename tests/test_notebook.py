@@ -274,6 +274,23 @@ def test_clear_outputs_of_changed_cells_only(tmp_path: Path) -> None:
     assert cells[1]["outputs"] == []  # changed (the %env line), had an output
 
 
+def test_an_export_whose_output_a_later_cell_reads_stays_for_a_person() -> None:
+    cells = [
+        ("code", "!optimum-cli export neuron --model ~/ckpt/merged --batch_size 4 ~/ckpt/compiled"),
+        ("code", 'llm = LLM(model="~/ckpt/compiled", tensor_parallel_size=2)'),
+    ]
+    new, outcome = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    todo, command = sources[0].split("\n")
+    assert todo == (
+        "# TODO(neuron-migrate NM005): `optimum-cli export neuron` wrote `~/ckpt/compiled`, which this notebook may "
+        "read later: natively nothing is exported, so point what reads it at the model itself (`~/ckpt/merged`), "
+        "loaded with `from_pretrained`, then remove this step"
+    )
+    assert command == cells[0][1]
+    assert [m.code for m in outcome.result.manual] == ["NM005"]  # type: ignore[attr-defined]
+
+
 def test_a_continued_old_stack_step_goes_with_all_its_lines() -> None:
     cells = [
         ("code", "!optimum-cli export neuron --model gpt2 \\\n    --batch_size 1 \\\n    out/\nprint('done')"),
@@ -337,13 +354,20 @@ def test_shell_steps_that_still_need_optimum_neuron_get_a_todo() -> None:
     """A training launch with optimum-neuron's flags, or its command line, stays as it is: the
     notebook must not claim there is nothing left to do."""
     launch = "!torchrun --nproc_per_node=2 run_clm.py \\\n    --tensor_parallel_size 2 --zero_1 True"
-    cells = [("code", launch), ("code", "!optimum-cli neuron consolidate out merged"), ("code", "!python eval.py --lr 1")]
+    serve = "!python -m vllm.entrypoints.openai.api_server --model out --tensor-parallel-size=2"
+    cells = [
+        ("code", launch),
+        ("code", "!optimum-cli neuron consolidate out merged"),
+        ("code", "!python eval.py --lr 1"),
+        ("code", serve),  # another program's own flag of that name
+    ]
     new, outcome = rewrite(nbformat.writes(build(cells)))
     sources = ["".join(cell["source"]) for cell in json.loads(new)["cells"]]
     assert sources[0].startswith("# TODO(neuron-migrate NM020): this runs a script with optimum-neuron training flags (`--tensor_parallel_size`, `--zero_1`)")
     assert sources[0].endswith(launch)
     assert sources[1].startswith("# TODO(neuron-migrate NM020): `optimum-cli neuron consolidate` is optimum-neuron's command line")
     assert sources[2] == "!python eval.py --lr 1"
+    assert sources[3] == serve
     assert [(m.code, m.cell) for m in outcome.result.manual] == [("NM020", 1), ("NM020", 2)]  # type: ignore[attr-defined]
     again, _ = rewrite(new)
     assert again == new

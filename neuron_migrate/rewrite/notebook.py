@@ -34,6 +34,7 @@ from neuron_migrate.rewrite.codemods.xla_env import CHILD_PRECISION_TODO, STARTS
 from neuron_migrate.rewrite.engine import Options, rewrite_source
 from neuron_migrate.rewrite.results import Change, FileResult, ManualItem, Note
 from neuron_migrate.rewrite.shell import (
+    EXPORT_READ_LATER,
     ShellRewrite,
     old_stack_command,
     rewrite_shell_command,
@@ -265,6 +266,14 @@ def _write_sources(
     return NotebookResult(result, changed)
 
 
+def _read_elsewhere(path: str, command: Command, joined: list[tuple[RawCell, Masked]]) -> bool:
+    """Does any other line of the notebook name `path`? (An unknown path: assume so.)"""
+    if not path:
+        return True
+    sources = "".join(cell.source for cell, _masked in joined)
+    return sources.count(path) > command.text.count(path)
+
+
 def _rewrite_shell_commands(
     joined: list[tuple[RawCell, Masked]], options: Options, result: FileResult, environments: _Environments
 ) -> tuple[dict[Command, str], dict[Command, ManualItem]]:
@@ -285,6 +294,11 @@ def _rewrite_shell_commands(
             if lost is not None and options.enabled("NM009") and command not in by_hand:
                 by_hand[command] = ManualItem("NM009", lost)
             if rewrite is None or not options.enabled(rewrite.code):
+                continue
+            if rewrite.exported is not None and _read_elsewhere(rewrite.exported[0], command, joined):
+                output, model = rewrite.exported
+                message = EXPORT_READ_LATER.format(output=f"`{output}`" if output else "a folder", model=model or "the model it exported")
+                by_hand[command] = ManualItem(rewrite.code, message)
                 continue
             if rewrite.removes and command.span.assigned:
                 # `x = !step ...`: no comment can stand where the output is used.

@@ -39,6 +39,8 @@ class ShellRewrite:
     # with `%env`, else for the processes the command starts.
     switches: tuple[str, ...] = ()
     kernel: bool = False
+    # What a removed export step wrote, and the model it read: (output, model); ("", "") if unknown.
+    exported: tuple[str, str] | None = None
 
     @property
     def precision(self) -> bool:
@@ -73,7 +75,11 @@ def rewrite_shell_command(command: str) -> ShellRewrite | None:
     for step, why in REMOVED_STEPS.items():
         if words[: len(step.split())] == step.split():
             return ShellRewrite(
-                f"# (removed: {why})", f"removed a `{step}` step", code="NM005", removes=True
+                f"# (removed: {why})",
+                f"removed a `{step}` step",
+                code="NM005",
+                removes=True,
+                exported=_export_paths(words) if step == EXPORT else None,
             )
     dropped = [match for match in assignments if XLA_VARIABLE.match(match.group(1))]
     if not dropped:
@@ -93,6 +99,23 @@ def rewrite_shell_command(command: str) -> ShellRewrite | None:
 
 
 _SCRIPT = re.compile(r"""(?:^|[\s/'"=])([\w.-]+\.py)(?=$|[\s'"])""")
+
+
+EXPORT = "optimum-cli export neuron"
+EXPORT_READ_LATER = (
+    "`optimum-cli export neuron` wrote {output}, which this notebook may read later: natively nothing is "
+    "exported, so point what reads it at the model itself (`{model}`), loaded with `from_pretrained`, "
+    "then remove this step"
+)
+
+
+def _export_paths(words: list[str]) -> tuple[str, str]:
+    """The output folder of `optimum-cli export neuron ... OUTPUT` (its last word) and its `--model`."""
+    output = words[-1] if len(words) > len(EXPORT.split()) and not words[-1].startswith("-") else ""
+    model = next((words[at + 1] for at, word in enumerate(words[:-1]) if word in ("--model", "-m")), "")
+    if output in ("", model) or (words[-2].startswith("-") and words[-2] not in ("--model", "-m") and "=" not in words[-2]):
+        return "", model  # a trailing option's value, not a positional output
+    return _unquoted(output), _unquoted(model)
 
 
 def _unquoted(value: str) -> str:
@@ -127,7 +150,7 @@ def old_stack_command(command: str) -> str | None:
                 "run it with the old stack once if you still need its output"
             )
     flags = sorted({match.group(1).replace("-", "_") for word in words if (match := _FLAG.match(word))} & _NEURON_FLAGS)
-    if flags:
+    if flags and scripts_run(command):  # a script of the user's; `vllm serve --tensor-parallel-size` is not one
         named = ", ".join(f"`--{flag}`" for flag in flags)
         return (
             f"this runs a script with optimum-neuron training flags ({named}): migrate that script too "

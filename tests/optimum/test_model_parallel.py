@@ -64,7 +64,7 @@ def test_variable_tensor_parallel_size_reaches_a_plain_model() -> None:
     # The processes beyond `tp` are data parallelism, as they were on optimum-neuron.
     assert (
         load_keywords(migrated)["distributed_config"]
-        == "DistributedConfig(tp_size=tp, fsdp_size=WORLD_SIZE // tp)"
+        == "DistributedConfig(tp_size=tp, fsdp_size=WORLD_SIZE // tp, enable_sequence_parallel=True)"
     )
     assert "tensor_parallel_size" not in migrated and not sizes_todos(migrated)
 
@@ -82,7 +82,7 @@ def test_literal_sizes_reach_a_model_loaded_before_the_arguments() -> None:
         """
     )
     assert (
-        load_keywords(migrated)["distributed_config"] == "DistributedConfig(tp_size=8, pp_size=2)"
+        load_keywords(migrated)["distributed_config"] == "DistributedConfig(tp_size=8, pp_size=2, enable_sequence_parallel=True)"
     )
     # transformers cannot add data parallelism beside pipeline parallelism: said, not emitted.
     (todo,) = sizes_todos(migrated)
@@ -209,7 +209,7 @@ def test_sft_config_sizes_reach_the_model_trl_loads() -> None:
         """
     )
     assert (
-        'model_init_kwargs={"distributed_config": DistributedConfig(tp_size=8, fsdp_size=WORLD_SIZE // 8), "device_map": None}'
+        'model_init_kwargs={"distributed_config": DistributedConfig(tp_size=8, fsdp_size=WORLD_SIZE // 8, enable_sequence_parallel=True), "device_map": None}'
         in migrated
     )
 

@@ -446,16 +446,31 @@ def test_neuron_defaults_differ_natively(wheel: dict[str, ast.Module]) -> None:
     from trl import SFTConfig
 
     neuron = _class(wheel, "optimum/neuron/trainers/training_args.py", "NeuronTrainingArguments")
+    constants = {  # class constants a field default may name (`default=default_optim`)
+        target.id: statement.value.value
+        for statement in neuron.body
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant)
+        for target in statement.targets
+        if isinstance(target, ast.Name)
+    }
     defaults = {}
     for statement in neuron.body:
         if isinstance(statement, ast.AnnAssign) and isinstance(statement.value, ast.Call):
             for keyword in statement.value.keywords:
-                if (
-                    keyword.arg == "default"
-                    and isinstance(statement.target, ast.Name)
-                    and isinstance(keyword.value, ast.Constant)
-                ):
-                    defaults[statement.target.id] = keyword.value.value
+                if keyword.arg == "default" and isinstance(statement.target, ast.Name):
+                    if isinstance(keyword.value, ast.Constant):
+                        defaults[statement.target.id] = keyword.value.value
+                    elif isinstance(keyword.value, ast.Name) and keyword.value.id in constants:
+                        defaults[statement.target.id] = constants[keyword.value.id]
+    # A `None` default that `__post_init__` replaces (`if self.report_to is None: ... self.report_to = "all"`).
+    post_init = next(s for s in neuron.body if isinstance(s, ast.FunctionDef) and s.name == "__post_init__")
+    for node in ast.walk(post_init):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Attribute):
+            name = node.test.left.attr
+            is_none = isinstance(node.test.ops[0], ast.Is) and ast.unparse(node.test.comparators[0]) == "None"
+            for assign in ast.walk(node):
+                if is_none and defaults.get(name, ...) is None and isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Constant) and ast.unparse(assign.targets[0]) == f"self.{name}":
+                    defaults[name] = assign.value.value
     for table, native in (
         (fields.NEURON_DEFAULTS, TrainingArguments),
         (fields.SFT_NEURON_DEFAULTS, SFTConfig),

@@ -193,6 +193,15 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.load": "use `torch.distributed.checkpoint.load` (DCP) into the DTensor state dict, or `from_pretrained` for transformers models",
         f"{NXD}.parallel_layers": f"use plain modules sharded by a DTensor plan: {TP_PLAN}",
         f"{NXD}.pipeline": PIPELINE,
+        **dict.fromkeys(
+            (f"{NXD}.optimizer.NeuronZero1Optimizer", f"{NXD}.optimizer.zero_redundancy_optimizer.NeuronZero1Optimizer"),
+            "`{name}` is torch_xla's ZeRO-1 over the data-parallel ranks: it shards the optimizer state, averages the "
+            "gradients over those ranks and clips their norm in `step()` (`grad_clipping=True`, `max_norm` 1.0 by default), "
+            "stepping fp32 copies of lower-precision parameters: natively shard the model with FSDP2 "
+            '`fully_shard(model, mesh=mesh["dp"])` (which averages the gradients), clip with '
+            "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` before a plain `optimizer_class(model.parameters(), ...)` "
+            "steps, and keep fp32 parameters with `MixedPrecisionPolicy(param_dtype=torch.bfloat16)` where the model ran in bf16",
+        ),
         f"{NXD}.optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`",
         f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)` (ZeRO-style sharding of optimizer state)",
         f"{NXD}.trainer.initialize_parallel_model": "use `AutoModel...from_pretrained(id, distributed_config=DistributedConfig(tp_size=..., fsdp_size=...))` for transformers models, else `parallelize_module` + `fully_shard`",

@@ -238,6 +238,10 @@ class NeuronxTrace(Codemod):
         self._known: tuple[set[str], set[tuple[object, str]]] = (set(), set())
         self._loop_traces: set[str] = set()  # loop variables that may hold a traced model
         self._traced_names: set[str] = set()  # names some `torch_neuronx.trace` result is bound to
+        # The blocks around the statement being rewritten, and those around each trace (by the
+        # module it compiled): a load outside them may run where the trace, and its move, did not.
+        self._blocks: list[int] = []
+        self._traced_in: dict[str, tuple[int, ...]] = {}
         self._scripted: set[str] = set()  # names bound to TorchScript modules (`torch.jit.script`)
         self._discarded: cst.BaseExpression | None = None  # the value of the expression statement
         self._saved_as_weights = False  # the statement being left saves or loads weights now
@@ -373,7 +377,10 @@ class NeuronxTrace(Codemod):
                     stmt(f"{source}.load_state_dict({torch}.load({code_of(path.value)}))\n")
                 )
                 self._saved_as_weights = True
-                return updated_node.with_changes(value=cst.parse_expression(self._compile(source)))
+                blocks = self._traced_in.get(source.removesuffix("._orig_mod"))
+                moved = blocks is not None and tuple(self._blocks[: len(blocks)]) == blocks
+                model = source if moved else f"{source}.to({self._device()})"
+                return updated_node.with_changes(value=cst.parse_expression(self._compile(model)))
             if self.ctx.facts.uses("torch_neuronx"):
                 self.todo(LOAD_TODO)
         return updated_node
@@ -403,6 +410,13 @@ class NeuronxTrace(Codemod):
 
     def _device(self) -> str:
         return '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._blocks.append(id(node))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        self._blocks.pop()
+        return updated_node
 
     def _compile(self, model: str) -> str:
         backend = 'backend="neuron", ' if self.ctx.target.neuron else ""
@@ -577,6 +591,8 @@ class NeuronxTrace(Codemod):
         # `m = trace(m, ...)`: `m` is the compiled wrapper from here on; the module it compiled
         # (whose weights are saved and loaded) is `m._orig_mod`.
         self._traced[self._place(target)] = owner or (f"{module}._orig_mod" if module == target else module)
+        if module is not None:
+            self._traced_in[module] = tuple(self._blocks)
         self._traced_anywhere.add(self._variable(target))
         if inside:
             return compiled  # no warm-up: it would start the recursion the TODO describes

@@ -181,9 +181,9 @@ class XlaCollectives(Codemod):
         *(f"{XM}.{op}" for op in REDUCE_OPS),
     )
     manual: ClassVar[dict[str, str]] = {
-        f"{XM}.all_gather": "returns the concatenation over processes; use `dist.all_gather_into_tensor(out, x)` (or `torch.cat` of `dist.all_gather`)",
+        f"{XM}.all_gather": "returns the concatenation over processes along `dim` (0 by default), within each of its replica `groups` if given; use `parts = [torch.empty_like(x) for _ in range(group_size)]`, `dist.all_gather(parts, x, group=group)` and `torch.cat(parts, dim=dim)` (`dist.all_gather_into_tensor` concatenates along dim 0 only), with `group` the process group of this rank's replica group",
         f"{XM}.all_gather_bucketized": "use `dist.all_gather_into_tensor` per tensor",
-        f"{XM}.reduce_scatter": "use `dist.reduce_scatter_tensor(out, x, op=...)`",
+        f"{XM}.reduce_scatter": "reduces over the processes of its replica `groups` (all if none), multiplies by `scale` and keeps this rank's slice along `scatter_dim` (`shard_count` slices): use `dist.reduce_scatter(out, list(x.chunk(shard_count, dim=scatter_dim)), op=..., group=group)` and `out.mul_(scale)` (`dist.reduce_scatter_tensor` splits along dim 0 only)",
         f"{XM}.reduce_scatter_bucketized": "use `dist.reduce_scatter_tensor` per tensor",
         f"{XM}.all_to_all": "use `dist.all_to_all_single(out, x)`",
         f"{XM}.collective_permute": "use `dist.send`/`dist.recv` (or `dist.batch_isend_irecv`)",

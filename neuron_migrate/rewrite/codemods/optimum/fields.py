@@ -6,6 +6,7 @@ checks them against the installed transformers and TRL and against the optimum-n
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 # -- training arguments (`NeuronTrainingArguments`, `NeuronSFTConfig`) ---------------------------
@@ -122,7 +123,16 @@ NEURON_DEFAULTS: dict[str, object] = {
     "per_device_train_batch_size": 1,
     "per_device_eval_batch_size": 1,
     "average_tokens_across_devices": False,
+    "optim": "adamw_torch",  # transformers 5.23's default is the fused AdamW, which rounds otherwise
+    "report_to": "all",  # every installed integration logged; transformers 5.23 logs to none by default
 }
+
+
+def python_literal(value: object) -> str:
+    """`value` as code, strings in double quotes (as formatted code has them)."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
 # `NeuronSFTConfig(NeuronTrainingArguments, SFTConfig)` takes Neuron's default for every shared
 # field (the dataclass MRO), where TRL's `SFTConfig` has its own.
 SFT_NEURON_DEFAULTS: dict[str, object] = {
@@ -137,6 +147,7 @@ SFT_NEURON_DEFAULTS: dict[str, object] = {
 # which multiplies the loss by `tp_size`.
 NOT_WITH_TENSOR_PARALLEL = ("average_tokens_across_devices",)
 TOKEN_AVERAGE_NOTE = "with tensor parallelism `average_tokens_across_devices` keeps transformers' `True`: optimum-neuron averaged each data-parallel rank's loss over that rank's tokens, transformers averages over the tokens of all ranks (the same when every rank sees as many), and `False` would multiply the loss by `tp_size` in transformers 5.23"
+SEQUENCE_PARALLEL_NOTE = "`DistributedConfig(enable_sequence_parallel=True)` keeps optimum-neuron's sequence parallelism (on by default) as asked, but transformers 5.23 does not act on it yet: the loss is the same, and each core holds the whole sequence's activations between the tensor-parallel layers, where optimum-neuron held a share"
 # How transformers 5 spells a field now (the old name still works, with a FutureWarning).
 NATIVE_NAMES = {"gradient_checkpointing": "activation_checkpointing"}
 

@@ -18,11 +18,13 @@ from neuron_migrate.rewrite.codemods.optimum.fields import (
     NEURON_DEFAULTS,
     NOT_WITH_TENSOR_PARALLEL,
     PARALLEL_FIELDS,
+    SEQUENCE_PARALLEL_NOTE,
     SFT_FIELDS,
     SFT_NEURON_DEFAULTS,
     TOKEN_AVERAGE_NOTE,
     TRAINING_FIELDS,
     TRAINING_LOADER_IGNORED,
+    python_literal,
 )
 from neuron_migrate.rewrite.codemods.optimum.model_parallel import (
     PARALLEL_ARGUMENTS,
@@ -701,6 +703,10 @@ class OptimumTraining(RenamingCodemod):
                 parts.append("enable_sequence_parallel=True")
             elif flag is ...:
                 parts.append(f"enable_sequence_parallel=not {code_of(value)}")
+        elif "tensor_parallel_size" in kwargs and literal(kwargs["tensor_parallel_size"]) != 1:
+            parts.append("enable_sequence_parallel=True")  # optimum-neuron's default
+        if any(part.startswith("enable_sequence_parallel") for part in parts):
+            self.ctx.note(self.code, SEQUENCE_PARALLEL_NOTE)
         return cst.parse_expression(f"{cls}({', '.join(parts)})")
 
     def _data_parallel(self, kwargs: dict[str, cst.BaseExpression]) -> str | None:
@@ -856,7 +862,7 @@ class OptimumTraining(RenamingCodemod):
         new_class = "SFTConfig" if sft else "TrainingArguments"
         if unknown:
             self.todo(
-                f"`**{code_of(unknown[0].value)}` must not hold optimum-neuron-only fields (`tensor_parallel_size`, `zero_1`, ... or a `to_dict()` of Neuron arguments): `{new_class}` rejects them, and model-parallel sizes go to the model's `from_pretrained(..., distributed_config=DistributedConfig(...))`; where it lacks {names_in(f'{NATIVE_NAMES.get(k, k)}={v!r}' for k, v in defaults.items())}, those were optimum-neuron's defaults and those of `{new_class}` differ"
+                f"`**{code_of(unknown[0].value)}` must not hold optimum-neuron-only fields (`tensor_parallel_size`, `zero_1`, ... or a `to_dict()` of Neuron arguments): `{new_class}` rejects them, and model-parallel sizes go to the model's `from_pretrained(..., distributed_config=DistributedConfig(...))`; where it lacks {names_in(f'{NATIVE_NAMES.get(k, k)}={python_literal(v)}' for k, v in defaults.items())}, those were optimum-neuron's defaults and those of `{new_class}` differ"
             )
         elif not splats:
             sizes = {k: literal(v) for k, v in parallel.items()}
@@ -871,7 +877,7 @@ class OptimumTraining(RenamingCodemod):
                 if k not in present and NATIVE_NAMES.get(k, k) not in present
             ]
             neuron_name = {NATIVE_NAMES.get(k, k): k for k in defaults}
-            args += [make_arg(k, repr(defaults[neuron_name[k]])) for k in pinned]
+            args += [make_arg(k, python_literal(defaults[neuron_name[k]])) for k in pinned]
             if pinned:
                 self.ctx.comment(
                     f"# From `{pinned[0]}` on: optimum-neuron's defaults, where {_possessive(new_class)} differ."
@@ -987,7 +993,11 @@ class OptimumTraining(RenamingCodemod):
             return arg.with_changes(keyword=cst.Name("max_length"))
         if sft and key == "packing" and literal(arg.value) is not False:
             self.todo(
-                'TRL packs with the `bfd` strategy, which turns on padding-free batches (variable length, FlashAttention only); for the fixed shapes Neuron compiles best, pass `packing_strategy="wrapped"`'
+                "the loss changes: optimum-neuron padded each packed row to `max_length` and trained on all of it, "
+                "pads and each document's first token included, with causal attention across the row's documents; "
+                "TRL's `bfd` packing is padding-free instead (attention within each document, its first token and "
+                "no pad a target, a new total length per batch), and no TRL option restores the old loss: keep it, "
+                'or pass `packing_strategy="wrapped"` for fixed rows (documents cut at row ends, attended across)'
             )
         table = {**TRAINING_FIELDS, **(SFT_FIELDS if sft else {})}
         if key not in table:
@@ -1192,7 +1202,7 @@ class OptimumTraining(RenamingCodemod):
             defaults = {k: v for k, v in defaults.items() if k not in NOT_WITH_TENSOR_PARALLEL}
             self.ctx.note(self.code, TOKEN_AVERAGE_NOTE)
         new_class = "SFTConfig" if sft else "TrainingArguments"
-        values = ", ".join(f"{NATIVE_NAMES.get(k, k)}={v!r}" for k, v in defaults.items())
+        values = ", ".join(f"{NATIVE_NAMES.get(k, k)}={python_literal(v)}" for k, v in defaults.items())
         parser = self._current_target if call is self._assigned_value else None
         methods = self.facts.parser_methods.get(parser, set()) if parser else set()
         self._check_master_weights(call, set(), parsed=True)
