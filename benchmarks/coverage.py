@@ -9,6 +9,12 @@ is every old-stack name the migrated code still uses (a `torch_xla`, `torch_neur
 `neuronx_distributed` or optimum-neuron import, and what it binds) on a statement that carries a
 `TODO(neuron-migrate ...)`? Such a file is *covered*: what is left is marked for a person.
 
+With `--folders FETCH_ROOT --repos REPOS_TSV` (the snapshots the corpus was extracted from, and
+the list of their commits) each file is migrated where it lives in its repository, beside the
+Python files of its folder: a neuronx-distributed program spans a script and the model files it
+imports, which the flat corpus keeps apart, and `rewrite` migrates such files together or not at
+all. The counts are still of the corpus files alone.
+
 Families follow the original's imports: NxD (neuronx-distributed, its inference library or
 transformers-neuronx) first, then optimum-neuron or torch_neuronx, then torch_xla. Per family it
 prints the files, the covered share, and the TODOs the migration wrote. Notebooks count as one
@@ -140,28 +146,67 @@ def measure(original: Path, migrated: Path) -> FileCoverage | None:
     return FileCoverage(original.name, kind, not left, todos, left)
 
 
+def folder_layout(corpus: Path, fetch_root: Path, repos: Path, into: Path) -> dict[str, Path]:
+    """Each corpus file at its path in its repository under `into`, beside the Python files of its
+    folder at the same commit: the flat name -> where it now lies."""
+    names = {p.name for p in corpus.iterdir()}
+    placed: dict[str, Path] = {}
+    for line in repos.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        repo, commit = line.split("\t")[:2]
+        git = ["git", "-C", str(fetch_root / repo.replace("/", "+") / "repo")]
+        listed = subprocess.run([*git, "ls-tree", "-r", "--name-only", commit], capture_output=True, text=True, check=True)
+        paths = listed.stdout.splitlines()
+        short = repo.split("/")[1]
+        flat = {path: f"{short}__{path.replace('/', '__')}" for path in paths}
+        folders = {str(Path(path).parent) for path in paths if flat[path] in names}
+        for path in paths:
+            if str(Path(path).parent) not in folders:
+                continue
+            target = into / short / path
+            if flat[path] in names:  # the corpus file itself, byte for byte
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(corpus / flat[path], target)
+                placed[flat[path]] = target
+            elif path.endswith(".py"):
+                shown = subprocess.run([*git, "show", f"{commit}:{path}"], capture_output=True, check=True)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(shown.stdout)
+    return placed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--json", type=Path, help="write every file's outcome here too")
     parser.add_argument("-j", type=int, default=os.cpu_count() or 1, help="rewrite jobs")
     parser.add_argument("--target", choices=("portable", "neuron"), default="portable")
+    parser.add_argument("--folders", type=Path, metavar="FETCH_ROOT", help="migrate each file in its repository folder")
+    parser.add_argument("--repos", type=Path, metavar="REPOS_TSV", help="the repositories and commits (with --folders)")
     args = parser.parse_args(argv)
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}: extract it (../shared/corpus/README.md)", file=sys.stderr)
         return 0
+    if (args.folders is None) != (args.repos is None):
+        parser.error("--folders and --repos go together")
     files = sorted(p for p in args.corpus.iterdir() if p.suffix in (".py", ".ipynb"))
     command = Path(sys.executable).parent / "neuron-migrate"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "corpus"
-        shutil.copytree(args.corpus, work)
+        if args.folders is not None:
+            placed = folder_layout(args.corpus, args.folders, args.repos, work)
+        else:
+            shutil.copytree(args.corpus, work)
+            placed = {p.name: work / p.name for p in files}
         subprocess.run(
             [str(command), "rewrite", str(work), "-q", "-j", str(args.j), "--target", args.target],
             capture_output=True,
             check=False,
         )
-        results = [r for p in files if (r := measure(p, work / p.name)) is not None]
-    print(f"coverage: {len(files)} files of {args.corpus} (target {args.target})")
+        results = [r for p in files if p.name in placed and (r := measure(p, placed[p.name])) is not None]
+    layout = "in their repository folders" if args.folders is not None else "flat"
+    print(f"coverage: {len(files)} files of {args.corpus}, {layout} (target {args.target})")
     print(f"{'family':32} {'files':>6} {'covered':>8} {'share':>7} {'TODOs':>6}")
     for name in FAMILIES:
         group = [r for r in results if r.family == name]

@@ -31,10 +31,10 @@ def test_each_helper_is_written_once_per_folder_and_imported(tmp_path: Path) -> 
     folder = _folder(tmp_path)
     assert main(["rewrite", str(folder), "--helpers-module", "shared_nm", "-q"]) == 0
     module = folder / "shared_nm.py"
-    for helper in ("DeviceLoader", "average_gradients", "master_print"):
+    for helper in ("DeviceLoader", "average_gradients", "master_print", "to_cpu"):
         assert _defines(module, helper)
         assert not any(_defines(folder / name, helper) for name in SCRIPTS)
-    assert "from shared_nm import DeviceLoader, average_gradients, master_print\n" in (folder / "xla_spawn_multiprocess.py").read_text()
+    assert "from shared_nm import DeviceLoader, average_gradients, master_print, to_cpu\n" in (folder / "xla_spawn_multiprocess.py").read_text()
     # The subfolder gets a module of its own, with only what its script uses.
     assert _defines(folder / "eval" / "shared_nm.py", "average_gradients")
     assert not _defines(folder / "eval" / "shared_nm.py", "DeviceLoader")

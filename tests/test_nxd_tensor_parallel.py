@@ -467,6 +467,40 @@ def test_a_script_and_its_model_file_migrate_together_and_train_as_one_process(t
     assert main(["rewrite", str(folder), "--check", "-q"]) == 0
 
 
+# The same script on NxD's trainer API: its configuration sets the groups up, as
+# `initialize_model_parallel` does, so it is the file of the program that builds the mesh.
+TRAINER_SCRIPT_FILE = (
+    SCRIPT_FILE.replace("import torch_xla.core.xla_model as xm\n", "import neuronx_distributed as nxd\nimport torch_xla.core.xla_model as xm\n")
+    .replace(
+        "    parallel_state.initialize_model_parallel(tensor_model_parallel_size=args.tensor_parallel_size)\n",
+        "    config = nxd.neuronx_distributed_config(tensor_parallel_size=args.tensor_parallel_size)\n",
+    )
+    .replace(
+        "    model = Decoder().to(device)\n    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)\n",
+        "    model = nxd.initialize_parallel_model(config, Decoder, False)\n"
+        "    optimizer = nxd.initialize_parallel_optimizer(config, torch.optim.AdamW, model.parameters(), lr=1e-2)\n",
+    )
+)
+
+
+def test_a_trainer_script_and_its_model_file_migrate_together_and_train_as_one_process(tmp_path: Path) -> None:
+    folder = _program(tmp_path / "program")
+    (folder / "train.py").write_text(TRAINER_SCRIPT_FILE)
+    assert "nxd.neuronx_distributed_config(" in TRAINER_SCRIPT_FILE and "initialize_model_parallel" not in TRAINER_SCRIPT_FILE
+    assert main(["rewrite", str(folder), "-q"]) == 0
+    model, script = (folder / "modeling.py").read_text(), (folder / "train.py").read_text()
+    assert "neuronx_distributed" not in model + script
+    assert "parallel_mesh.mesh = init_device_mesh(" in script
+
+    def losses(processes: int) -> list[float]:
+        out = torchrun(folder, "train.py", processes, "--tensor_parallel_size", str(processes))
+        return [float(value) for value in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
+
+    one = losses(1)
+    assert len(one) == 4
+    assert_close(losses(2), one)
+
+
 def test_one_file_left_to_a_person_leaves_the_whole_program(tmp_path: Path) -> None:
     folder = _program(tmp_path / "program", MODEL_FILE.replace("gather_output=False)", "gather_output=False, skip_bias_add=True)"))
     assert main(["rewrite", str(folder), "-q"]) == 1

@@ -70,6 +70,9 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
     """
     from neuron_migrate.rewrite.codemods.nxd_state import INITIALIZE
     from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import plan
+    from neuron_migrate.rewrite.codemods.nxd_trainer import CONFIG
+
+    builders = {INITIALIZE, *CONFIG}  # what sets NxD's groups up, and so builds the mesh natively
 
     files: dict[Path, _File] = {}
     given = {path.resolve(): path for path in paths if path.suffix == ".py"}
@@ -79,7 +82,7 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
             continue
         table = ImportTable.from_ast(tree)
         builds = any(
-            isinstance(node, ast.Call) and table.resolve_dotted(ast_dotted_name(node.func) or "") == INITIALIZE
+            isinstance(node, ast.Call) and table.resolve_dotted(ast_dotted_name(node.func) or "") in builders
             for node in ast.walk(tree)
         )
         imports = [p.resolve() for _, p in sibling_modules(tree, path.parent)]
