@@ -448,13 +448,8 @@ def _program(folder: Path, model: str = MODEL_FILE) -> Path:
     return folder
 
 
-def test_a_script_and_its_model_file_migrate_together_and_train_as_one_process(tmp_path: Path) -> None:
-    folder = _program(tmp_path / "program")
-    assert main(["rewrite", str(folder), "-q"]) == 0
-    assert (folder / "parallel_mesh.py").read_text() == MESH_MODULE_TEXT
-    model, script = (folder / "modeling.py").read_text(), (folder / "train.py").read_text()
-    assert "neuronx_distributed" not in model + script
-    assert 'parallel_mesh.mesh["tp"]' in model and "parallel_mesh.mesh = init_device_mesh(" in script
+def assert_trains_as_one_process(folder: Path) -> None:
+    """The migrated `train.py` of `folder`: its four losses at TP=2 are those of one process."""
 
     def losses(processes: int) -> list[float]:
         out = torchrun(folder, "train.py", processes, "--tensor_parallel_size", str(processes))
@@ -463,6 +458,16 @@ def test_a_script_and_its_model_file_migrate_together_and_train_as_one_process(t
     one = losses(1)
     assert len(one) == 4
     assert_close(losses(2), one)
+
+
+def test_a_script_and_its_model_file_migrate_together_and_train_as_one_process(tmp_path: Path) -> None:
+    folder = _program(tmp_path / "program")
+    assert main(["rewrite", str(folder), "-q"]) == 0
+    assert (folder / "parallel_mesh.py").read_text() == MESH_MODULE_TEXT
+    model, script = (folder / "modeling.py").read_text(), (folder / "train.py").read_text()
+    assert "neuronx_distributed" not in model + script
+    assert 'parallel_mesh.mesh["tp"]' in model and "parallel_mesh.mesh = init_device_mesh(" in script
+    assert_trains_as_one_process(folder)
     # A second run finds nothing left to do.
     assert main(["rewrite", str(folder), "--check", "-q"]) == 0
 
@@ -491,14 +496,7 @@ def test_a_trainer_script_and_its_model_file_migrate_together_and_train_as_one_p
     model, script = (folder / "modeling.py").read_text(), (folder / "train.py").read_text()
     assert "neuronx_distributed" not in model + script
     assert "parallel_mesh.mesh = init_device_mesh(" in script
-
-    def losses(processes: int) -> list[float]:
-        out = torchrun(folder, "train.py", processes, "--tensor_parallel_size", str(processes))
-        return [float(value) for value in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
-
-    one = losses(1)
-    assert len(one) == 4
-    assert_close(losses(2), one)
+    assert_trains_as_one_process(folder)
 
 
 def test_one_file_left_to_a_person_leaves_the_whole_program(tmp_path: Path) -> None:
