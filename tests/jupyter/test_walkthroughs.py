@@ -271,21 +271,39 @@ def test_05_validate_side_by_side(tmp_path: Path) -> None:
 def test_07_architecture_sweep(tmp_path: Path) -> None:
     notebook = execute("07_architecture_sweep.ipynb", tmp_path / "work")
     standin = text(cell(notebook, "def positives(x):"))
-    assert "refused: Dynamic shapes detected in the model, but torch-neuronx requires static shapes" in standin
+    assert (
+        "refused: Dynamic shapes detected in the model, but torch-neuronx requires static shapes"
+        in standin
+    )
     assert "2 graphs for inputs of [[(4,)], [(8,)]]" in standin
     generated = text(cell(notebook, "from transformers import CompileConfig"))
     assert "same tokens as plain generation: True" in generated
     assert "23 tokens, padded to 32: graphs so far 3" in generated
     assert "stride mismatch" in generated  # the second prefill bucket: same shapes, other strides
-    table = "\n".join(o.data.get("text/markdown", "") for o in cell(notebook, "from neuron_migrate.sweep import report").outputs if "data" in o)
+    table = "\n".join(
+        o.data.get("text/markdown", "")
+        for o in cell(notebook, "from neuron_migrate.sweep import report").outputs
+        if "data" in o
+    )
     assert "| `opt` | `OPTForCausalLM` | yes | yes | 2 / 2 | yes | 1 (0) |  |" in table
-    assert "| `mistral` |" in table and "**recompile per Python value** at `transformers/cache_utils.py:" in table
+    assert (
+        "| `mistral` |" in table
+        and "**recompile per Python value** at `transformers/cache_utils.py:" in table
+    )
     causes = text(cell(notebook, "for record in records:\n    for stage"))
     assert "bamba build: cannot build" in causes
     lint = text(cell(notebook, "from neuron_migrate.sweep.lint import"))
-    assert "mistral: transformers/cache_utils.py:550: is_full = current_length >= self.max_cache_len" in lint
+    assert (
+        "mistral: transformers/cache_utils.py:550: is_full = current_length >= self.max_cache_len"
+        in lint
+    )
     assert "check: flagged NM117" in lint  # the sliding-window cache's Python counter
-    assert re.search(r"\d+ architectures( \(\d+ not run\))?: \d+ build, \d+ generate with static shapes", text(cell(notebook, "everything = ")))
-    committed = nbformat.read(NOTEBOOKS / "07_architecture_sweep.ipynb", as_version=nbformat.NO_CONVERT)
+    assert re.search(
+        r"\d+ architectures( \(\d+ not run\))?: \d+ build, \d+ generate with static shapes",
+        text(cell(notebook, "everything = ")),
+    )
+    committed = nbformat.read(
+        NOTEBOOKS / "07_architecture_sweep.ipynb", as_version=nbformat.NO_CONVERT
+    )
     assert "widgets" not in committed.metadata  # it displays no widget: no state to keep
     assert_skipped_on_cpu(notebook)
