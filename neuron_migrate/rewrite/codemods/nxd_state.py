@@ -28,6 +28,11 @@ REPLICA_GROUPS = {
     f"{STATE}.get_tensor_model_parallel_replica_groups": ("tp", "{mesh}.mesh.tolist()"),
     f"{STATE}.get_data_parallel_replica_groups": ("dp", "{mesh}.mesh.T.tolist()"),
 }
+# `get_*_group(as_list=True)` returns the replica groups rather than the process group.
+AS_LIST = {
+    f"{STATE}.get_tensor_model_parallel_group": f"{STATE}.get_tensor_model_parallel_replica_groups",
+    f"{STATE}.get_data_parallel_group": f"{STATE}.get_data_parallel_replica_groups",
+}
 
 # Where the mesh comes from: the advice of every TODO about NxD's groups.
 MESH_BUILT = (

@@ -38,6 +38,18 @@ from neuron_migrate.rewrite.codemods.neuronx_distributed import (
     ROOTS,
     VERSION_PROBES,
 )
+from neuron_migrate.rewrite.codemods.nxd_checkpointing import (
+    LOAD_INTO,
+    LOAD_KEPT,
+    LOAD_SHARDS,
+    LOAD_SHARDS_HELPER,
+    LOCAL_SHARDS,
+    SAVE_KEPT,
+    SAVE_SHARDS,
+    SAVE_SHARDS_HELPER,
+    StateDicts,
+    shards_call_blocker,
+)
 from neuron_migrate.rewrite.codemods.nxd_layouts import (
     LAYER_NAMES,
     LAYERS,
@@ -53,6 +65,7 @@ from neuron_migrate.rewrite.codemods.nxd_layouts import (
 )
 from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram, sibling_modules
 from neuron_migrate.rewrite.codemods.nxd_state import (
+    AS_LIST,
     DESTROY,
     INITIALIZE,
     IS_INITIALIZED,
@@ -95,6 +108,12 @@ INITIALIZE_DEFAULTS = {
     "expert_model_parallel_size": "1",
 }
 TENSOR_CLASSES = ("DTensor", "Replicate", "Shard", "Partial")
+# Libraries a training script imports that may be missing where `rewrite` runs: published
+# packages, which never read NxD's process state.
+LIBRARIES = (
+    "h5py", "numpy", "scipy", "pandas", "datasets", "tokenizers", "transformers", "accelerate", "tqdm",
+    "wandb", "tensorboard", "tensorboardX", "sklearn", "PIL", "yaml", "requests", "evaluate", "sentencepiece",
+)
 
 # NxD's vocabulary-parallel loss. Its custom backward is the gradient of this expression with the
 # maximum held constant; a target outside the vocabulary (-100) picks no logit on any rank.
@@ -151,10 +170,6 @@ SEED = (f"{NXD}.parallel_layers.random.model_parallel_xla_manual_seed", f"{NXD}.
 REWRITTEN = (*CLIP[2:],)  # names outside NxD this codemod rewrites in a migrated file
 
 # What makes DTensor parameters behave differently from NxD's local shards in the rest of a file.
-NOT_WITH_DTENSORS_METHODS = {
-    "state_dict": "the state dict would hold DTensors, not NxD's per-rank shards: save with `torch.distributed.checkpoint`",
-    "load_state_dict": "the state dict would hold DTensors, not NxD's per-rank shards: load with `torch.distributed.checkpoint`",
-}
 NOT_WITH_DTENSORS_CALLS = {
     "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` without the data-parallel `groups=` all-reduces every gradient over all processes, tensor-parallel shards included",
     "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` without the data-parallel `groups=` all-reduces gradients over all processes, tensor-parallel shards included",
@@ -180,6 +195,7 @@ class Plan:
     sequence_norms: bool = False  # sequence-parallel parameters whose gradients NxD all-reduced
     reduces_sequence_gradients: bool = False
     trainer: TrainerPlan = field(default_factory=TrainerPlan)
+    state_dicts: StateDicts = field(default_factory=StateDicts)
 
     @property
     def sequence_dim(self) -> str:
@@ -212,11 +228,14 @@ def _blocker(
     parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
     initializes = 0
     names: set[str] = set()
+    found.state_dicts = StateDicts.of(tree, resolve)
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
             return f"`from {node.module} import *` hides which NxD names the file uses"
-        if isinstance(node, ast.Attribute) and node.attr in NOT_WITH_DTENSORS_METHODS:
-            return NOT_WITH_DTENSORS_METHODS[node.attr]
+        if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
+            reason = found.state_dicts.blocker(node, parents.get(id(node)))
+            if reason is not None:
+                return reason
         if _marks_sequence_parallel(node):
             return (
                 f"a parameter is marked `{SEQUENCE_MARK}` by hand for NxD's gradient all-reduce; natively only "
@@ -275,9 +294,11 @@ def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: 
     if not (isinstance(call, ast.Call) and call.func is func):
         return False
     groups = _argument(call, position, "groups")
-    if not (isinstance(groups, ast.Call) and not groups.args and not groups.keywords):
+    if not isinstance(groups, ast.Call):
         return False
-    return resolve(ast_dotted_name(groups.func) or "") == f"{STATE}.get_data_parallel_replica_groups"
+    query = resolve(ast_dotted_name(groups.func) or "") or ""
+    plain = not groups.args and not groups.keywords
+    return (plain or query in AS_LIST) and _group_query(query, groups) == f"{STATE}.get_data_parallel_replica_groups"
 
 
 def _reads_parameters(call: ast.Call) -> bool:
@@ -317,6 +338,8 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
             if keyword.arg != "tensor_model_parallel_size" and INITIALIZE_DEFAULTS.get(keyword.arg or "") != ast.unparse(keyword.value):
                 return f"`initialize_model_parallel({keyword.arg}=...)`: only tensor parallelism is migrated"
         return None
+    if qualified in AS_LIST and _as_list(call) is not None:
+        return None if _as_list(call) in ("True", "False") else f"`{short}(as_list=...)` is decided at run time"
     if qualified in MESH_QUERIES or qualified in REPLICA_GROUPS or qualified == IS_INITIALIZED:
         return None if not call.args and not call.keywords else f"`{short}` is called with arguments"
     if qualified == DESTROY:
@@ -351,9 +374,24 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         return _mapping_blocker(short, MAPPINGS[MAPPING_NAMES[qualified]], call, found)
     if qualified in TRAINER_CALLS:
         return trainer_blocker(qualified, call, statement, found.trainer)
+    if qualified in SAVE_SHARDS or qualified in LOAD_SHARDS:
+        return shards_call_blocker(qualified, call, statement)
     if qualified in LAYER_NAMES:
         return _layer_blocker(short, LAYERS[LAYER_NAMES[qualified]], call, found)
     return f"`{short}` has no native rewrite yet"
+
+
+def _as_list(call: ast.Call) -> str | None:
+    """The `as_list` NxD's group query is called with alone (`get_data_parallel_group(as_list=True)`)."""
+    if len(call.args) + len(call.keywords) != 1 or (call.keywords and call.keywords[0].arg != "as_list"):
+        return None
+    return ast.unparse(call.args[0] if call.args else call.keywords[0].value)
+
+
+def _group_query(qualified: str, call: ast.Call) -> str:
+    """The query a group call makes: `get_data_parallel_group(as_list=True)` is NxD's
+    `get_data_parallel_replica_groups()`."""
+    return AS_LIST[qualified] if qualified in AS_LIST and _as_list(call) == "True" else qualified
 
 
 def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
@@ -447,6 +485,7 @@ def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
             top = module.partition(".")[0]
             if (
                 top in sys.stdlib_module_names
+                or top in LIBRARIES
                 or top in (*PACKAGES, *ROOTS, "neuronxcc")  # the old stack, and Neuron's compiler
                 or module.startswith(OPTIMUM_NEURON)
                 or (folder / top).is_dir()
@@ -516,6 +555,9 @@ class NxdTensorParallel(Codemod):
     | `model = nxd.initialize_parallel_model(cfg, build, include_buffers, *args)` | `model = build(*args).to(device)`, `model.train()`; with ZeRO-1 `fully_shard(model, mesh=mesh["dp"])` (FSDP2) |
     | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
     | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
+    | `checkpointing.save(state, dir)` / `checkpointing.load(dir, model)` | `save_shards` / `load_shards`, helpers writing and reading NxD's per-rank files (`<dir>/tp_rank_XX_pp_rank_00/checkpoint.pt`, each DTensor as this rank's slice) |
+    | `optimizer.load_state_dict(state["optimizer"])` of what `load` returned | `load_shards_into(optimizer, state["optimizer"])`, which makes the slices DTensors again |
+    | `get_data_parallel_group(as_list=True)` | the replica groups, as `get_data_parallel_replica_groups()` |
     | `model_parallel_xla_manual_seed(seed)` | `torch.manual_seed(seed)` |
     | `grads.clip_grad_norm(params, max_norm)`, `torch.nn.utils.clip_grad_norm_(params, max_norm)` | `clip_grad_norm_of_shards_(params, max_norm)`, a helper added to the file |
 
@@ -566,9 +608,13 @@ class NxdTensorParallel(Codemod):
     optimizer are not used through NxD's wrappers (`.module`, `.optimizer`); ZeRO-1 is left where
     the file also uses 16-bit floats (NxD kept fp32 master weights). ZeRO-1 becomes FSDP2, which
     averages the gradients as NxD did and shards the parameters too (ZeRO-3). Checkpoints are
-    written with DCP: ones NxD wrote cannot be read back, which the report says. Files that read or load state
-    dicts, clip gradients by value or with another norm, step with `xm.optimizer_step`, wrap in
-    DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
+    written with DCP: ones NxD wrote cannot be read back, which the report says. `checkpointing.save`
+    and `load` keep NxD's files, which the migrated program and NxD read alike (XLA serialization
+    and unsharded loading are left); a `state_dict()` is migrated only as part of what
+    `checkpointing.save` writes, and a `load_state_dict` only of what `checkpointing.load` returned,
+    a scheduler's aside. Files that read or load state dicts otherwise, clip gradients by value or
+    with another norm, step with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype
+    are left as they were. A script and the modules of its
     folder that it imports and that use NxD too (its model code) are one program: migrated
     together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets
     and the model code reads; if any of them is left, all are, and a file migrated without the
@@ -780,6 +826,10 @@ class NxdTensorParallel(Codemod):
         if self._blocked is not None:
             return updated_node
         name = self.qualify(original_node.func)
+        if name in AS_LIST and original_node.args:
+            value = original_node.args[0].value
+            listed = isinstance(value, cst.Name) and value.value == "True"
+            name = AS_LIST[name] if listed else name
         if name in MESH_QUERIES:
             dim, method = MESH_QUERIES[name]
             self.changed(f"`{name.rpartition('.')[2]}()` -> `mesh[\"{dim}\"].{method}`")
@@ -801,12 +851,60 @@ class NxdTensorParallel(Codemod):
             return self._cross_entropy(updated_node)
         if name is not None and name in (*SAVE, *LOAD, *HAS):
             return self._checkpoint(updated_node, name)
+        if name in SAVE_SHARDS or name in LOAD_SHARDS:
+            return self._shards(updated_node, name)
+        if self._loads_shards(original_node):
+            func = updated_node.func
+            assert isinstance(func, cst.Attribute)
+            self.changed("`.load_state_dict(state)` of NxD's shards -> a helper that makes them DTensors again")
+            return updated_node.with_changes(
+                func=expr(self._shards_helper("into")),
+                args=[cst.Arg(func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated_node.args],
+            )
         if name in SEED:
             self.changed("`model_parallel_xla_manual_seed(seed)` -> `torch.manual_seed(seed)`")
             return updated_node.with_changes(func=expr(f"{self.ctx.torch()}.manual_seed"))
         if name in CLIP:
             return self._clip(updated_node, name)
         return updated_node
+
+    # -- NxD's per-rank checkpoint files -------------------------------------------------------
+    def _loads_shards(self, call: cst.Call) -> bool:
+        """`x.load_state_dict(state)` where `x` may hold sharded parameters (the whole-file check
+        made sure `state` is read from NxD's per-rank files)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
+            return False
+        receiver = func.value
+        return not (isinstance(receiver, cst.Name) and receiver.value in self._plan.state_dicts.schedulers)
+
+    def _shards(self, call: cst.Call, name: str) -> cst.BaseExpression:
+        save = name in SAVE_SHARDS
+        kept = SAVE_KEPT if save else LOAD_KEPT
+        args = [a for a in call.args if a.keyword is None or a.keyword.value in kept]
+        helper = self._shards_helper("save" if save else "load")
+        self.changed(
+            f"`checkpointing.{'save' if save else 'load'}` -> `{helper}`, NxD's per-rank files of DTensors' local shards"
+        )
+        return call.with_changes(func=expr(helper), args=fix_trailing_comma(args))
+
+    def _shards_helper(self, kind: str) -> str:
+        names = {k: self.ctx.unused_name(n) for k, n in (
+            ("local", "local_shards"), ("into", "load_shards_into"), ("save", "save_shards"), ("load", "load_shards"),
+        )}
+        spelled = {
+            **names,
+            "os": self.ctx.os(),
+            "torch": self.ctx.torch(),
+            "dist": self.ctx.dist(),
+            "mesh": self._mesh,
+            "DTensor": self.ctx.need_from("torch.distributed.tensor", "DTensor"),
+        }
+        templates = {"local": LOCAL_SHARDS, "into": LOAD_INTO, "save": SAVE_SHARDS_HELPER, "load": LOAD_SHARDS_HELPER}
+        needs = {"local": (), "into": (), "save": ("local",), "load": ("into",)}
+        for needed in needs[kind]:
+            self.ctx.need_helper(names[needed], Template(templates[needed]).substitute(spelled, name=names[needed]))
+        return self.ctx.need_helper(names[kind], Template(templates[kind]).substitute(spelled, name=names[kind]))
 
     def _nn(self) -> str:
         """`nn` where the file has it, else `torch.nn` through its `torch`, else a new import."""
