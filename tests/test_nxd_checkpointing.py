@@ -87,10 +87,11 @@ if __name__ == "__main__":
 pytestmark = pytest.mark.slow
 
 
-def losses(tmp: Path, tp: int, start: int, stop: int, folder: str) -> list[float]:
+def losses(tmp: Path, processes: int, start: int, stop: int, folder: str, tp: int | None = None) -> list[float]:
+    """The losses of steps `start` to `stop`, the same on every rank (`tp`: the processes)."""
     (tmp / folder).mkdir(exist_ok=True)
-    torchrun(tmp, "train.py", tp, str(start), str(stop), folder, TP=str(tp))
-    ranks = [json.loads((tmp / folder / f"losses{start}-rank{rank}.json").read_text()) for rank in range(tp)]
+    torchrun(tmp, "train.py", processes, str(start), str(stop), folder, TP=str(tp or processes))
+    ranks = [json.loads((tmp / folder / f"losses{start}-rank{rank}.json").read_text()) for rank in range(processes)]
     assert all(rank == ranks[0] for rank in ranks)
     return ranks[0]
 
@@ -114,3 +115,12 @@ def test_per_rank_checkpoint_resumes_training_as_if_it_never_stopped(tmp_path: P
     moments = ranks[0]["optimizer"]["state"]
     assert any(type(s["exp_avg"]) is torch.Tensor and tuple(s["exp_avg"].shape) == (8, 8) for s in moments.values())
     assert ranks[0]["step"] == 3 and ranks[0]["scheduler"]["last_epoch"] == 3
+
+
+def test_first_data_parallel_replica_writes_and_every_replica_resumes(tmp_path: Path) -> None:
+    """DP=2 x TP=2 (four processes): NxD's `master_dp_only` default, one file per tensor-parallel
+    rank written by the first replica, read back by both."""
+    (tmp_path / "train.py").write_text(migrate(PROGRAM))
+    whole = losses(tmp_path, 1, 0, 6, "whole", tp=1)
+    assert_close(losses(tmp_path, 4, 0, 3, "ck", tp=2) + losses(tmp_path, 4, 3, 6, "ck", tp=2), whole)
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir() if p.is_dir()) == ["tp_rank_00_pp_rank_00", "tp_rank_01_pp_rank_00"]

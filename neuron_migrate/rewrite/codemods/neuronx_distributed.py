@@ -22,6 +22,7 @@ from neuron_migrate.rewrite.codemods.base import (
 )
 from neuron_migrate.rewrite.codemods.nxd_layouts import LAYER_NAMES, LAYERS, Layer, layer_style
 from neuron_migrate.rewrite.codemods.nxd_state import (
+    AS_LIST,
     IS_INITIALIZED,
     MESH_BUILT,
     MESH_QUERIES,
@@ -173,6 +174,11 @@ class NeuronxDistributed(Codemod):
         "neuronx_distributed_inference.utils.distributed.get_tp_group": '`{name}(config)` is the tensor-parallel process group: `mesh["tp"].get_group()` of the `DeviceMesh` the model is sharded on',
         f"{NXD}.parallel_layers.parallel_state": 'ask the `DeviceMesh` instead: `mesh["tp"].get_local_rank()`, `mesh["dp"].size()`, `mesh["tp"].get_group()`',
         **{name: f'`{{name}}()` -> `mesh["{dim}"].{query}`: {MESH_BUILT}' for name, (dim, query) in MESH_QUERIES.items()},
+        **{
+            name: f'`{{name}}()` -> `mesh["{MESH_QUERIES[name][0]}"].get_group()`; with `as_list=True` it lists the ranks '
+            f"of each group: `{REPLICA_GROUPS[rows][1].format(mesh='mesh')}`: {MESH_BUILT}"
+            for name, rows in AS_LIST.items()
+        },
         **{
             name: f"`{{name}}()` lists the ranks of each {KINDS[dim]} group: `{rows.format(mesh='mesh')}`: {MESH_BUILT}"
             for name, (dim, rows) in REPLICA_GROUPS.items()

@@ -28,6 +28,11 @@ REPLICA_GROUPS = {
     f"{STATE}.get_tensor_model_parallel_replica_groups": ("tp", "{mesh}.mesh.tolist()"),
     f"{STATE}.get_data_parallel_replica_groups": ("dp", "{mesh}.mesh.T.tolist()"),
 }
+# A program migrated to a ("dp", "tp") mesh has no pipeline stages: one stage, stage 0.
+PIPELINE_QUERIES = {
+    f"{STATE}.get_pipeline_model_parallel_size": "1",
+    f"{STATE}.get_pipeline_model_parallel_rank": "0",
+}
 # `get_*_group(as_list=True)` returns the replica groups rather than the process group.
 AS_LIST = {
     f"{STATE}.get_tensor_model_parallel_group": f"{STATE}.get_tensor_model_parallel_replica_groups",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import operator
 import re
 import sys
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ from neuron_migrate.rewrite.codemods.nxd_state import (
     INITIALIZE,
     IS_INITIALIZED,
     MESH_QUERIES,
+    PIPELINE_QUERIES,
     REPLICA_GROUPS,
     STATE,
 )
@@ -102,12 +104,22 @@ XLA_COLLECTIVES = tuple(
     f"torch_xla.core.xla_model.{name}" for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 )
 # initialize_model_parallel's other arguments, accepted at their default only.
+# ... and one at any value: it only ran a first all-reduce to warm NxD's collectives up.
+INITIALIZE_IGNORED = ("skip_collective_init",)
 INITIALIZE_DEFAULTS = {
     "pipeline_model_parallel_size": "1",
     "context_parallel_size": "1",
     "expert_model_parallel_size": "1",
 }
 TENSOR_CLASSES = ("DTensor", "Replicate", "Shard", "Partial")
+COMPARISONS = {
+    cst.Equal: operator.eq,
+    cst.NotEqual: operator.ne,
+    cst.LessThan: operator.lt,
+    cst.LessThanEqual: operator.le,
+    cst.GreaterThan: operator.gt,
+    cst.GreaterThanEqual: operator.ge,
+}
 # Libraries a training script imports that may be missing where `rewrite` runs: published
 # packages, which never read NxD's process state.
 LIBRARIES = (
@@ -335,12 +347,14 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         if not isinstance(statement, ast.Expr) or len(call.args) > 1:
             return "`initialize_model_parallel` is called for its value or with positional options"
         for keyword in call.keywords:
-            if keyword.arg != "tensor_model_parallel_size" and INITIALIZE_DEFAULTS.get(keyword.arg or "") != ast.unparse(keyword.value):
+            if keyword.arg == "tensor_model_parallel_size" or (keyword.arg in INITIALIZE_IGNORED and _plain(keyword.value)):
+                continue
+            if INITIALIZE_DEFAULTS.get(keyword.arg or "") != ast.unparse(keyword.value):
                 return f"`initialize_model_parallel({keyword.arg}=...)`: only tensor parallelism is migrated"
         return None
     if qualified in AS_LIST and _as_list(call) is not None:
         return None if _as_list(call) in ("True", "False") else f"`{short}(as_list=...)` is decided at run time"
-    if qualified in MESH_QUERIES or qualified in REPLICA_GROUPS or qualified == IS_INITIALIZED:
+    if qualified in MESH_QUERIES or qualified in REPLICA_GROUPS or qualified in PIPELINE_QUERIES or qualified == IS_INITIALIZED:
         return None if not call.args and not call.keywords else f"`{short}` is called with arguments"
     if qualified == DESTROY:
         return None if isinstance(statement, ast.Expr) and not call.args else f"`{short}` is called for its value"
@@ -533,6 +547,7 @@ class NxdTensorParallel(Codemod):
     | `get_tensor_model_parallel_size()` / `_rank()` / `_group()` | `mesh["tp"].size()` / `.get_local_rank()` / `.get_group()` |
     | `get_data_parallel_size()` / `_rank()` / `_group()` | `mesh["dp"].size()` / `.get_local_rank()` / `.get_group()` |
     | `model_parallel_is_initialized()` | `mesh is not None` |
+    | `get_pipeline_model_parallel_size()` / `_rank()` | `1` / `0` (no pipeline stages) |
     | `destroy_model_parallel()` | removed (the mesh's groups go with the process group) |
     | `ColumnParallelLinear(i, o, gather_output=False)` | `parallelize_module(nn.Linear(i, o), mesh["tp"], ColwiseParallel())` |
     | `ColumnParallelLinear(i, o)` (gathers by default) | `... ColwiseParallel(output_layouts=Replicate())` |
@@ -822,6 +837,20 @@ class NxdTensorParallel(Codemod):
             return self.ctx.group(expr(f"{self._mesh} is None"))
         return updated_node
 
+    def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
+        """`get_pipeline_model_parallel_rank() == 0` -> `True`: a comparison the one stage decides."""
+        left = original_node.left
+        name = self.qualify(left.func) if isinstance(left, cst.Call) else None
+        if self._blocked is not None or name not in PIPELINE_QUERIES or len(original_node.comparisons) != 1:
+            return updated_node
+        (comparison,) = original_node.comparisons
+        compare = COMPARISONS.get(type(comparison.operator))
+        if compare is None or not isinstance(comparison.comparator, cst.Integer):
+            return updated_node
+        value = compare(int(PIPELINE_QUERIES[name]), int(comparison.comparator.value, 0))
+        self.changed(f"`{code_of(original_node)}` -> `{value}`: the mesh has no pipeline stages")
+        return expr(str(value))
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self._blocked is not None:
             return updated_node
@@ -834,6 +863,9 @@ class NxdTensorParallel(Codemod):
             dim, method = MESH_QUERIES[name]
             self.changed(f"`{name.rpartition('.')[2]}()` -> `mesh[\"{dim}\"].{method}`")
             return expr(f'{self._mesh}["{dim}"].{method}')
+        if name in PIPELINE_QUERIES:
+            self.changed(f"`{name.rpartition('.')[2]}()` -> `{PIPELINE_QUERIES[name]}`: the mesh has no pipeline stages")
+            return expr(PIPELINE_QUERIES[name])
         if name in REPLICA_GROUPS:
             dim, groups = REPLICA_GROUPS[name]
             self.changed(f"`{name.rpartition('.')[2]}()` -> the ranks of each `mesh[\"{dim}\"]` group")
