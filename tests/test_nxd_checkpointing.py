@@ -55,6 +55,8 @@ def main():
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     if start:
         state_dict = checkpointing.load(folder, model)
+        # the same weights again, from this rank's own file
+        model.load_state_dict(torch.load(os.path.join(folder, f"weights{parallel_state.get_tensor_model_parallel_rank()}.pt")))
         optimizer.load_state_dict(state_dict["optimizer"])
         scheduler_state_dict = state_dict["scheduler"]
         scheduler.load_state_dict(scheduler_state_dict)
@@ -76,6 +78,9 @@ def main():
             "step": stop,
         }
         checkpointing.save(state_dict, folder)
+        weights = os.path.join(folder, f"weights{parallel_state.get_tensor_model_parallel_rank()}.pt")
+        if parallel_state.get_data_parallel_rank() == 0:
+            torch.save(model.state_dict(), weights)
     with open(os.path.join(folder, f"losses{start}-rank{dist.get_rank()}.json"), "w") as f:
         json.dump(losses, f)
 
@@ -115,6 +120,9 @@ def test_per_rank_checkpoint_resumes_training_as_if_it_never_stopped(tmp_path: P
     moments = ranks[0]["optimizer"]["state"]
     assert any(type(s["exp_avg"]) is torch.Tensor and tuple(s["exp_avg"].shape) == (8, 8) for s in moments.values())
     assert ranks[0]["step"] == 3 and ranks[0]["scheduler"]["last_epoch"] == 3
+    # and a `state_dict()` saved by hand holds the same slices
+    weights = torch.load(tmp_path / "ck" / "weights1.pt")
+    assert torch.equal(weights["up.weight"], ranks[1]["model"]["up.weight"])
 
 
 def test_first_data_parallel_replica_writes_and_every_replica_resumes(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ LOAD_DEFAULTS = {"load_xser": "False", "sharded": "True"}
 # Receivers whose state holds no parameters: learning-rate schedulers.
 SCHEDULER_MODULES = ("torch.optim.lr_scheduler.", "transformers.")
 
-DTENSOR_STATE = "the state dict would hold DTensors, not NxD's per-rank shards"
+DTENSOR_STATE = "natively the state dict would hold DTensors, not NxD's per-rank shards"
 
 
 def _options_blocker(call: ast.Call, short: str, parameters: tuple[str, ...], defaults: dict[str, str]) -> str | None:
@@ -66,64 +66,51 @@ def shards_call_blocker(qualified: str, call: ast.Call, statement: ast.AST | Non
 
 @dataclass
 class StateDicts:
-    """Where a file's state dicts come from and go: which `state_dict()` calls only feed
-    `checkpointing.save`, which names hold what `checkpointing.load` returned, and which
-    receivers are schedulers (whose state has no tensors of the model)."""
+    """A file's `state_dict()` calls, numbered in source order, and those of them that only feed
+    `checkpointing.save` (which makes what it writes local itself); the names that hold
+    schedulers, whose state has no tensors of the model."""
 
-    saved: set[int] = field(default_factory=set)  # ids of `x.state_dict()` calls
-    loaded: set[str] = field(default_factory=set)
+    saved: set[int] = field(default_factory=set)  # numbers of `x.state_dict()` calls
     schedulers: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, tree: ast.AST, resolve: Any) -> StateDicts:
         found = cls()
+        saved: set[int] = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                name, value = node.targets[0].id, node.value
-                if isinstance(value, ast.Call):
-                    qualified = resolve(_dotted(value.func)) or ""
-                    if qualified in LOAD_SHARDS:
-                        found.loaded.add(name)
-                    if qualified.startswith(SCHEDULER_MODULES) and "schedul" in qualified.lower():
-                        found.schedulers.add(name)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
+                qualified = resolve(_dotted(node.value.func)) or ""
+                if qualified.startswith(SCHEDULER_MODULES) and "schedul" in qualified.lower():
+                    found.schedulers.add(_dotted(node.targets[0]))
             if isinstance(node, ast.Call) and resolve(_dotted(node.func)) in SAVE_SHARDS and node.args:
-                found.saved |= set(_state_dict_calls(node.args[0]))
-            body = getattr(node, "body", None)
-            if isinstance(body, list):
-                for block in (body, getattr(node, "orelse", []), getattr(node, "finalbody", [])):
-                    found.saved |= set(_saved_through_a_name(block, resolve))
-        # Names given a part of what was loaded (`scheduler_state = state["scheduler"]`).
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Subscript)
-                and _root(node.value) in found.loaded
-            ):
-                found.loaded.add(node.targets[0].id)
+                saved |= set(_saved_values(node.args[0]))
+            for block in (getattr(node, "body", None), getattr(node, "orelse", None), getattr(node, "finalbody", None)):
+                if isinstance(block, list):
+                    saved |= set(_saved_through_a_name(block, resolve))
+        found.saved = {number for number, call in enumerate(state_dict_calls(tree)) if id(call) in saved}
+        found.schedulers.discard("")
         return found
 
     def blocker(self, node: ast.Attribute, parent: ast.AST | None) -> str | None:
-        """Why this `.state_dict`/`.load_state_dict` use would see DTensors where NxD had shards."""
-        receiver = node.value.id if isinstance(node.value, ast.Name) else None
-        called = isinstance(parent, ast.Call) and parent.func is node
+        """Why this `.state_dict`/`.load_state_dict` use cannot be given NxD's local shards."""
+        receiver = _dotted(node.value)
         if receiver in self.schedulers:
             return None
-        if node.attr == "state_dict":
-            if called and id(parent) in self.saved:
-                return None
-            return f"{DTENSOR_STATE}: save with `torch.distributed.checkpoint`"
-        if (
-            isinstance(parent, ast.Call)
-            and called
-            and receiver is not None
-            and len(parent.args) == 1
-            and not parent.keywords
-            and _root(parent.args[0]) in self.loaded
-        ):
-            return None
-        return f"{DTENSOR_STATE}: load with `torch.distributed.checkpoint`"
+        if not (isinstance(parent, ast.Call) and parent.func is node and receiver):
+            return f"`.{node.attr}` is used other than by calling it on a name: {DTENSOR_STATE}"
+        keywords = {k.arg for k in parent.keywords}
+        if node.attr == "state_dict" and (parent.args or keywords - {"prefix"}):
+            return f"`state_dict()` is called with options other than `prefix`: {DTENSOR_STATE}"
+        if node.attr == "load_state_dict" and (len(parent.args) != 1 or keywords - {"state_dict", "strict", "assign"}):
+            return f"`load_state_dict` is called with options given by position: {DTENSOR_STATE}"
+        return None
+
+
+def state_dict_calls(tree: ast.AST) -> list[ast.Call]:
+    """The `x.state_dict(...)` calls of a file, in source order (an outer call before the calls
+    inside it), as a visitor of the file meets them."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"]
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset, -(c.end_lineno or 0), -(c.end_col_offset or 0)))
 
 
 def _dotted(node: ast.AST) -> str:
@@ -135,15 +122,8 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def _root(node: ast.AST) -> str | None:
-    """The name a subscript chain starts from (`state["optimizer"]["state"]` -> `state`)."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _state_dict_calls(node: ast.AST) -> Iterable[int]:
-    """`x.state_dict()` calls that are values of the dict literal `node` (or `node` itself)."""
+def _saved_values(node: ast.AST) -> Iterable[int]:
+    """`x.state_dict()` calls that are values of the dict literal `node` (or `node` itself): ids."""
     values = [node.values] if isinstance(node, ast.Dict) else [[node]]
     for value in values[0]:
         if (
@@ -177,7 +157,7 @@ def _saved_through_a_name(block: list[ast.stmt], resolve: Any) -> Iterable[int]:
             and sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(first.value)) == 1
         )
         if saves and len(later) == 1:
-            yield from _state_dict_calls(statement.value)
+            yield from _saved_values(statement.value)
 
 
 def _reads(node: ast.AST, name: str) -> bool:
@@ -187,18 +167,19 @@ def _reads(node: ast.AST, name: str) -> bool:
 # -- what the migrated file gets --------------------------------------------------------------
 
 LOCAL_SHARDS = '''\
-def $name(data, down_cast_bf16=False):
-    """`data` as NxD's per-rank checkpoint held it: each DTensor as this rank's shard, every
-    tensor on the CPU (float32 ones in bfloat16 with `down_cast_bf16`)."""
+def $name(data, on_cpu=False, down_cast_bf16=False):
+    \"\"\"`data` as NxD's parameters made it: each DTensor as this rank's slice; as NxD's
+    `checkpointing.save` wrote it with `on_cpu`, every tensor on the CPU (float32 ones in
+    bfloat16 with `down_cast_bf16`).\"\"\"
     if isinstance(data, $DTensor):
         data = data.to_local()
-    if isinstance(data, $torch.Tensor):
+    if isinstance(data, $torch.Tensor) and on_cpu:
         data = data.cpu()
         return data.bfloat16() if down_cast_bf16 and data.dtype == $torch.float32 else data
     if isinstance(data, dict):
-        return {key: $name(value, down_cast_bf16) for key, value in data.items()}
+        return {key: $name(value, on_cpu, down_cast_bf16) for key, value in data.items()}
     if isinstance(data, (list, tuple)):
-        values = [$name(value, down_cast_bf16) for value in data]
+        values = [$name(value, on_cpu, down_cast_bf16) for value in data]
         return values if isinstance(data, list) else tuple(values)
     return data
 '''
@@ -213,14 +194,14 @@ def $name(checkpoint, output_dir, down_cast_bf16=False, master_dp_only=True):
         path += f'_dp_rank_{$mesh["dp"].get_local_rank():02d}'
     $os.makedirs(path, exist_ok=True)
     if $mesh["dp"].get_local_rank() == 0 or not master_dp_only:
-        $torch.save($local(checkpoint, down_cast_bf16), $os.path.join(path, "checkpoint.pt"))
+        $torch.save($local(checkpoint, True, down_cast_bf16), $os.path.join(path, "checkpoint.pt"))
     $dist.barrier()
 '''
 
 LOAD_INTO = '''\
-def $name(owner, state, strict=True):
-    """`owner.load_state_dict(state)` for a state read from NxD's per-rank checkpoint files: this
-    rank's shards as plain tensors, made DTensors again like the parameters they belong to."""
+def $name(owner, state, **options):
+    \"\"\"`owner.load_state_dict(state, **options)` for a state of NxD's shards: this rank's slices
+    as plain tensors, made DTensors again like the parameters they belong to.\"\"\"
     if isinstance(owner, $torch.optim.Optimizer):
         owner.load_state_dict(state)
         for param, values in owner.state.items():
@@ -236,7 +217,7 @@ def $name(owner, state, strict=True):
         else value
         for key, value in state.items()
     }
-    return owner.load_state_dict(state, strict=strict)
+    return owner.load_state_dict(state, **options)
 '''
 
 LOAD_SHARDS_HELPER = '''\

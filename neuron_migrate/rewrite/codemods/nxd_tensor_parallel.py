@@ -571,7 +571,7 @@ class NxdTensorParallel(Codemod):
     | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
     | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
     | `checkpointing.save(state, dir)` / `checkpointing.load(dir, model)` | `save_shards` / `load_shards`, helpers writing and reading NxD's per-rank files (`<dir>/tp_rank_XX_pp_rank_00/checkpoint.pt`, each DTensor as this rank's slice) |
-    | `optimizer.load_state_dict(state["optimizer"])` of what `load` returned | `load_shards_into(optimizer, state["optimizer"])`, which makes the slices DTensors again |
+    | `model.state_dict()` / `optimizer.load_state_dict(state)` elsewhere | `local_shards(model.state_dict())` / `load_shards_into(optimizer, state)`: this rank's slices, as NxD's parameters gave them, made DTensors again on loading (a scheduler's are left as they are) |
     | `get_data_parallel_group(as_list=True)` | the replica groups, as `get_data_parallel_replica_groups()` |
     | `model_parallel_xla_manual_seed(seed)` | `torch.manual_seed(seed)` |
     | `grads.clip_grad_norm(params, max_norm)`, `torch.nn.utils.clip_grad_norm_(params, max_norm)` | `clip_grad_norm_of_shards_(params, max_norm)`, a helper added to the file |
@@ -625,11 +625,11 @@ class NxdTensorParallel(Codemod):
     averages the gradients as NxD did and shards the parameters too (ZeRO-3). Checkpoints are
     written with DCP: ones NxD wrote cannot be read back, which the report says. `checkpointing.save`
     and `load` keep NxD's files, which the migrated program and NxD read alike (XLA serialization
-    and unsharded loading are left); a `state_dict()` is migrated only as part of what
-    `checkpointing.save` writes, and a `load_state_dict` only of what `checkpointing.load` returned,
-    a scheduler's aside. Files that read or load state dicts otherwise, clip gradients by value or
-    with another norm, step with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype
-    are left as they were. A script and the modules of its
+    and unsharded loading are left). `state_dict()` and `load_state_dict(state)` called on a name
+    give and take NxD's slices in the same way; with other options than `prefix`, `strict` and
+    `assign` (`keep_vars=True` returns the DTensor parameters themselves), or used other than by
+    calling them, the file is left. Files that clip gradients by value or with another norm, step
+    with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
     folder that it imports and that use NxD too (its model code) are one program: migrated
     together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets
     and the model code reads; if any of them is left, all are, and a file migrated without the
@@ -653,6 +653,7 @@ class NxdTensorParallel(Codemod):
         self._plan = Plan()
         self._mesh = ""
         self._statement_values: set[int] = set()  # assigned values: a layer there may span lines
+        self._state_dicts: dict[int, int] = {}  # `x.state_dict()` calls -> their number in the file
 
     @property
     def _blocked(self) -> str | None:
@@ -821,6 +822,10 @@ class NxdTensorParallel(Codemod):
         return self.ctx.need_helper(spelled["name"], Template(template).substitute(spelled))
 
     # -- queries and layers ----------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+            self._state_dicts[id(node)] = len(self._state_dicts)  # in source order, as `state_dict_calls`
+
     def visit_Assign(self, node: cst.Assign) -> None:
         self._statement_values.add(id(node.value))
 
@@ -885,7 +890,8 @@ class NxdTensorParallel(Codemod):
             return self._checkpoint(updated_node, name)
         if name in SAVE_SHARDS or name in LOAD_SHARDS:
             return self._shards(updated_node, name)
-        if self._loads_shards(original_node):
+        receiver = self._state_owner(original_node)
+        if receiver == "load_state_dict":
             func = updated_node.func
             assert isinstance(func, cst.Attribute)
             self.changed("`.load_state_dict(state)` of NxD's shards -> a helper that makes them DTensors again")
@@ -893,6 +899,9 @@ class NxdTensorParallel(Codemod):
                 func=expr(self._shards_helper("into")),
                 args=[cst.Arg(func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated_node.args],
             )
+        if receiver == "state_dict" and self._state_dicts.get(id(original_node)) not in self._plan.state_dicts.saved:
+            self.changed("`.state_dict()` -> its DTensors as this rank's slices, as NxD's parameters gave them")
+            return expr(f"{self._shards_helper('local')}({code_of(updated_node)})")
         if name in SEED:
             self.changed("`model_parallel_xla_manual_seed(seed)` -> `torch.manual_seed(seed)`")
             return updated_node.with_changes(func=expr(f"{self.ctx.torch()}.manual_seed"))
@@ -901,14 +910,13 @@ class NxdTensorParallel(Codemod):
         return updated_node
 
     # -- NxD's per-rank checkpoint files -------------------------------------------------------
-    def _loads_shards(self, call: cst.Call) -> bool:
-        """`x.load_state_dict(state)` where `x` may hold sharded parameters (the whole-file check
-        made sure `state` is read from NxD's per-rank files)."""
+    def _state_owner(self, call: cst.Call) -> str | None:
+        """"state_dict" or "load_state_dict" for such a call on what may hold sharded parameters
+        (not a scheduler); the whole-file check made sure each is one a helper can take."""
         func = call.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"):
-            return False
-        receiver = func.value
-        return not (isinstance(receiver, cst.Name) and receiver.value in self._plan.state_dicts.schedulers)
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("state_dict", "load_state_dict")):
+            return None
+        return None if code_of(func.value) in self._plan.state_dicts.schedulers else func.attr.value
 
     def _shards(self, call: cst.Call, name: str) -> cst.BaseExpression:
         save = name in SAVE_SHARDS
