@@ -40,10 +40,39 @@ class TimerFences:
     loops: set[int] = field(default_factory=set)
 
 
-def fences_before_timer(module: cst.Module, qualify: Qualify, fences: Sequence[str]) -> TimerFences:
+def fences_before_timer(node: cst.Module | cst.FunctionDef, qualify: Qualify, fences: Sequence[str]) -> TimerFences:
+    """The fences of the module or function `node` the clock is read right after; `qualify`
+    resolves names where `node`'s own statements run (a function may import torch_xla itself)."""
     finder = _Fences(qualify, frozenset(fences))
-    finder.block(module.body, None)
+    finder.block(node.body if isinstance(node, cst.Module) else _statements(node.body), None)
     return finder.found
+
+
+def fence_only(function: cst.FunctionDef, qualify: Qualify, fences: Sequence[str]) -> list[int]:
+    """The fences of a function that does nothing else (`def sync(): torch_xla.sync()`, maybe
+    behind an `if` and an import), by id: it exists to make its callers wait, which they may do
+    before reading the clock. Empty for any other function."""
+    found: list[int] = []
+
+    def only_fences(body: Sequence[cst.CSTNode]) -> bool:
+        for statement in body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                if not only_fences(statement.body):
+                    return False
+            elif isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+                if qualify(statement.value.func) not in fences:
+                    return False
+                found.append(id(statement))
+            elif isinstance(statement, cst.If) and not isinstance(statement.orelse, cst.Else | cst.If):
+                if not only_fences(_statements(statement.body)):
+                    return False
+            elif not isinstance(statement, cst.Import | cst.ImportFrom | cst.Pass) and not (
+                isinstance(statement, cst.Expr) and isinstance(statement.value, cst.SimpleString)
+            ):
+                return False
+        return True
+
+    return found if only_fences(_statements(function.body)) and found else []
 
 
 class _Fences:

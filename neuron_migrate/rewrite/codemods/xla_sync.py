@@ -7,13 +7,14 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
-from neuron_migrate.rewrite.codemods.timing import TimerFences, fences_before_timer
+from neuron_migrate.rewrite.codemods.timing import TimerFences, fence_only, fences_before_timer
 
 MARK_STEP = (
     "torch_xla.core.xla_model.mark_step",
     "torch_xla.sync",
 )
 WAIT_DEVICE_OPS = ("torch_xla.core.xla_model.wait_device_ops",)
+FENCES = (*MARK_STEP, *WAIT_DEVICE_OPS)
 STEP_CLOSURE = ("torch_xla.core.xla_model.add_step_closure",)
 STEP_CONTEXT = ("torch_xla.step", "torch_xla.experimental.eager_mode_context")
 EAGER_TOGGLES = (
@@ -94,7 +95,29 @@ class XlaSync(Codemod):
     fences = TimerFences()
 
     def visit_Module(self, node: cst.Module) -> None:
-        self.fences = fences_before_timer(node, self.qualify, (*MARK_STEP, *WAIT_DEVICE_OPS))
+        self.fences = fences_before_timer(node, self.qualify, FENCES)
+        self._functions: dict[int, cst.FunctionDef] = {}  # bodies not yet entered -> their function
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions[id(node.body)] = node
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._function_fences(node)
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self._function_fences(node)
+
+    def _function_fences(self, body: cst.BaseSuite) -> None:
+        """In a function's body, names resolve in the function's own scope (`import torch_xla`
+        inside it), which the module-level search could not see."""
+        function = self._functions.pop(id(body), None)
+        if function is None:
+            return
+        own = fences_before_timer(function, self.qualify, FENCES)
+        self.fences.statements.update(own.statements)
+        self.fences.loops |= own.loops
+        # A helper that only fences: its callers wait through it, maybe to read the clock.
+        self.fences.statements.update(dict.fromkeys(fence_only(function, self.qualify, FENCES), False))
 
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
         call = updated_node.value
