@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from string import Template
 from typing import Any, ClassVar
 
@@ -227,6 +228,9 @@ class XlaCollectives(Codemod):
             lambda call: self.qualify(call.func) in LAUNCH,
         )
         self._seeded = seeded_already(node, self.qualify, MANUAL_SEED)
+        writers = _SetsLauncherEnvironment()
+        writers.scan(node)
+        self._own_environment = writers.calls
 
     def _single_process_fallback(self) -> None:
         """Ranks and sizes fall back to one process in a file that creates no process group:
@@ -278,6 +282,14 @@ class XlaCollectives(Codemod):
         if name in RANK:
             self.changed(f"`{old}()` -> `dist.get_rank()`")
             return self.ctx.group(expr(self._rank(early)))
+        if name in (*LOCAL_RANK, *RANK, *IS_MASTER) and id(original_node) in self._own_environment:
+            self.todo(
+                f"`{old}()` is the ordinal torch_xla's runtime gave this process, while this function writes the "
+                "launcher's rank variables (`LOCAL_RANK`, `RANK`) itself, so they are not set yet where it is read: "
+                "pass the function its worker's index from what starts it (a spawn argument), as torch_xla's runtime knew it",
+                explains=(old,),
+            )
+            return updated_node
         if name in LOCAL_RANK:
             self.changed(f"`{old}()` -> `LOCAL_RANK`")
             return expr(self.ctx.local_rank_expr())
@@ -578,6 +590,34 @@ def _block(header: str, lines: list[str]) -> str:
     """`header` with `lines` (statements, maybe blocks themselves) indented under it."""
     body = "".join(f"    {line}\n" for statement in lines for line in statement.split("\n"))
     return f"{header}\n{body}".rstrip("\n")
+
+
+class _SetsLauncherEnvironment(Visitor):
+    """The calls inside functions that write torchrun's rank variables into the environment
+    themselves (a harness that starts its own workers): there the variables do not yet hold
+    what torch_xla's ordinals said."""
+
+    def __init__(self) -> None:
+        self.calls: set[int] = set()
+        self.within = 0  # such functions the visit is in
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        code = code_of(node)
+        if _WRITES_RANK.search(code) and ("LOCAL_RANK" in code or '"RANK"' in code or "'RANK'" in code):
+            self.within += 1
+        return True
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        code = code_of(original_node)
+        if _WRITES_RANK.search(code) and ("LOCAL_RANK" in code or '"RANK"' in code or "'RANK'" in code):
+            self.within -= 1
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.within:
+            self.calls.add(id(node))
+
+
+_WRITES_RANK = re.compile(r"environ\s*\[[^\]]*RANK[^\]]*\]\s*=|environ\.(?:update|setdefault)\b")
 
 
 class _CountsCalls(Visitor):
