@@ -11,7 +11,7 @@ import libcst as cst
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.core.static_shapes import TRL_NEURON_PAD_MULTIPLE
-from neuron_migrate.rewrite.codemods.base import arg_value, code_of, dotted_name, stmt
+from neuron_migrate.rewrite.codemods.base import arg_value, code_of, dotted_name, expr, stmt
 from neuron_migrate.rewrite.codemods.optimum import diffusion, inference
 from neuron_migrate.rewrite.codemods.optimum.fields import (
     NATIVE_NAMES,
@@ -1345,6 +1345,11 @@ class OptimumTraining(RenamingCodemod):
                     self.changed("`use_auth_token=` -> `token=` (transformers 5 removed the old name)")
                 continue
             args.append(arg)
+        if not any(a.star == "**" or (a.keyword is not None and a.keyword.value in ("dtype", "torch_dtype")) for a in call.args):
+            # optimum-neuron built its training models in float32 unless told otherwise; transformers 5
+            # loads the checkpoint's own dtype.
+            args.append(make_arg("dtype", expr(f"{self.ctx.torch()}.float32")))
+            self.changed("`dtype=torch.float32`: optimum-neuron's training models loaded in float32 by default")
         # `distributed_config` last among the leading arguments reads best after the model id.
         self.changed(
             "training `NeuronModelForCausalLM.from_pretrained(id, trn_config)` -> `from_pretrained(id, distributed_config=...)`"
