@@ -46,6 +46,7 @@ class FileState:
     top_bound: set[str] | None = None  # qualified names its top-level imports bind
     named: set[str] = field(default_factory=set)  # roots some string was reported for
     types_only: set[str] | None = None  # names the original file reads only as types
+    held_as_values: tuple[set[str], set[str]] | None = None  # names it reads as values somewhere, and otherwise
     imported_by_name: set[int] = field(default_factory=set)  # ids of `import_module("...")` strings
 
 
@@ -101,6 +102,37 @@ def _read_only_as_types(source: str) -> set[str]:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             reads.setdefault(node.id, []).append(id(node))
     return {name for name, ids in reads.items() if all(i in as_types for i in ids)}
+
+
+# Classes whose counterparts take what they took: configurations, arguments and trainers (an
+# `HfArgumentParser` of them is followed where it goes). Models are not: optimum-neuron's have
+# methods and options of their own.
+SETTINGS_CLASSES = ("Arguments", "Config", "Trainer")
+
+
+def _held_as_values(source: str) -> tuple[set[str], set[str]]:
+    """Names read as plain values somewhere (not called, not asked for an attribute, not a type:
+    `auto_class = NeuronModelForCausalLM`, `{"llm": NeuronModel}`), and names read otherwise."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(), set()
+    direct: set[int] = set()
+    for node in all_nodes(tree):
+        if isinstance(node, ast.Call):
+            direct.add(id(node.func))
+            if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+                direct.update(id(n) for n in ast.walk(node.args[1]))
+        elif isinstance(node, ast.Attribute):
+            direct.add(id(node.value))
+        elif isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
+            direct.update(id(n) for n in ast.walk(node.annotation))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
+            direct.update(id(n) for n in ast.walk(node.returns))
+        elif isinstance(node, ast.ClassDef):
+            direct.update(id(n) for base in node.bases for n in ast.walk(base))
+    reads = [node for node in all_nodes(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)]
+    return {node.id for node in reads if id(node) not in direct}, {node.id for node in reads if id(node) in direct}
 
 
 def _top_level_from_modules(source: str) -> set[str]:
@@ -353,11 +385,14 @@ class RenamingCodemod(Codemod):
         self._import_depth = 0
         # Names used as types, not as factories: "test" (`isinstance`), "base", "annotation".
         self._as_type: dict[int, str] = {}
+        # References used where they stand: called (`X(...)`) or asked for a method (`X.from_pretrained`).
+        self._direct: set[int] = set()
 
     # An `Auto*` class is a factory: no model has it among its bases, so `isinstance` with it is
     # always False, and a class cannot derive from it.
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        self._direct.add(id(func))
         if (
             isinstance(func, cst.Name)
             and func.value in ("isinstance", "issubclass")
@@ -376,6 +411,7 @@ class RenamingCodemod(Codemod):
     # Names that are not references: attributes, keywords, parameters, definitions, imports.
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._skip.add(id(node.attr))
+        self._direct.add(id(node.value))
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
@@ -451,11 +487,19 @@ class RenamingCodemod(Codemod):
         """The names of `from module import ...` that stay, and those that move to a new class."""
         kept: list[cst.ImportAlias] = []
         moved: list[tuple[cst.ImportAlias, tuple[str, str]]] = []
+        st = self.ctx.shared(FileState)
+        if st.held_as_values is None:
+            st.held_as_values = _held_as_values(self.ctx.source)
+        values, direct = st.held_as_values
         for alias in aliases:
             target = self.renamed(f"{module}.{code_of(alias.name)}")
-            if target is None:
+            local = _alias_name(alias) or code_of(alias.name)
+            # Arguments and trainers handed on as classes are followed where they go; a model class
+            # held as a value stays for what is called on it later.
+            held = local in values and not (target is not None and target[1].endswith(SETTINGS_CLASSES))
+            if target is None or held:
                 kept.append(alias)
-            else:
+            if target is not None and (not held or local in direct):
                 moved.append((alias, target))
         return kept, moved
 
@@ -568,12 +612,29 @@ class RenamingCodemod(Codemod):
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if self._import_depth or id(original_node) in self._skip:
             return updated_node
-        new = self.rename_target(
-            self.qualify(original_node), original_node.value, self._as_type.get(id(original_node))
-        )
+        qualified = self.qualify(original_node)
+        if self._kept_as_value(original_node, qualified):
+            return updated_node
+        new = self.rename_target(qualified, original_node.value, self._as_type.get(id(original_node)))
         if new is None or new == original_node.value:
             return updated_node
         return cst.parse_expression(new)
+
+    def _kept_as_value(self, node: cst.Name | cst.Attribute, qualified: str | None) -> bool:
+        """A class held in a variable, a dict or an argument (`auto_class = NeuronModelForCausalLM`):
+        what is called on it later (`.export(...)`, `from_pretrained(..., export=True, batch_size=1)`)
+        cannot be followed, and its native counterpart has none of that. Kept, with a TODO."""
+        target = self.renamed(qualified)
+        if target is None or id(node) in self._direct or id(node) in self._as_type or target[1].endswith(SETTINGS_CLASSES):
+            return False
+        written = dotted_name(node) or ""
+        self.todo(
+            f"`{written}` is held as a value here, so the calls made on it later cannot be migrated with it: where "
+            f"they are plain `from_pretrained(model_id, ...)` loads, use `{target[1]}` (`{target[0]}`), and drop "
+            "optimum-neuron's own methods (`export`, `get_neuron_config`) and options (`export=True`, input shapes)",
+            explains=(written,),
+        )
+        return True
 
     def leave_Attribute(
         self, original_node: cst.Attribute, updated_node: cst.Attribute
@@ -583,6 +644,8 @@ class RenamingCodemod(Codemod):
         qualified = self.qualify(original_node)
         text = dotted_name(original_node)
         if qualified is None or text is None or self.renamed(qualified) is None:
+            return updated_node
+        if self._kept_as_value(original_node, qualified):
             return updated_node
         new = self.rename_target(qualified, text, self._as_type.get(id(original_node)))
         return cst.parse_expression(new) if new else updated_node
@@ -681,7 +744,10 @@ def mark_leftovers(codemod: Codemod, node: cst.CSTNode, prefixes: tuple[str, ...
         for part in children(node):
             if not isinstance(part, cst.BaseSuite):
                 finder.scan(part)
+    explained = codemod.ctx.frames[-1].explained if codemod.ctx.frames else set()
     for written, qualified in dict.fromkeys(finder.found):
+        if written in explained:
+            continue  # a TODO of its own says what to do
         code, message = manual_message(qualified)
         codemod.ctx.todo(
             code,
