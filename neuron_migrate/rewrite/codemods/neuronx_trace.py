@@ -7,6 +7,7 @@ import re
 from typing import Any, ClassVar
 
 import libcst as cst
+import libcst.matchers
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
@@ -42,6 +43,7 @@ PASS_THROUGH = {  # wrappers whose argument is what the migrated code uses
     "torch_neuronx.lazy_load": "deferred loading the compiled model; torch.compile compiles on the first call anyway",
     "torch_neuronx.move_trace_to_device": "moved a compiled model to a NeuronCore; the model was moved with `.to(device)` before compiling",
 }
+PATH_BUILDERS = ("os.path.join", "pathlib.Path", "str")
 TRACE_OPTIONS = (
     "compiler_workdir",
     "inline_weights_to_neff",
@@ -621,6 +623,19 @@ class NeuronxTrace(Codemod):
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value in TRACE_OPTIONS:
                 self.changed(f"dropped `{arg.keyword.value}=` (a neuronx-cc trace option)")
+            if arg.keyword is not None and arg.keyword.value == "compiler_workdir" and self._path_only(arg.value):
+                # The trace created the folder; what the program writes under it later needs it still.
+                os_ = self.ctx.os()
+                self.ctx.insert_after(
+                    stmt(f"{os_}.makedirs({code_of(arg.value)}, exist_ok=True)  # the folder torch_neuronx.trace made\n")
+                )
+                self.changed("`compiler_workdir=` -> `os.makedirs(...)`: the folder the trace created, which later writes may need")
+
+    def _path_only(self, node: cst.BaseExpression) -> bool:
+        """An expression that only names a path (`os.path.join(root, "unet")`, an f-string, a
+        name): evaluating it after the statement instead of within it changes nothing."""
+        calls = cst.matchers.findall(node, cst.matchers.Call())
+        return all(isinstance(c, cst.Call) and self.qualify(c.func) in PATH_BUILDERS for c in calls)
 
     def _warm_up(self, compiled: str, example: cst.BaseExpression) -> None:
         """Call the compiled model once on the example, as the traced graph was called: a tuple
