@@ -19,7 +19,7 @@ from neuron_migrate.core.static_shapes import (
     STATIC_CACHE,
     prefill_chunk,
 )
-from neuron_migrate.rewrite.codemods.base import arg_value, code_of, stmt
+from neuron_migrate.rewrite.codemods.base import arg_value, code_of, expr, fix_trailing_comma, stmt
 from neuron_migrate.rewrite.codemods.optimum.fields import (
     CAST_DTYPES,
     EXPORT_DROPPED,
@@ -144,6 +144,16 @@ SHELL_RUNNERS = (
     "subprocess.check_output",
     "subprocess.Popen",
 )
+
+
+PUSH_FOLDER = '''\
+def $name(save_directory, repository_id, private=None, revision=None, token=None, endpoint=None):
+    """optimum-neuron's `push_to_hub`: the repository created if need be, and the folder
+    `save_directory` uploaded to it, everything saved there."""
+    api = $HfApi(endpoint=endpoint)
+    api.create_repo(repository_id, exist_ok=True, private=private, token=token)
+    return api.upload_folder(repo_id=repository_id, folder_path=save_directory, revision=revision, token=token)
+'''
 
 
 def keywords(settings: dict[str, object]) -> list[str]:
@@ -885,35 +895,26 @@ class OptimumInference(RenamingCodemod):
                 )
         return with_args(call, args)
 
-    def _push_to_hub(self, call: cst.Call) -> cst.Call:
+    def _push_to_hub(self, call: cst.Call) -> cst.BaseExpression:
         """optimum-neuron's `push_to_hub(save_directory, repository_id, private, revision, token,
-        endpoint)` uploaded a folder; transformers' `push_to_hub(repo_id, *, private, revision,
-        token, ...)` uploads the model itself (saved to a temporary folder)."""
+        endpoint)` created the repository and uploaded the folder, whatever else was saved in it
+        (the tokenizer); transformers' `push_to_hub` uploads the model alone. A helper uploads the
+        folder as optimum-neuron did."""
         repository = arg_value(call, 1, "repository_id")
         directory = arg_value(call, 0, "save_directory")
         positional = [a for a in call.args if a.keyword is None]
-        if (
-            repository is None
-            or any(a.star for a in call.args)
-            or len(positional) > 2
-            or keyword(call, "endpoint") is not None
-        ):
+        if repository is None or directory is None or any(a.star for a in call.args) or len(positional) > 2:
             self.todo(
-                "optimum-neuron's `push_to_hub(save_directory, repository_id, ...)` uploaded a folder; transformers' `push_to_hub(repo_id, private=..., revision=..., token=...)` uploads the model itself: pass the repository id first and drop the folder (`endpoint` has no counterpart)"
+                "optimum-neuron's `push_to_hub(save_directory, repository_id, ...)` created the repository and uploaded the folder: `HfApi().create_repo(repository_id, exist_ok=True)` then `HfApi().upload_folder(repo_id=repository_id, folder_path=save_directory)`"
             )
             return call
-        kept = [
-            a
-            for a in call.args
-            if a.keyword is not None and a.keyword.value in ("private", "revision", "token")
-        ]
-        self.changed("`push_to_hub(save_directory, repository_id)` -> `push_to_hub(repository_id)`")
-        if directory is not None:
-            self.ctx.note(
-                self.code,
-                f"`push_to_hub` now uploads the model as it is (a transformers checkpoint), not the folder `{code_of(directory.value)}`, which held optimum-neuron's compiled artifacts",
-            )
-        return with_args(call, [cst.Arg(repository.value), *kept])
+        helper = self.ctx.unused_name("push_folder_to_hub")
+        source = PUSH_FOLDER.replace("$name", helper).replace("$HfApi", self.ctx.need_from("huggingface_hub", "HfApi"))
+        self.ctx.need_helper(helper, source)
+        self.changed(f"`push_to_hub(save_directory, repository_id)` -> `{helper}(...)`, which uploads the folder as optimum-neuron did")
+        first = [cst.Arg(directory.value), cst.Arg(repository.value)]
+        rest = [a for a in call.args if a.keyword is not None and a.keyword.value not in ("save_directory", "repository_id")]
+        return call.with_changes(func=expr(helper), args=fix_trailing_comma([*first, *rest]))
 
     def _pipeline(self, call: cst.Call) -> cst.Call:
         kept: list[cst.Arg] = []
