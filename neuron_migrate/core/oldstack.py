@@ -14,6 +14,7 @@ PACKAGES: tuple[str, ...] = (
     "neuronx_distributed_inference",
     "transformers_neuronx",
     "neuronperf",  # benchmarks the artifacts of torch_neuronx.trace
+    "neuronxcc.nki",  # the compiler's own NKI namespace, which the standalone `nki` package replaced
 )
 OPTIMUM_NEURON = "optimum.neuron"
 # The names scripts and tutorials bind old-stack modules to: code that uses one of them without
