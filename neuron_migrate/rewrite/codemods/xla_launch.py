@@ -37,7 +37,8 @@ TORCHRUN_PROBES = ("torch.distributed.is_torchelastic_launched", "torch.distribu
 SPAWN_BESIDE_TORCHRUN = (
     "`{call}` is under a test of whether torchrun started this script, so it runs where torchrun did not, to "
     "start the workers itself: natively only torchrun starts them, so launch with `torchrun --nproc_per_node=<processes>` "
-    "and the torchrun branch runs, or call `{fn}(0, ...)` here for one process"
+    "and the torchrun branch runs, or, for one process, create a group of one "
+    "(`dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)`) and call `{fn}(0, ...)` here"
 )
 
 RUN_ON_EACH_PROCESS = '''\
