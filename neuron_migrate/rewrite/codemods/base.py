@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import libcst as cst
@@ -609,6 +610,15 @@ class MigrationContext:
         if self.notebook or _WRITES_ENVIRONMENT.search(self.source) or self.unused_name(variable) != variable:
             return read
         return self.need_helper(variable, f"{variable} = {read}\n")
+
+    @property
+    def script_name(self) -> str:
+        """The file's name as a launch command names it."""
+        if self.path in ("", "<stdin>"):
+            return "script.py"
+        if ".ipynb:cell " in self.path:
+            return "<the %%writefile script>"  # a notebook cell that writes a script to launch
+        return PurePath(self.path).name
 
     @property
     def notebook(self) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-from pathlib import Path
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -349,7 +348,7 @@ class XlaLaunch(Codemod):
         single = self._single_process(call)
         if single == "True":
             count = "1"
-        script = _script_name(self.ctx.path)
+        script = self.ctx.script_name
         launch = f"torchrun --nproc_per_node={count} {script}"
         one = f" (--nproc_per_node=1 where `{single}`)" if single not in (None, "True", "False") else ""
         self.ctx.comment(f"# Launch with: {launch}{one}")
@@ -583,14 +582,6 @@ class _Blocks(Visitor):
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self.found.append(list(node.body))
-
-
-def _script_name(path: str) -> str:
-    if path in ("", "<stdin>"):
-        return "script.py"
-    if ".ipynb:cell " in path:
-        return "<the %%writefile script>"  # a notebook cell that writes a script to launch
-    return Path(path).name
 
 
 def _neuron_backend(value: cst.BaseExpression) -> cst.BaseExpression:

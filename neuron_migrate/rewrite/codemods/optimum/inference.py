@@ -775,6 +775,8 @@ class OptimumInference(RenamingCodemod):
             self.code,
             f"tensor parallelism needs one process per core: launch with `torchrun --nproc_per_node={code_of(tp_expr)} ...`",
         )
+        # optimum-neuron sharded the model from one process; transformers shards it over processes.
+        self.ctx.comment(f"# Launch with: torchrun --nproc_per_node={code_of(tp_expr)} {self.ctx.script_name} (one process per shard)")
         return [make_arg("distributed_config", f"{config}(tp_size={code_of(tp_expr)})")]
 
     def _report_dropped(self, options: dict[str, cst.BaseExpression]) -> None:
