@@ -23,7 +23,7 @@ from neuron_migrate.core.names import (
     surely_called_by,
     unconditional_calls,
 )
-from neuron_migrate.core.oldstack import OPTIMUM_NEURON
+from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.core.source import syntax_error_message
@@ -123,7 +123,7 @@ def rewrite_source(
         surely_called_by=surely_called_by(tree, table),
         environment=environment,
     )
-    old_names = table.names_under(OLD_STACK_PACKAGES)
+    old_names = table.names_under(OLD_STACK_PACKAGES) - table.names_under(MOVES_WITH_ITS_KERNEL)
     selected = _applicable(tree, text, table, facts, old_names, options)
     if not selected and not old_names:
         result.manual = manual_items(text)

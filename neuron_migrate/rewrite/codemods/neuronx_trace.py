@@ -208,7 +208,6 @@ class NeuronxTrace(Codemod):
     markers = ROOTS  # also reached by `importlib.import_module("torch_neuronx")` or `import *`
     manual: ClassVar[dict[str, str]] = {
         "neuronxcc.nki": "`{name}` is the compiler's `neuronxcc.nki` namespace, whose kernels Neuron 2.28 and later no longer compile and which TorchNeuron does not run on `neuron` tensors: port the kernel to the standalone `nki` package (`import nki`, `import nki.language as nl`, following the NKI kernel migration guide) and call it as TorchNeuron's NKI integration describes",
-        "neuronxcc.nki.language": "`{name}` is `neuronxcc.nki`'s kernel language: it moves with its kernel to the standalone `nki.language`",
         "torch_neuronx.xla_impl": "torch_neuronx XLA internals (custom ops, NKI via `nki_jit`) have no automatic migration; NKI kernels need the native NKI integration",
         **dict.fromkeys(
             ("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
