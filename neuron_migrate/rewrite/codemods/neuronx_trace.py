@@ -147,6 +147,8 @@ def flag_values(flags: list[str]) -> dict[str, str]:
     return values
 
 
+# Code that trains: a model traced in it may be trained too, and must keep its gradients.
+_TRAINS = re.compile(r"\.backward\(|\btorch\.optim\b|\boptim\.|Trainer\b")
 # Code that reads tensors on the host only: a traced model's outputs were host tensors.
 _HOST_ONLY = re.compile(r"\.numpy\(|\bnp\.|\bnumpy\.")
 
@@ -172,7 +174,11 @@ class NeuronxTrace(Codemod):
     `torch_neuronx.async_load`, `lazy_load` and `move_trace_to_device` go; `DataParallel` and
     `dynamic_batch` keep the model they wrap, with a TODO. Star imports of torch_neuronx and
     modules named in strings (`importlib.import_module("torch_neuronx")`) get a TODO. With
-    `--target neuron` the device is `"neuron"` and the backend is spelled out.
+    `--target neuron` the device is `"neuron"` and the backend is spelled out. The model is
+    frozen (`requires_grad_(False)`), as a traced graph tracked no gradients; in a file that
+    trains, where the same model may be trained, a TODO says to call it under
+    `torch.inference_mode()` instead. `compiler_workdir=` becomes the `os.makedirs` of the
+    folder the trace created.
 
     ## Why
     TorchNeuron has no trace API: models run eagerly on the `neuron` device or compiled by
@@ -188,13 +194,14 @@ class NeuronxTrace(Codemod):
     ## Use instead
     ```python
     # Compiled for the shapes of the example inputs, as torch_neuronx.trace did.
-    model_neuron = torch.compile(model.to(device), dynamic=False)
+    model_neuron = torch.compile(model.to(device).requires_grad_(False), dynamic=False)
     model_neuron(*example_inputs)
     torch.save(model.state_dict(), "model.pt")
     ```
 
     ## Fix safety
-    `model.to(device)` moves the original module too (trace left it on the CPU), and inputs
+    `model.to(device)` moves the original module too (trace left it on the CPU), and freezes
+    it, and inputs
     must be on the model's device: Neuron copies host tensors into compiled graphs itself,
     other devices do not. `--auto-cast` compiler options become a TODO to cast explicitly.
     A `torch.jit.load` of a file this script did not save gets a TODO: the model must be
@@ -564,11 +571,21 @@ class NeuronxTrace(Codemod):
             and self._check_not_inside(target, module, f"torch_neuronx.trace({module}, ...)")
         )
         self._drop_trace_options(call)
+        # A traced graph tracked no gradients (its weights were constants of the compiled graph):
+        # frozen, the compiled model neither records autograd graphs nor returns outputs that do.
+        # Not in a file that trains, where the same model may be trained too.
+        frozen = "" if _TRAINS.search(self.ctx.source) else ".requires_grad_(False)"
         moved = (
-            f"{owner}.to({self._device()}).forward"
+            f"{owner}.to({self._device()}){frozen}.forward"
             if owner
-            else f"{code_of(model.value)}.to({self._device()})"
+            else f"{code_of(model.value)}.to({self._device()}){frozen}"
         )
+        if not frozen:
+            self.todo(
+                "the traced graph tracked no gradients, the compiled model does: call it under `torch.inference_mode()` "
+                "(or freeze it with `requires_grad_(False)` if nothing trains it), or its calls record autograd graphs "
+                "and its outputs need `.detach()` before NumPy reads them"
+            )
         compiled = cst.parse_expression(self._compile(moved))
         if isinstance(compiled, cst.Call) and len(code_of(compiled)) > 88:
             compiled = one_per_line(compiled)
