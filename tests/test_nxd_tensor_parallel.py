@@ -40,6 +40,8 @@ from neuronx_distributed.parallel_layers import layers, parallel_state
 from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
 from torch import nn
 
+from recording import gradients
+
 
 class Net(nn.Module):
     def __init__(self):
@@ -80,7 +82,7 @@ def main():
         loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
         loss.backward()
         if step == 0:
-            record["grads"] = {{name: whole(p.grad).tolist() for name, p in model.named_parameters()}}
+            record["grads"] = gradients(model)
         record.setdefault("norms", []).append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5).item())
         optimizer.step()
         record["losses"].append(loss.item())
@@ -108,6 +110,8 @@ from neuronx_distributed.parallel_layers.layer_norm import LayerNorm
 from neuronx_distributed.parallel_layers.loss_functions import parallel_cross_entropy
 from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
 from torch import nn
+
+from recording import gradients
 
 SEQ_DIM = 1  # activations are (batch, sequence, hidden)
 
@@ -181,7 +185,7 @@ def main():
         loss.backward()
         grads.allreduce_sequence_parallel_gradients(optimizer)
         if step == 0:
-            record["grads"] = {{name: whole(p.grad).tolist() for name, p in model.named_parameters()}}
+            record["grads"] = gradients(model)
             record["raw"] = per_token.tolist()  # includes the -100 positions
         optimizer.step()
         record["losses"].append(loss.item())
@@ -354,9 +358,21 @@ def torchrun(tmp: Path, script: str, processes: int, *args: str, **env: str) -> 
     return done.stdout
 
 
+# What the programs record of the gradients, whole: a module of the test's own beside them, so
+# the programs themselves read no gradient (NxD's were this rank's slices, DTensors natively).
+RECORDING = """\
+def gradients(model):
+    return {
+        name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).tolist()
+        for name, p in model.named_parameters()
+    }
+"""
+
+
 def run_program(tmp: Path, processes: int, tp: int, program: str = PROGRAM) -> list[dict]:
     """Each rank's record of the migrated `program`."""
-    (tmp / "train.py").write_text(migrate(program))
+    (tmp / "recording.py").write_text(RECORDING)
+    (tmp / "train.py").write_text(migrate(program, str(tmp / "train.py")))
     results = tmp / f"results-{processes}-{tp}"
     results.mkdir()
     torchrun(tmp, "train.py", processes, TP=str(tp), RESULTS=str(results))

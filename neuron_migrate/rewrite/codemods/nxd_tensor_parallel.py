@@ -244,6 +244,11 @@ def _blocker(
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
             return f"`from {node.module} import *` hides which NxD names the file uses"
+        if _reads_gradient(node, parents.get(id(node))):
+            return (
+                "a gradient is read (`.grad`): a sharded parameter's gradient is a DTensor natively, whose arithmetic "
+                "runs collectives that every rank must join (NxD's was this rank's slice, a plain tensor)"
+            )
         if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
             reason = found.state_dicts.blocker(node, parents.get(id(node)))
             if reason is not None:
@@ -311,6 +316,15 @@ def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: 
     query = resolve(ast_dotted_name(groups.func) or "") or ""
     plain = not groups.args and not groups.keywords
     return (plain or query in AS_LIST) and _group_query(query, groups) == f"{STATE}.get_data_parallel_replica_groups"
+
+
+def _reads_gradient(node: ast.AST, parent: ast.AST | None) -> bool:
+    """`p.grad` read for its value: not tested against None, not assigned or cleared."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load)):
+        return False
+    if isinstance(parent, ast.Compare) and all(isinstance(c, ast.Constant) and c.value is None for c in parent.comparators):
+        return False
+    return not (isinstance(parent, ast.Attribute) and parent.attr in ("zero_", "detach_", "requires_grad_"))
 
 
 def _reads_parameters(call: ast.Call) -> bool:
@@ -628,7 +642,9 @@ class NxdTensorParallel(Codemod):
     and unsharded loading are left). `state_dict()` and `load_state_dict(state)` called on a name
     give and take NxD's slices in the same way; with other options than `prefix`, `strict` and
     `assign` (`keep_vars=True` returns the DTensor parameters themselves), or used other than by
-    calling them, the file is left. Files that clip gradients by value or with another norm, step
+    calling them, the file is left. So is a file that reads a gradient's value (`p.grad`): NxD's
+    was this rank's slice, natively a DTensor whose arithmetic runs collectives (on rank 0 alone,
+    a hang). Files that clip gradients by value or with another norm, step
     with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
     folder that it imports and that use NxD too (its model code) are one program: migrated
     together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets

@@ -35,8 +35,9 @@ TORCHRUN_VARIABLES = frozenset({"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD
 TORCHRUN_PROBES = ("torch.distributed.is_torchelastic_launched", "torch.distributed.elastic.utils.distributed.is_torchelastic_launched")
 SPAWN_BESIDE_TORCHRUN = (
     "`{call}` is under a test of whether torchrun started this script, so it runs where torchrun did not, to "
-    "start the workers itself: natively only torchrun starts them, so launch with `torchrun --nproc_per_node=<processes>` "
-    "and the torchrun branch runs, or, for one process, create a group of one "
+    "start the workers itself: natively only torchrun starts them, and the torch_xla import this line needs fails "
+    "at start-up: remove it and its import, then launch with `torchrun --nproc_per_node=<processes>` so the "
+    "torchrun branch runs, or, for one process, create a group of one "
     "(`dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)`) and call `{fn}(0, ...)` here"
 )
 
