@@ -697,7 +697,7 @@ def test_launcher_variables_are_read_once_where_nothing_changes_them() -> None:
     assert 'LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))\n' in script
     assert "    if LOCAL_RANK == 0:\n" in script and "    return LOCAL_RANK\n" in script
     # A file that sets its own environment may change the variable after the module loads.
-    writes = migrate(LOCAL_MASTER.replace("def prepare():\n", "def prepare():\n    os.environ['LOCAL_RANK'] = '0'\n"))
+    writes = migrate(LOCAL_MASTER.replace("def prepare():\n", "def configure():\n    os.environ['LOCAL_RANK'] = '0'\n\n\ndef prepare():\n"))
     assert "LOCAL_RANK = " not in writes and 'if int(os.environ.get("LOCAL_RANK", 0)) == 0:' in writes
     # A notebook's kernel reads it before `notebook_launcher` forks the workers.
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LOCAL_MASTER)])
