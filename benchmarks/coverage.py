@@ -39,7 +39,7 @@ from pathlib import Path
 
 from neuron_migrate.core.names import ImportTable
 from neuron_migrate.core.notebook_cells import cell_magic, mask
-from neuron_migrate.core.oldstack import OPTIMUM_NEURON, PACKAGES
+from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, PACKAGES
 
 DEFAULT_CORPUS = Path(os.environ.get("NEURON_MIGRATE_CORPUS", Path.home() / ".cache" / "neuron-migrate" / "corpus"))
 NXD = ("neuronx_distributed", "neuronx_distributed_inference", "transformers_neuronx")
@@ -105,7 +105,8 @@ def family(table: ImportTable) -> str | None:
 def uses_without_todo(source: str, tree: ast.Module) -> list[str]:
     """The old-stack names used on statements that carry no TODO."""
     table = ImportTable.from_ast(tree)
-    names = table.names_under((*PACKAGES, OPTIMUM_NEURON))
+    # A kernel's language moves with the kernel, whose TODO is at its `@nki.jit`.
+    names = table.names_under((*PACKAGES, OPTIMUM_NEURON)) - table.names_under(MOVES_WITH_ITS_KERNEL)
     lines = source.splitlines()
     left: list[str] = []
 
