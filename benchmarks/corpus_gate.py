@@ -3,8 +3,8 @@
     python benchmarks/corpus_gate.py [SITE_PACKAGES] [--json out.json]
 
 For each file: the rewrite must not crash, its output must parse, a file that uses none of the
-old stack (no old-stack import, no XLA runtime variable, no `"xla"` device string) must come back
-byte-identical, and rewriting the output again must change nothing. `check --fix
+old stack (no old-stack import, and no XLA runtime variable outside strings and comments) must
+come back byte-identical, and rewriting the output again must change nothing. `check --fix
 --unsafe-fixes` must not crash either, and whatever it fixes must still parse. Every file that
 `check --fix` (the safe fixes alone) changes is then imported twice in a fresh interpreter, as
 installed and as fixed (a finder serves the fixed text under the module's own name): a file that
@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import io
 import json
 import re
 import sys
 import sysconfig
 import time
+import tokenize
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -49,11 +51,23 @@ OLD_STACK_TEXT = re.compile(r"\b(?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)\b|['\"]xla(?::\d
 
 
 def _uses_old_stack(text: str) -> bool:
+    """An old-stack import, or old-stack text outside strings and comments (`XLA_USE_BF16 = 1`).
+
+    A file whose only mentions are strings or comments (`device_type != "xla"` in torch, a
+    docstring) is no migration target: any change there breaks code far from the old stack."""
     try:
         table = ImportTable.from_ast(ast.parse(text))
     except (SyntaxError, ValueError, RecursionError):
         return False
-    return bool(table.names_under(OLD_STACK_PACKAGES)) or bool(OLD_STACK_TEXT.search(text))
+    if table.names_under(OLD_STACK_PACKAGES):
+        return True
+    if not OLD_STACK_TEXT.search(text):
+        return False
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return True
+    return any(t.type == tokenize.NAME and OLD_STACK_TEXT.fullmatch(t.string) for t in tokens)
 
 
 def judge(path: Path, rewrite: bool = True) -> Outcome:

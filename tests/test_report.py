@@ -94,3 +94,14 @@ def test_markdown_sections_follow_the_files(tmp_path: Path) -> None:
     assert "broken.py:2:7: SyntaxError" in table
     for fact in report.PLATFORM_FACTS:
         assert fact in text
+
+
+def test_a_removed_import_is_a_change_the_report_counts(tmp_path: Path) -> None:
+    """A file whose only edit is an old-stack import going away reports that edit, not "0 changes"."""
+    src = tmp_path / "only_import.py"
+    src.write_text("import torch\nimport torch_xla  # registers the XLA device\n\nprint(torch.ones(1))\n")
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out"), "-q", "--report", str(tmp_path / "r.json")])
+    [entry] = json.loads((tmp_path / "r.json").read_text())["files"]
+    assert "import torch_xla" not in (tmp_path / "out" / "only_import.py").read_text()
+    assert [c["code"] for c in entry["changes"]] == ["NM012"]
+    assert "`torch_xla`" in entry["changes"][0]["message"]

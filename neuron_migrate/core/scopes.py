@@ -80,6 +80,17 @@ class Scope:
     nonlocals: set[str] = field(default_factory=set)
     reads: set[str] = field(default_factory=set)  # names read (or deleted) in this scope itself
     statement: int = -1  # the statement that creates it (a `def`, or the one holding a lambda)
+    name: str = ""  # a `def`'s or `class`'s name
+
+    @property
+    def qualified_name(self) -> str:
+        """`Outer.method.inner`: which function this is, however the code around it moved."""
+        names = []
+        scope: Scope | None = self
+        while scope is not None and scope.kind != "Module":
+            names.append(scope.name or f"<{scope.kind.lower()}>")
+            scope = scope.parent
+        return ".".join(reversed(names))
 
     @property
     def module(self) -> Scope:
@@ -295,7 +306,7 @@ class _Builder:
         decorators = getattr(node, "decorator_list", None)
         if decorators:  # LibCST's node begins at the first `@`
             start = (decorators[0].lineno, -1, start[2], start[3])
-        scope = Scope(kind, parent, start, statement=self.statement)
+        scope = Scope(kind, parent, start, statement=self.statement, name=getattr(node, "name", ""))
         self.scopes.append(scope)
         return scope
 

@@ -232,7 +232,7 @@ def _module_level(
     after = ast.parse(printed)
     traversed = migrated
     if options.enabled("NM012"):
-        migrated = remove_dead_imports(migrated, ctx, tree, after, old_names, printed)
+        migrated = remove_dead_imports(migrated, ctx, scopes, after, old_names, printed)
     used = used_names(after)
     wanted = _helpers_used(ctx.helpers, used)
     shared = shareable(wanted, ctx.spelled) if options.helpers_module and not ctx.notebook else {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -192,6 +193,7 @@ class _ImportRemover(Transformer):
         self._functions = 0  # pre-order index of the next function
         self._scopes: list[int] = []
         self.placeholders: dict[int, cst.CSTNode] = {}
+        self.dropped: dict[str, None] = {}  # the bindings of the aliases removed, in source order
         # A statement nothing in changed comes back as the very node it was (see `printing`).
         self._replaced = 0
         self._open: list[tuple[int, ...]] = []
@@ -230,12 +232,21 @@ class _ImportRemover(Transformer):
         scope = self._scopes[-1] if self._scopes else None
         body: list[cst.BaseSmallStatement] = []
         changed = False
+        comment = updated_node.trailing_whitespace.comment
+        marked = comment is not None and "noqa" in comment.value  # kept on purpose, it says
         for small in updated_node.body:
             if isinstance(small, cst.Import | cst.ImportFrom) and not isinstance(
                 small.names, cst.ImportStar
             ):
                 names = list(small.names)
-                kept = [a for a in names if not self.is_dead(_alias_binding(a), scope)]
+                # A relative or `noqa` import may be there for its side effect: only old stack goes.
+                own = marked or (isinstance(small, cst.ImportFrom) and bool(small.relative))
+                kept = [
+                    a
+                    for a in names
+                    if not self.is_dead(_alias_binding(a), scope) or (own and _alias_binding(a) not in self.old)
+                ]
+                self.dropped.update(dict.fromkeys(_alias_binding(a) for a in names if a not in kept))
                 if len(kept) != len(names):
                     changed = True
                     if self._guard_removed:
@@ -335,10 +346,10 @@ class _ImportRemover(Transformer):
         return sweep_block(updated_node, self.ctx.removed)
 
 
-def _names_read(after: ast.Module, code: str) -> tuple[set[str], list[set[str]]]:
+def _names_read(table: ScopeTable) -> tuple[set[str], list[set[str]], list[tuple[str, int]]]:
     """The names whose module-level (or class-level) binding is read, and for each function in
-    source order (as LibCST visits them), the names whose binding in that function is read."""
-    table = ScopeTable.from_ast(after, code)
+    source order (as LibCST visits them), the names whose binding in that function is read, and
+    which function it is (its qualified name, and how many functions before it share that name)."""
     functions = [s for s in table.scopes if s.kind == "FunctionDef"]
     number = {scope: i for i, scope in enumerate(functions)}
     outside: set[str] = set()
@@ -348,44 +359,57 @@ def _names_read(after: ast.Module, code: str) -> tuple[set[str], list[set[str]]]
             inside[number[owner]].add(name)
         elif owner.kind in ("Module", "ClassDef"):
             outside.add(name)
-    return outside, inside
+    seen: Counter[str] = Counter()
+    keys = []
+    for scope in functions:
+        keys.append((scope.qualified_name, seen[scope.qualified_name]))
+        seen[scope.qualified_name] += 1
+    return outside, inside, keys
 
 
 def remove_dead_imports(
     module: cst.Module,
     ctx: MigrationContext,
-    before: ast.AST,
+    before: ScopeTable,
     after: ast.AST,
     old_stack_names: Iterable[str],
     code: str,
 ) -> cst.Module:
-    """Drop imports the migration left unused (old-stack ones, and any whose uses it rewrote).
-    `after` and `code` are `module` parsed and printed. The same module comes back when no
-    import is dead.
+    """Drop imports the migration left unused: old-stack ones, and any whose binding the original
+    read where the migrated code no longer does. `before` is the original's scope table; `after`
+    and `code` are `module` parsed and printed. The same module comes back when no import is dead.
 
     Used means read where the import's binding is seen: a parameter or local variable that
-    shares the import's name keeps nothing alive.
+    shares the import's name keeps nothing alive, and an import the original never read (one kept
+    for its side effect) is never the migration's to remove.
     """
-    used_before = used_names(before)
     assert isinstance(after, ast.Module)
-    used_after, in_function = _names_read(after, code)
+    read_before, in_function_before, functions_before = _names_read(before)
+    used_after, in_function, functions = _names_read(ScopeTable.from_ast(after, code))
+    by_key = dict(zip(functions_before, in_function_before, strict=True))
     old = set(old_stack_names)
 
     def is_dead(name: str, scope: int | None) -> bool:
-        if name not in old and name not in used_before:
-            return False  # the user's own unused import: not ours to touch
-        used = used_after if scope is None or scope >= len(in_function) else in_function[scope]
-        return name not in used
+        if scope is None or scope >= len(in_function):
+            read, used = read_before, used_after
+        else:
+            read, used = by_key.get(functions[scope], set()), in_function[scope]
+        return (name in old or name in read) and name not in used
 
     bound_after: set[str] = set()
     for node in all_nodes(after):
         if isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
                 bound_after.add(alias.asname or alias.name.split(".")[0])
-    if not any(is_dead(name, None) or name in old for name in bound_after):
+    read_anywhere = read_before.union(*in_function_before)
+    if not any(name in old or name in read_anywhere for name in bound_after):
         return module
-    result = transform(module, _ImportRemover(ctx, is_dead, frozenset(old)), PUNCTUATION)
+    remover = _ImportRemover(ctx, is_dead, frozenset(old))
+    result = transform(module, remover, PUNCTUATION)
     assert isinstance(result, cst.Module)
+    if remover.dropped:
+        names = ", ".join(f"`{name}`" for name in remover.dropped)
+        ctx.changed("NM012", f"removed imports the migration left unused: {names}")
     return result
 
 
