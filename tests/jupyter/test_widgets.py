@@ -79,7 +79,7 @@ def test_app_lists_files_with_their_state_and_opens_the_first_to_migrate(project
     assert Path(app.file_picker.value).name == "train.py"
     state = app.file_picker.get_state()
     assert state["_model_name"] == "DropdownModel" and state["index"] == 1
-    assert "train.py: 2 changes" in app.headline.value
+    assert "train.py: 3 changes" in app.headline.value
     assert 'class="nm-diff nm-side nm-auto"' in app.diff.value
     assert "NM001" in app.findings.value and "NM002" in app.findings.value
     # What `check` says about the migrated code: the loader drops no last batch.
@@ -87,7 +87,7 @@ def test_app_lists_files_with_their_state_and_opens_the_first_to_migrate(project
     assert app.apply_button.description == "Apply train.py" and not app.apply_button.disabled
     assert app.undo_button.disabled and app.next_button.description == "Next: tutorial.ipynb"
     assert app.cell_picker.layout.display == "none"
-    assert repr(app) == f"MigrationApp: {project / 'train.py'}: 2 changes"
+    assert repr(app) == f"MigrationApp: {project / 'train.py'}: 3 changes"
 
 
 def test_app_views_and_targets(project: Path) -> None:
@@ -113,7 +113,7 @@ def test_app_picks_cells_of_a_notebook(project: Path) -> None:
         ("cell 3", 2),
         ("cell 4  (changes)", 3),
     )
-    assert "1 change in 2 cells" in app.headline.value  # and the import it no longer needs
+    assert "2 changes in 2 cells" in app.headline.value  # one of them the import it no longer needs
     assert app.diff.value.count('class="nm-diff') == 2  # one diff per changed cell
     assert app.apply_button.description == "Apply tutorial.ipynb"
     app.cell_picker.value = 3
@@ -131,7 +131,7 @@ def test_apply_writes_the_file_shows_what_it_wrote_and_refreshes(project: Path) 
     app.apply_button.click()
     assert "xla" not in (project / "train.py").read_text()
     assert "written" in app.status.value
-    assert f"{project / 'train.py'} written on disk: 2 changes" in text_of(app.status.value)
+    assert f"{project / 'train.py'} written on disk: 3 changes" in text_of(app.status.value)
     assert "What was written" in app.review.value and "nm-diff" in app.review.value
     assert labels(app)["train.py"].endswith("(nothing to do)")
     # After the write the app still shows train.py, now with nothing to do.
@@ -146,7 +146,7 @@ def test_undo_restores_what_apply_wrote(project: Path) -> None:
     app.undo_button.click()
     assert (project / "train.py").read_text() == OLD
     assert "undone" in app.status.value and app.review.value == ""
-    assert "train.py: 2 changes" in app.headline.value and app.undo_button.disabled
+    assert "train.py: 3 changes" in app.headline.value and app.undo_button.disabled
 
 
 def test_undo_refuses_when_the_file_was_edited_since(project: Path) -> None:
@@ -277,7 +277,7 @@ def test_the_app_output_carries_a_static_view(
     bundle = app._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     html = bundle["text/html"]
-    assert 'class="nm-static"' in html and "train.py: 2 changes" in html and "nm-diff" in html
+    assert 'class="nm-static"' in html and "train.py: 3 changes" in html and "nm-diff" in html
     assert bundle["text/plain"] == repr(app)
     # As it changes, the open tab gets the new static view, for the notebook it saves.
     app.view_picker.value = "unified"
