@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -19,6 +20,7 @@ STEPS = 3
 
 # Shared by the programs and the unsharded reference: the model, and each step's batch split in two.
 SETUP = """\
+import pytest
 import torch
 from torch import nn
 
@@ -39,6 +41,7 @@ FSDP_PROGRAM = """\
 import json
 import os
 
+import pytest
 import torch
 import torch_xla.core.xla_model as xm
 import torch_xla.distributed.xla_multiprocessing as xmp
@@ -144,17 +147,20 @@ def test_fsdp_becomes_fully_shard_without_an_extra_all_reduce() -> None:
     assert "import torch_xla" not in migrated and "from torch_xla" not in migrated
 
 
+@pytest.mark.slow
 def test_migrated_fsdp_trains_as_one_unsharded_process(tmp_path: Path) -> None:
     program = migrate(FSDP_PROGRAM.replace("STEPS", str(STEPS)))
     assert close(run_two_ranks(tmp_path, program), unsharded_losses(max_norm=None))
 
 
+@pytest.mark.slow
 def test_migrated_auto_wrap_policy_trains_as_one_unsharded_process(tmp_path: Path) -> None:
     program = migrate(POLICY_PROGRAM.replace("STEPS", str(STEPS)))
     assert "if isinstance(submodule, (torch.nn.Linear,)):" in program
     assert close(run_two_ranks(tmp_path, program), unsharded_losses(max_norm=None))
 
 
+@pytest.mark.slow
 def test_migrated_zero1_averages_and_clips_as_torch_xla_did(tmp_path: Path) -> None:
     # A small norm, so clipping changes every step.
     program = migrate(ZERO_PROGRAM.replace("STEPS", str(STEPS)).replace("MAX_NORM", "0.5"))
@@ -162,6 +168,7 @@ def test_migrated_zero1_averages_and_clips_as_torch_xla_did(tmp_path: Path) -> N
     assert close(run_two_ranks(tmp_path, program), unsharded_losses(max_norm=0.5))
 
 
+@pytest.mark.slow
 def test_zero1_clips_to_one_by_default(tmp_path: Path) -> None:
     program = migrate(ZERO_PROGRAM.replace("STEPS", str(STEPS)).replace(", max_norm=MAX_NORM", ""))
     assert close(run_two_ranks(tmp_path, program), unsharded_losses(max_norm=1.0))
@@ -199,6 +206,7 @@ def test_zero1_over_lower_precision_parameters_is_left_for_review() -> None:
     assert "may keep its parameters in lower precision (`torch.bfloat16`)" in migrated
 
 
+@pytest.mark.slow
 def test_migrated_zero1_refuses_parameters_that_torch_xla_kept_fp32_masters_of(tmp_path: Path) -> None:
     # The model is made bf16 in another module, out of the rewrite's sight: the class added to the
     # script stops there rather than train without the fp32 master weights torch_xla kept.
@@ -221,6 +229,7 @@ def test_zero1_without_a_process_group_for_every_run_is_left_for_review() -> Non
     assert "native `ZeroRedundancyOptimizer` needs a process group" in migrated
 
 
+@pytest.mark.slow
 def test_zero1_keeps_stepping_a_parameter_whose_gradient_stopped(tmp_path: Path) -> None:
     # torch_xla's ZeRO-1 zeroed gradients in place: `extra`, which only the first step's loss uses,
     # still moves with its momentum afterwards (in a one-process SGD that zeroes in place, too).

@@ -16,6 +16,8 @@ import pytest
 from neuron_migrate.sweep import causes, report
 from neuron_migrate.sweep.command import SUBSET
 
+pytestmark = pytest.mark.slow
+
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 

@@ -197,6 +197,7 @@ def test_env_reference_reports_a_broken_stack():
         refenv.probe(Path(sys.executable))  # this Python has no torch_xla
 
 
+@pytest.mark.slow
 def test_the_reference_env_works(reference_python):
     versions = refenv.probe(reference_python)
     assert versions["torch"].startswith("2.9.0") and versions["torch_xla"].startswith("2.9.0")
