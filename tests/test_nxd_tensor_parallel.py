@@ -338,73 +338,6 @@ if __name__ == "__main__":
 """
 
 
-# A program that reads its gradients: NxD's were this rank's slices, plain tensors that rank 0
-# can sum alone and that are changed in place.
-GRADIENT_PROGRAM = f"""\
-import json
-import os
-
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from neuronx_distributed.parallel_layers import layers, parallel_state
-from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.vocab = layers.ParallelEmbedding(32, 8)
-        self.up = layers.ColumnParallelLinear(8, 16, gather_output=False)
-        self.down = layers.RowParallelLinear(16, 8, input_is_parallel=True)
-        self.norm = nn.LayerNorm(8)
-        self.out = layers.ColumnParallelLinear(8, 32)
-
-    def forward(self, ids):
-        x = self.vocab(ids)
-        x = x + self.down(torch.tanh(self.up(x)))
-        return self.out(self.norm(x))
-
-
-def main():
-    dist.init_process_group("xla")
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=int(os.environ["TP"]))
-    model_parallel_xla_manual_seed(0)
-    model = Net()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    ids = torch.randint(0, 32, (4, 6), generator=torch.Generator().manual_seed(1))
-    record = {{"tp_rank": parallel_state.get_tensor_model_parallel_rank(), "losses": [], "norms": []}}
-    for step in range({STEPS}):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
-        loss.backward()
-        if step == 0:
-            record["grads"] = {{name: p.grad.tolist() for name, p in model.named_parameters()}}
-        if dist.get_rank() == 0:
-            # this rank's slices alone: no other rank joins
-            record["norms"].append(sum(p.grad.pow(2).sum() for p in model.parameters()).sqrt().item())
-        for p in model.parameters():
-            p.grad.detach().mul_(0.5)
-        optimizer.step()
-        record["losses"].append(loss.item())
-    record["params"] = {{
-        name: (p.full_tensor() if hasattr(p, "full_tensor") else p).tolist() for name, p in model.named_parameters()
-    }}
-    with open(os.path.join(os.environ["RESULTS"], f"rank{{dist.get_rank()}}.json"), "w") as f:
-        json.dump(record, f)
-
-
-if __name__ == "__main__":
-    main()
-"""
-# The dimension NxD split each of GRADIENT_PROGRAM's parameters along (None: whole on every rank).
-GRADIENT_SPLITS = {
-    "vocab.weight": 0, "up.weight": 0, "up.bias": 0, "down.weight": 1, "down.bias": None,
-    "norm.weight": None, "norm.bias": None, "out.weight": 0, "out.bias": 0,
-}
-
-
 def migrate(source: str, name: str = "train.py") -> str:
     result = rewrite_source(source, name)
     assert result.error is None, result.error
@@ -494,30 +427,6 @@ def test_data_parallel_replicas_average_their_shards_as_nxd_did(tmp_path: Path) 
         for name, value in two[0]["params"].items():
             assert_close(record["params"][name], value)
     assert two[0]["losses"][0] != two[0]["losses"][-1]
-
-
-def test_gradients_read_are_this_rank_s_slices_as_nxd_s_were(tmp_path: Path) -> None:
-    """Each rank reads its slice of every gradient (rank 0 alone, without hanging), and halving
-    them in place changes what the optimizer steps with, as on NxD."""
-    (one,) = run_program(tmp_path, processes=1, tp=1, program=GRADIENT_PROGRAM)
-    ranks = run_program(tmp_path, processes=2, tp=2, program=GRADIENT_PROGRAM)
-    assert set(GRADIENT_SPLITS) == set(one["grads"])
-    norms = []
-    for record in ranks:
-        squares = 0.0
-        for name, dim in GRADIENT_SPLITS.items():
-            whole = torch.tensor(one["grads"][name])
-            expected = whole if dim is None else whole.chunk(2, dim)[record["tp_rank"]]
-            assert_close(record["grads"][name], expected.tolist())
-            squares += float(expected.pow(2).sum())
-        norms.append(squares**0.5)
-        assert_close(record["losses"], one["losses"])
-        for name, value in one["params"].items():
-            assert_close(record["params"][name], value)
-    assert_close(ranks[0]["norms"][0], norms[0])
-    assert not ranks[1]["norms"]
-    assert norms[0] != norms[1]  # the slices differ: each rank has its own
-    assert one["losses"][0] != one["losses"][-1]
 
 
 def example_losses(tmp: Path, example: str, processes: int, tp: int, *args: str) -> list[float]:

@@ -69,7 +69,7 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
     them must build the mesh. A file outside every program is migrated on its own, as before.
     """
     from neuron_migrate.rewrite.codemods.nxd_state import INITIALIZE
-    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import ZERO1_GRADIENTS, Plan, plan
+    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import plan
     from neuron_migrate.rewrite.codemods.nxd_trainer import CONFIG
 
     builders = {INITIALIZE, *CONFIG}  # what sets NxD's groups up, and so builds the mesh natively
@@ -93,7 +93,6 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
             continue
         owners = [f for f in component if files[f].builds_mesh]
         reasons: dict[Path, str] = {}
-        plans: list[Plan] = []
         if len(owners) != 1:
             names = ", ".join(f"`{files[f].path.name}`" for f in owners) or "none of them"
             shared = f"one file must build the mesh the files {_names(files, component)} share, and {names} do"
@@ -104,20 +103,15 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
                 continue
             source = file.path.read_text(encoding="utf-8", errors="replace")
             table = ImportTable.from_ast(file.tree)
-            plans.append(
-                plan(
-                    source,
-                    table.resolve_dotted,
-                    unconditional_calls(file.tree, table),
-                    str(file.path),
-                    MeshProgram(builds_mesh=file.builds_mesh),
-                )
-            )
-            if plans[-1].blocked is not None:
-                reasons[resolved] = plans[-1].blocked
-        # One file's ZeRO-1 splits the gradients another file reads.
-        if not reasons and any(p.reads_gradients for p in plans) and any(p.trainer.zero1 != "False" for p in plans):
-            reasons = dict.fromkeys(component, ZERO1_GRADIENTS)
+            own = plan(
+                source,
+                table.resolve_dotted,
+                unconditional_calls(file.tree, table),
+                str(file.path),
+                MeshProgram(builds_mesh=file.builds_mesh),
+            ).blocked
+            if own is not None:
+                reasons[resolved] = own
         for resolved in component:
             file = files[resolved]
             blocked = reasons.get(resolved)

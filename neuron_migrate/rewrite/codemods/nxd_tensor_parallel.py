@@ -195,10 +195,6 @@ NOT_WITH_DTENSORS_CALLS = {
 
 LEFT_TODO = "TODO(neuron-migrate NM025)"
 ALREADY_LEFT = "an earlier migration left it to a person"
-ZERO1_GRADIENTS = (
-    "a gradient is read (`.grad`) where ZeRO-1 is on: FSDP, which replaces it, splits each gradient over the "
-    "data-parallel ranks, where NxD's were this tensor-parallel rank's whole slice"
-)
 SEQUENCE_MARK = "sequence_parallel_enabled"  # the attribute NxD's gradient all-reduce looks for
 
 
@@ -212,7 +208,6 @@ class Plan:
     reduces_sequence_gradients: bool = False
     trainer: TrainerPlan = field(default_factory=TrainerPlan)
     state_dicts: StateDicts = field(default_factory=StateDicts)
-    reads_gradients: bool = False  # `p.grad` read for its value: this rank's slice (`local_shards`)
 
     @property
     def sequence_dim(self) -> str:
@@ -249,10 +244,11 @@ def _blocker(
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
             return f"`from {node.module} import *` hides which NxD names the file uses"
-        reason = _gradient_blocker(node, parents, resolve)
-        if reason is not None:
-            return reason
-        found.reads_gradients |= reads_gradient(node, parents.get(id(node)), resolve)
+        if _reads_gradient(node, parents.get(id(node))):
+            return (
+                "a gradient is read (`.grad`): a sharded parameter's gradient is a DTensor natively, whose arithmetic "
+                "runs collectives that every rank must join (NxD's was this rank's slice, a plain tensor)"
+            )
         if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
             reason = found.state_dicts.blocker(node, parents.get(id(node)))
             if reason is not None:
@@ -299,8 +295,6 @@ def _blocker(
     reason = uses_blocker(tree, source, trainer)
     if reason is not None:
         return reason
-    if found.reads_gradients and trainer.zero1 != "False":
-        return ZERO1_GRADIENTS
     if IS_INITIALIZED in names and DESTROY in names:
         return "`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks"
     found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
@@ -324,83 +318,13 @@ def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: 
     return (plain or query in AS_LIST) and _group_query(query, groups) == f"{STATE}.get_data_parallel_replica_groups"
 
 
-def reads_gradient(node: ast.AST, parent: ast.AST | None, resolve: Any) -> bool:
-    """`p.grad` read for its value: not tested against None, not assigned, cleared or called
-    (`torch.autograd.grad(...)` is a function)."""
+def _reads_gradient(node: ast.AST, parent: ast.AST | None) -> bool:
+    """`p.grad` read for its value: not tested against None, not assigned or cleared."""
     if not (isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load)):
-        return False
-    if (isinstance(parent, ast.Call) and parent.func is node) or resolve(ast_dotted_name(node) or "") is not None:
         return False
     if isinstance(parent, ast.Compare) and all(isinstance(c, ast.Constant) and c.value is None for c in parent.comparators):
         return False
-    return not (isinstance(parent, ast.Attribute) and parent.attr in GRADIENT_METHODS_KEPT)
-
-
-# Methods of a gradient that work alike on a DTensor and its local shard: no rewrite needed.
-GRADIENT_METHODS_KEPT = ("zero_", "detach_", "requires_grad_")
-# In-place methods of a parameter that leave its values as they are.
-NOT_UPDATES = ("requires_grad_", "share_memory_", "retain_grad")
-
-
-def _gradient_blocker(node: ast.AST, parents: dict[int, ast.AST], resolve: Any) -> str | None:
-    """Why a gradient used here cannot be given as NxD gave it, this rank's slice (`local_shards`).
-
-    A sharded parameter's gradient is a DTensor natively; its slice is a plain tensor, which
-    cannot be combined with the parameter, a DTensor too, nor put back as its gradient."""
-    if isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Store):
-        statement = parents.get(id(node))
-        if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant) and statement.value.value is None):
-            return "a gradient is assigned (`.grad = ...`): a sharded parameter's gradient must be a DTensor like it natively"
-        return None
-    if not reads_gradient(node, parents.get(id(node)), resolve):
-        return None
-    assert isinstance(node, ast.Attribute)
-    owner = ast.unparse(node.value)
-    statement = _enclosing(node, parents, ast.stmt)
-    scope = _enclosing(node, parents, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module) or statement
-    if statement is not None and any(_is_owner(n, owner, parents) for n in ast.walk(statement)):
-        return (
-            f"a gradient is read beside its parameter (`{owner}.grad` and `{owner}`): NxD's were this rank's slices; "
-            "natively the parameter is a DTensor, which its slice cannot be combined with"
-        )
-    if scope is not None and _updates_by_hand(scope, owner):
-        return (
-            f"parameters are updated from their gradients by hand (`{owner}.grad`): natively the parameter is a "
-            "DTensor, which the gradient's slice (NxD's value) cannot be combined with"
-        )
-    return None
-
-
-def _enclosing(node: ast.AST, parents: dict[int, ast.AST], kind: Any) -> ast.AST | None:
-    while node is not None and not isinstance(node, kind):
-        node = parents.get(id(node))  # type: ignore[assignment]
-    return node
-
-
-def _is_owner(node: ast.AST, owner: str, parents: dict[int, ast.AST]) -> bool:
-    """`node` is the gradient's owner read for itself, not as the owner of its `.grad`."""
-    if not (isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Load)) or ast.unparse(node) != owner:
-        return False
-    parent = parents.get(id(node))
-    return not (isinstance(parent, ast.Attribute) and parent.attr == "grad")
-
-
-def _updates_by_hand(scope: ast.AST, owner: str) -> bool:
-    """`owner.data` assigned or changed in place, or an in-place method of `owner` called."""
-    for node in ast.walk(scope):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
-        rebinds_name = isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in targets)
-        if not rebinds_name and any(
-            ast.unparse(t) in (owner, f"{owner}.data")
-            for t in targets
-            if isinstance(t, ast.Attribute | ast.Name | ast.Subscript)
-        ):
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_"):
-            method = node.func.attr
-            if ast.unparse(node.func.value) in (owner, f"{owner}.data") and not method.startswith("_") and method not in NOT_UPDATES:
-                return True
-    return False
+    return not (isinstance(parent, ast.Attribute) and parent.attr in ("zero_", "detach_", "requires_grad_"))
 
 
 def _reads_parameters(call: ast.Call) -> bool:
@@ -746,7 +670,6 @@ class NxdTensorParallel(Codemod):
         self._mesh = ""
         self._statement_values: set[int] = set()  # assigned values: a layer there may span lines
         self._state_dicts: dict[int, int] = {}  # `x.state_dict()` calls -> their number in the file
-        self._gradients_kept: set[int] = set()  # `.grad` not read for its value (`reads_gradient`)
 
     @property
     def _blocked(self) -> str | None:
@@ -918,36 +841,9 @@ class NxdTensorParallel(Codemod):
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
             self._state_dicts[id(node)] = len(self._state_dicts)  # in source order, as `state_dict_calls`
-        self._gradients_kept.add(id(node.func))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._statement_values.add(id(node.value))
-        self._gradients_kept.update(id(t.target) for t in node.targets)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        targets = [e.value for e in node.target.elements] if isinstance(node.target, cst.Tuple) else [node.target]
-        self._gradients_kept.update(map(id, targets))
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        if all(isinstance(c.comparator, cst.Name) and c.comparator.value == "None" for c in node.comparisons):
-            self._gradients_kept.add(id(node.left))
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value in GRADIENT_METHODS_KEPT:
-            self._gradients_kept.add(id(node.value))
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        """`p.grad` read for its value -> `local_shards(p.grad)`: NxD's gradient was this rank's
-        slice, a plain tensor; a sharded parameter's is a DTensor natively."""
-        if (
-            self._blocked is not None
-            or original_node.attr.value != "grad"
-            or id(original_node) in self._gradients_kept
-            or self.qualify(original_node) is not None
-        ):
-            return updated_node
-        self.changed("`.grad` -> `local_shards(.grad)`: this rank's slice, as NxD's gradients were")
-        return expr(f"{self._shards_helper('local')}({code_of(updated_node)})")
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
