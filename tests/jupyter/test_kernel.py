@@ -167,5 +167,5 @@ def test_widgets_leave_their_view_in_a_notebook_saved_without_widget_state(tmp_p
     shown = text_of(page)
     assert "MATCH: the migrated program computes what the original did" in shown
     assert "data:image/png;base64," in page  # the loss curves
-    assert "train.py: 1 change" in shown and "torch.accelerator.current_accelerator" in shown
+    assert "train.py: 2 changes" in shown and "torch.accelerator.current_accelerator" in shown
     assert json.dumps(notebook.metadata).count("widget-state") == 0

@@ -171,10 +171,10 @@ def test_01_xla_training_loop(tmp_path: Path) -> None:
     assert "MigrationApp: " in text(
         cell(notebook, "from neuron_migrate.jupyter import MigrationApp")
     )
-    assert "train_xla.py: 4 changes" in widget_html(notebook)
+    assert "train_xla.py: 5 changes" in widget_html(notebook)
     assert 'class="nm-diff nm-side nm-auto"' in widget_html(notebook)
 
-    assert "Would migrate 1 of 1 file (4 changes)." in text(
+    assert "Would migrate 1 of 1 file (5 changes)." in text(
         cell(notebook, "!neuron-migrate rewrite {script} --diff")
     )
     compared = text(cell(notebook, "torch_xla_losses = "))
