@@ -17,7 +17,9 @@ from neuron_migrate.checks.rules.base import GRAPH_BREAK_URL
 from neuron_migrate.checks.rules.base import Rule as CheckRule
 from neuron_migrate.core.oldstack import LEFTOVER_CODE
 from neuron_migrate.rewrite import imports as _cleanup
+from neuron_migrate.rewrite import verify as _verify
 from neuron_migrate.rewrite.codemods import CODEMODS
+from neuron_migrate.rewrite.verify import checks as _verify_checks
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,14 @@ def all_rules() -> list[Rule]:
             "imports",
             "old-stack imports removed once unused; needed imports added; import guards resolved",
             inspect.cleandoc(_cleanup.__doc__ or ""),
+        )
+    )
+    rules.append(
+        Rule(
+            _verify.CODE,
+            "target-check",
+            "migrated imports and calls checked against the installed target libraries (TODO where they fail)",
+            inspect.cleandoc(_verify.__doc__ or "") + "\n\n" + inspect.cleandoc(_verify_checks.__doc__ or ""),
         )
     )
     rules.append(Rule(LEFTOVER_CODE, "unmigrated-api", "old-stack API with no automatic migration (TODO)", inspect.cleandoc(_LEFTOVER_DOC)))

@@ -40,7 +40,7 @@ def _expected_status(original: str, written: Path | None, error: bool) -> str:
         return report.START_UP
     if TODO.search(text):
         return report.AFTER_TODOS
-    return report.NATIVE if text != original else report.UNTOUCHED
+    return report.CHECKED if text != original else report.UNTOUCHED
 
 
 def _run(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
@@ -67,7 +67,7 @@ def test_every_status_matches_the_written_files(tmp_path: Path) -> None:
         expected = _expected_status(files[name], written, entry["error"] is not None)
         assert entry["status"] == expected, name
         seen.add(expected)
-    assert {report.REFUSED, report.START_UP, report.NATIVE, report.UNTOUCHED} <= seen
+    assert {report.REFUSED, report.START_UP, report.CHECKED, report.UNTOUCHED} <= seen
     assert data["summary"]["status"][report.START_UP] == 1
 
 

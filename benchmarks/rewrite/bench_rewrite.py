@@ -8,7 +8,9 @@ with `--corpus`, the `.py` files of a folder (the public old-stack corpus of
 ../shared/corpus/README.md: real files, larger and more varied than ours).
 Peers on the same copies, each with the same number of worker processes:
 
-- `neuron-migrate rewrite --output-dir` (migrates and writes every file);
+- `neuron-migrate rewrite --output-dir` (migrates, checks each output against the installed
+  target libraries, and writes every file);
+- the same with `--ignore NM091`: without that check, whose cost is the difference;
 - a no-op LibCST codemod (`NOOPCommand` through `parallel_exec_transform_with_prettyprint`),
   i.e. the floor for any LibCST-based tool: parse and print every file;
 - `torchfix --fix` (a LibCST + metadata linter with autofixes), when installed.
@@ -129,14 +131,15 @@ def main() -> None:
         script.write_text(NOOP)
         out = work / "migrated"
         # Rounds alternate the two, so that a machine slower for a while slows both alike.
-        t_nms, t_noops = [], []
+        t_nms, t_noops, t_unchecked = [], [], []
+        rewrite = [sys.executable, "-m", "neuron_migrate", "rewrite", str(corpus), "--output-dir", str(out), "-q", "-j", str(args.jobs)]
+        # A real corpus holds files that do not parse (Python 2): rewrite reports them (exit 2).
+        ok = (0, 1, 2) if args.corpus else (0, 1)
         for _ in range(args.rounds):
             shutil.rmtree(out, ignore_errors=True)
-            # A real corpus holds files that do not parse (Python 2): rewrite reports them (exit 2).
-            t_nms.append(timed(
-                [sys.executable, "-m", "neuron_migrate", "rewrite", str(corpus), "--output-dir", str(out), "-q", "-j", str(args.jobs)],
-                ok=(0, 1, 2) if args.corpus else (0, 1),
-            ))
+            t_unchecked.append(timed([*rewrite, "--ignore", "NM091"], ok=ok))
+            shutil.rmtree(out, ignore_errors=True)
+            t_nms.append(timed(rewrite, ok=ok))
             t_noops.append(timed([sys.executable, str(script), str(args.jobs), *map(str, sorted(noop_copy.rglob("*.py")))]))
             if args.rounds > 1:
                 print(f"  round {len(t_nms)}: rewrite {t_nms[-1]:.2f} s, no-op {t_noops[-1]:.2f} s: {t_nms[-1] / t_noops[-1]:.2f}", flush=True)
@@ -148,10 +151,13 @@ def main() -> None:
             for f in files
         )
         results["neuron_migrate_s"] = t_nm
+        results["unchecked_s"] = statistics.median(t_unchecked)
+        results["check_overhead"] = statistics.median(a / b - 1 for a, b in zip(t_nms, t_unchecked, strict=True))
         results["libcst_noop_s"] = t_noop
         results["ratio"] = ratio
         rounds = f" (median of {args.rounds} rounds)" if args.rounds > 1 else ""
         print(f"neuron-migrate rewrite : {t_nm:6.2f} s  {n / t_nm:7.1f} files/s  ({changed}/{n} files changed){rounds}")
+        print(f"  without NM091 checks : {results['unchecked_s']:6.2f} s: the checks add {results['check_overhead']:.0%} (target <= 25%)")
         print(f"LibCST no-op codemod   : {t_noop:6.2f} s  {n / t_noop:7.1f} files/s")
 
         if os.path.exists(args.torchfix):

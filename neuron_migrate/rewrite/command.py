@@ -45,6 +45,7 @@ class Job:
     options: Options
     output: Path | None = None  # where the copy goes in --output-dir mode
     clear_outputs: bool = False  # notebooks: drop the outputs of the cells that changed
+    target_python: str | None = None  # the interpreter whose libraries the output is checked against
 
 
 def _codes(value: str) -> tuple[str, ...]:
@@ -101,6 +102,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="put the helper functions and classes the migration writes into NAME.py in each folder, "
         "once, and import them there, instead of a copy in every script",
     )
+    rewrite.add_argument(
+        "--target-python",
+        metavar="PATH",
+        help="check each migrated file's imports and calls against the libraries of this interpreter "
+        "(default: the one running neuron-migrate); `--ignore NM091` skips the check",
+    )
     rewrite.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
     rewrite.add_argument("-q", "--quiet", action="store_true", help="print only errors and the manual items")
 
@@ -111,6 +118,8 @@ def process(job: Job) -> FileResult:
     """Read, migrate and (depending on the mode) write one file. Runs in a worker process."""
     from neuron_migrate.rewrite.engine import rewrite_source
     from neuron_migrate.rewrite.notebook import rewrite_notebook
+    from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
+    from neuron_migrate.rewrite.verify import verify
 
     try:
         source = read_source(job.path)
@@ -122,6 +131,8 @@ def process(job: Job) -> FileResult:
         result.cells = notebook.cells
     else:
         result = rewrite_source(source.text, str(job.path), job.options)
+        if job.options.enabled(VERIFY_CODE):
+            verify(result, job.target_python)
     if result.error:
         return result
     try:
@@ -142,8 +153,10 @@ def _output_path(path: Path, root: Path | None, output_dir: Path) -> Path:
     return output_dir / path.relative_to(root)
 
 
-def _rewrite_stdin(options: Options) -> int:
+def _rewrite_stdin(options: Options, target_python: str | None) -> int:
     from neuron_migrate.rewrite.engine import rewrite_source
+    from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
+    from neuron_migrate.rewrite.verify import verify
 
     data = sys.stdin.buffer.read()
     try:
@@ -152,6 +165,8 @@ def _rewrite_stdin(options: Options) -> int:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
     result = rewrite_source(text, "<stdin>", options)
+    if options.enabled(VERIFY_CODE):
+        verify(result, target_python)
     if result.error:
         print(result.error, file=sys.stderr)
         sys.stdout.buffer.write(data)
@@ -166,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = configuration.Configs(configuration.load(args.config) if args.config else None)
         if args.paths == ["-"]:
-            return _rewrite_stdin(_options(args, configs.for_path(Path.cwd()), None))
+            return _rewrite_stdin(_options(args, configs.for_path(Path.cwd()), None), args.target_python)
         if "-" in args.paths:
             print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
             return EXIT_ERROR
@@ -293,7 +308,7 @@ def _jobs(args: argparse.Namespace, configs: configuration.Configs, mode: str) -
             if path != given and config.excluded(path):
                 continue
             output = _output_path(path, root, args.output_dir) if args.output_dir else None
-            jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs))
+            jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs, args.target_python))
     return jobs, missing
 
 

@@ -1,8 +1,10 @@
 """Imports after the rewrite: drop the ones the migration made dead, add the ones it needs.
 
 An import is removed only when the migration made it unused: an old-stack import nothing refers
-to any more, or any import whose last use the codemods rewrote away. Imports the user had left
-unused stay as they were (minimal diff). A `try: import torch_xla... except ImportError:` guard
+to any more, or an import whose binding the original read in its scope and the migrated code no
+longer does. Imports the user had left unused stay as they were (minimal diff), and so do
+relative imports and imports marked `noqa`, which may be there for their side effect
+(registering ops). Each removal counts as a change in the report. A `try: import torch_xla... except ImportError:` guard
 whose imports all went away keeps its accelerator branch, since the migrated code now runs
 natively on every device; a broader handler (`except Exception:`) goes with it only where
 nothing left in the `try` can raise, else it stays around the migrated body. A guard that keeps

@@ -23,8 +23,10 @@ _OLD_IMPORT = re.compile(
     re.MULTILINE,
 )
 
-NATIVE = "runs natively as written"
-AFTER_TODOS = "runs natively once its TODOs are done"
+# No static tool knows that a program runs: a status says only what was checked.
+CHECKED = "migrated; imports and calls match the target libraries"
+UNCHECKED = "migrated; not checked against the target libraries"
+AFTER_TODOS = "needs review: TODOs left"
 START_UP = "fails at start-up: still imports the old stack"
 REFUSED = "refused, left unchanged"
 UNTOUCHED = "nothing to migrate"
@@ -85,7 +87,24 @@ def file_status(result: FileResult) -> str:
         return START_UP
     if result.manual:
         return AFTER_TODOS
-    return NATIVE if result.changed else UNTOUCHED
+    if not result.changed:
+        return UNTOUCHED
+    checked = result.verification
+    return CHECKED if checked is not None and checked.complete else UNCHECKED
+
+
+def _why_unchecked(result: FileResult) -> str:
+    checked = result.verification
+    if checked is None:
+        return "the check did not run (`--no-verify`, or a notebook)"
+    if checked.unknown:
+        return checked.unknown
+    return "not installed where it was checked: " + ", ".join(checked.not_installed)
+
+
+def _checked_against(result: FileResult) -> str:
+    checked = result.verification
+    return ", ".join(f"{name} {version}" for name, version in checked.versions.items()) if checked else ""
 
 
 def as_json(results: Sequence[FileResult], target: str) -> str:
@@ -108,6 +127,7 @@ def as_json(results: Sequence[FileResult], target: str) -> str:
                     for m in r.manual
                 ],
                 "notes": [{"code": n.code, "message": n.message} for n in r.notes],
+                "checked_against": dict(r.verification.versions) if r.verification else None,
             }
         )
     payload = {
@@ -147,7 +167,7 @@ def _cell(text: str) -> str:
 
 
 def _status_table(results: Sequence[FileResult]) -> list[str]:
-    order = (START_UP, REFUSED, AFTER_TODOS, NATIVE, UNTOUCHED)
+    order = (START_UP, REFUSED, AFTER_TODOS, UNCHECKED, CHECKED, UNTOUCHED)
     rows = sorted(results, key=lambda r: (order.index(file_status(r)), r.path))
     out = ["## Where each file stands", "", "| file | status | TODOs | why |", "|---|---|---|---|"]
     for r in rows:
@@ -157,10 +177,20 @@ def _status_table(results: Sequence[FileResult]) -> list[str]:
         why = r.error or ""
         if status == START_UP:
             why = "old-stack imports stay until the TODOs that use them are done"
+        elif status == UNCHECKED:
+            why = _why_unchecked(r)
+        elif status == CHECKED:
+            why = f"checked against {_checked_against(r)}" if r.verification and r.verification.versions else ""
         out.append(f"| `{r.path}` | {status} | {len(r.manual)} | {_cell(why)} |")
     untouched = sum(file_status(r) == UNTOUCHED for r in results)
     if untouched:
         out.append(f"| ({untouched} more) | {UNTOUCHED} | 0 | |")
+    out += [
+        "",
+        "Checked means that every import of a target library resolves and every call to one fits "
+        "its installed signature; whether a program computes what the original did is for "
+        "`neuron-migrate validate OLD NEW` to show.",
+    ]
     return [*out, ""]
 
 

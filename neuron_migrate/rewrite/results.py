@@ -48,6 +48,20 @@ class Helper:
         return ast.dump(ast.parse(self.source)) == ast.dump(ast.parse(other.source))
 
 
+@dataclass(frozen=True)
+class Verification:
+    """What checking the migrated file against the target libraries found (see `verify`)."""
+
+    problems: int = 0  # lines that failed, each marked with a TODO
+    not_installed: tuple[str, ...] = ()  # target packages the file uses that are not there
+    unknown: str | None = None  # why the check could not run
+    versions: dict[str, str] = field(default_factory=dict)  # what it was checked against
+
+    @property
+    def complete(self) -> bool:
+        return self.unknown is None and not self.not_installed
+
+
 @dataclass
 class FileResult:
     """What happened to one input."""
@@ -63,6 +77,7 @@ class FileResult:
     written: bool = False
     cells: list[tuple[int, str, str]] = field(default_factory=list)  # notebook: (index, old, new)
     shared_helpers: dict[str, Helper] = field(default_factory=dict)  # imported from `--helpers-module`
+    verification: Verification | None = None  # None: not checked against the target libraries
 
     @property
     def changed(self) -> bool:

@@ -1,0 +1,83 @@
+"""A migrated file checked against the libraries it now targets, before it is written.
+
+The codemods' rules are not trusted to be right on code they were never tuned on: each migrated
+file's imports and calls are checked against the installed target stack (`target`, `checks`).
+A line that fails gets a TODO naming the failure, and the report says which checks ran.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from neuron_migrate.rewrite.results import FileResult, Verification
+from neuron_migrate.rewrite.verify.checks import Problem, check
+from neuron_migrate.rewrite.verify.target import environment
+
+CODE = "NM091"  # the rule code of the TODOs this step writes
+
+
+def verify(result: FileResult, python: str | None = None) -> None:
+    """Check `result.migrated` in the interpreter `python` (default: this one), mark each problem
+    with a TODO above its statement, and record what was checked. Only a migrated file is checked:
+    an untouched one is the user's code as it was."""
+    from neuron_migrate.rewrite.engine import manual_items
+
+    if result.error or not result.changed:
+        return
+    try:
+        tree = ast.parse(result.migrated)
+    except SyntaxError:
+        return  # the engine refuses such output before this
+    verdict = check(tree, result.migrated, environment(python), _beside(Path(result.path)))
+    marked = with_todos(result.migrated, verdict.problems)
+    if marked != result.migrated and _compiles(marked, result.path):
+        result.migrated = marked
+        result.manual = manual_items(marked)
+    result.verification = Verification(
+        problems=len(verdict.problems),
+        not_installed=tuple(sorted(verdict.not_installed)),
+        unknown=verdict.unknown,
+        versions=dict(sorted(verdict.versions.items())),
+    )
+
+
+def _beside(path: Path) -> frozenset[str]:
+    """The modules and packages in the file's folder, which its imports would find first."""
+    folder = path.parent
+    if not path.is_file() or not folder.is_dir():
+        return frozenset()
+    return frozenset(
+        entry.stem if entry.suffix == ".py" else entry.name
+        for entry in folder.iterdir()
+        if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier())
+    ) - {path.stem}
+
+
+def _compiles(text: str, path: str) -> bool:
+    try:
+        compile(text, path, "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def with_todos(text: str, problems: list[Problem]) -> str:
+    """`text` with a TODO line above each problem's statement, indented like it; a TODO already
+    there (from an earlier run) is not written twice."""
+    if not problems:
+        return text
+    lines = text.splitlines(keepends=True)
+    by_line: dict[int, list[str]] = {}
+    for problem in problems:
+        todo = f"# TODO(neuron-migrate {CODE}): {problem.message}"
+        if todo not in by_line.setdefault(problem.line, []):
+            by_line[problem.line].append(todo)
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    for number in sorted(by_line, reverse=True):
+        statement = lines[number - 1]
+        indent = statement[: len(statement) - len(statement.lstrip(" \t"))]
+        above = {line.strip() for line in lines[max(0, number - 1 - len(by_line[number]) - 8) : number - 1]}
+        new = [f"{indent}{todo}{newline}" for todo in by_line[number] if todo not in above]
+        lines[number - 1 : number - 1] = new
+    return "".join(lines)
