@@ -3,8 +3,8 @@
     python benchmarks/corpus_gate.py [SITE_PACKAGES] [--json out.json]
 
 For each file: the rewrite must not crash, its output must parse, a file that uses none of the
-old stack (no old-stack import, and no XLA runtime variable outside strings and comments) must
-come back byte-identical, and rewriting the output again must change nothing. `check --fix
+old stack (no old-stack import, XLA runtime variable or `openxla` backend; a `"xla"` device
+string, a docstring or a comment is only a mention) must come back byte-identical, and rewriting the output again must change nothing. `check --fix
 --unsafe-fixes` must not crash either, and whatever it fixes must still parse. Every file that
 `check --fix` (the safe fixes alone) changes is then imported twice in a fresh interpreter, as
 installed and as fixed (a finder serves the fixed text under the module's own name): a file that
@@ -50,11 +50,18 @@ class Outcome:
 OLD_STACK_TEXT = re.compile(r"\b(?:XLA_\w+|PT_XLA_\w+|PJRT_\w+)\b|['\"]xla(?::\d+)?['\"]|openxla")
 
 
-def _uses_old_stack(text: str) -> bool:
-    """An old-stack import, or old-stack text outside strings and comments (`XLA_USE_BF16 = 1`).
+# What configures or calls the old stack without importing it: a runtime variable's name, the
+# dynamo backend's name. A `"xla"` device string is only a mention (`device_type != "xla"`).
+OLD_STACK_WORD = re.compile(r"(?:XLA_\w+|PT_XLA_\w+|PJRT_\w+|openxla)")
 
-    A file whose only mentions are strings or comments (`device_type != "xla"` in torch, a
-    docstring) is no migration target: any change there breaks code far from the old stack."""
+
+def _uses_old_stack(text: str) -> bool:
+    """An old-stack import, or an old-stack word as a name or a whole string (`XLA_USE_BF16 = 1`,
+    `env["XLA_USE_BF16"] = "1"`, `backend="openxla"`).
+
+    A file whose only mentions are device strings, longer strings or comments (`device_type !=
+    "xla"` in torch, a docstring) is no migration target: a change there breaks code far from the
+    old stack."""
     try:
         table = ImportTable.from_ast(ast.parse(text))
     except (SyntaxError, ValueError, RecursionError):
@@ -67,7 +74,13 @@ def _uses_old_stack(text: str) -> bool:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (tokenize.TokenError, SyntaxError):
         return True
-    return any(t.type == tokenize.NAME and OLD_STACK_TEXT.fullmatch(t.string) for t in tokens)
+    for token in tokens:
+        word = token.string
+        if token.type == tokenize.STRING:
+            word = word.lstrip("rRbBuU")[1:-1].strip("'\"") if word[-1:] in "'\"" else ""
+        if token.type in (tokenize.NAME, tokenize.STRING) and OLD_STACK_WORD.fullmatch(word):
+            return True
+    return False
 
 
 def judge(path: Path, rewrite: bool = True) -> Outcome:
