@@ -159,7 +159,7 @@ def test_todos_go_above_their_statement_indented_like_it() -> None:
 
 
 def test_what_only_the_run_or_the_folder_can_say_is_not_judged(tmp_path: Path) -> None:
-    """An op library loaded at run time, a module beside the file that shadows a library of the
+    """An op library loaded at run time, a package of the project that shadows a library of the
     same name, and the `neuron` device module of torch-neuronx (not installed here) get no TODO;
     the last makes the file unchecked, and the report says why."""
     source = (
@@ -168,7 +168,8 @@ def test_what_only_the_run_or_the_folder_can_say_is_not_judged(tmp_path: Path) -
         "xm.set_rng_state(0)\nprint(loaders.ready(), y.to(xm.xla_device()))\n"
     )
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "datasets.py").write_text("loaders = None\n")
+    (tmp_path / "datasets").mkdir()  # the project's own package, one folder up
+    (tmp_path / "datasets" / "__init__.py").write_text("loaders = None\n")
     migrated, entry = _rewrite(tmp_path, source, "--target", "neuron")
     assert "torch.neuron.manual_seed(0)" in migrated
     assert CODE not in migrated

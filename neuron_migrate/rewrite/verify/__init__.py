@@ -42,16 +42,29 @@ def verify(result: FileResult, python: str | None = None) -> None:
     )
 
 
-def _beside(path: Path) -> frozenset[str]:
-    """The modules and packages in the file's folder, which its imports would find first."""
-    folder = path.parent
-    if not path.is_file() or not folder.is_dir():
+def _beside(path: Path, levels: int = 4) -> frozenset[str]:
+    """The modules and packages in the file's folder and the folders above it, up to its project's
+    root: its imports find them before an installed package of the same name (a script of
+    `process/` run from the root imports the root's `datasets/`)."""
+    if not path.is_file():
         return frozenset()
-    return frozenset(
-        entry.stem if entry.suffix == ".py" else entry.name
-        for entry in folder.iterdir()
-        if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier())
-    ) - {path.stem}
+    names: set[str] = set()
+    for folder in [path.parent, *path.parent.parents][:levels]:
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            break
+        names.update(
+            entry.stem if entry.suffix == ".py" else entry.name
+            for entry in entries
+            if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier())
+        )
+        if any(entry.name in _PROJECT_ROOT for entry in entries):
+            break
+    return frozenset(names - {path.stem})
+
+
+_PROJECT_ROOT = frozenset({".git", "pyproject.toml", "setup.py", "setup.cfg"})
 
 
 def _compiles(text: str, path: str) -> bool:
