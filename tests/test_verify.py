@@ -178,3 +178,31 @@ def test_what_only_the_run_or_the_folder_can_say_is_not_judged(tmp_path: Path) -
     main(["rewrite", str(tmp_path / "src" / "train.py"), "--output-dir", str(tmp_path / "md"), "-q",
           "--report", str(markdown), "--target", "neuron"])
     assert "not installed where it was checked: torch-neuronx" in markdown.read_text()
+
+
+def test_a_notebook_is_checked_as_its_cells_run_and_the_todo_lands_in_its_cell(tmp_path: Path) -> None:
+    cells = [
+        "import torch_xla.core.xla_model as xm\nfrom transformers import TrainingArguments",
+        "%time device = xm.xla_device()",
+        "args = TrainingArguments(output_dir='out', evaluation_strategy='epoch')\nprint(device)",
+    ]
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": text}
+            for i, text in enumerate(cells)
+        ],
+        "metadata": {"kernelspec": {"language": "python", "name": "python3", "display_name": "Python 3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    src = tmp_path / "tutorial.ipynb"
+    src.write_text(json.dumps(notebook, indent=1) + "\n")
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out"), "-q", "--report", str(tmp_path / "r.json")])
+    migrated = json.loads((tmp_path / "out" / "tutorial.ipynb").read_text())
+    last = migrated["cells"][2]["source"]
+    last = "".join(last) if isinstance(last, list) else last
+    assert last.startswith(f"# TODO(neuron-migrate {CODE}): `TrainingArguments()`: no keyword `evaluation_strategy`")
+    [entry] = json.loads((tmp_path / "r.json").read_text())["files"]
+    [item] = [m for m in entry["manual"] if m["code"] == CODE]
+    assert item["cell"] == 3 and item["location"]["row"] == 1
+    assert entry["checked_against"]["transformers"].startswith("5.")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -206,7 +207,8 @@ def _listed(items: Iterable[str]) -> str:
 def _options(target: str) -> Options:
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r} (choose from {', '.join(sorted(TARGETS))})")
-    return Options(target=TARGETS[target])
+    # Checked against the kernel's own libraries: where the migrated code will run.
+    return Options(target=TARGETS[target], verify_in=sys.executable)
 
 
 def _notebook(sources: Sequence[str]) -> str:

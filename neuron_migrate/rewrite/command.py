@@ -45,7 +45,6 @@ class Job:
     options: Options
     output: Path | None = None  # where the copy goes in --output-dir mode
     clear_outputs: bool = False  # notebooks: drop the outputs of the cells that changed
-    target_python: str | None = None  # the interpreter whose libraries the output is checked against
 
 
 def _codes(value: str) -> tuple[str, ...]:
@@ -118,8 +117,6 @@ def process(job: Job) -> FileResult:
     """Read, migrate and (depending on the mode) write one file. Runs in a worker process."""
     from neuron_migrate.rewrite.engine import rewrite_source
     from neuron_migrate.rewrite.notebook import rewrite_notebook
-    from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
-    from neuron_migrate.rewrite.verify import verify
 
     try:
         source = read_source(job.path)
@@ -131,8 +128,6 @@ def process(job: Job) -> FileResult:
         result.cells = notebook.cells
     else:
         result = rewrite_source(source.text, str(job.path), job.options)
-        if job.options.enabled(VERIFY_CODE):
-            verify(result, job.target_python)
     if result.error:
         return result
     try:
@@ -153,10 +148,8 @@ def _output_path(path: Path, root: Path | None, output_dir: Path) -> Path:
     return output_dir / path.relative_to(root)
 
 
-def _rewrite_stdin(options: Options, target_python: str | None) -> int:
+def _rewrite_stdin(options: Options) -> int:
     from neuron_migrate.rewrite.engine import rewrite_source
-    from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
-    from neuron_migrate.rewrite.verify import verify
 
     data = sys.stdin.buffer.read()
     try:
@@ -165,8 +158,6 @@ def _rewrite_stdin(options: Options, target_python: str | None) -> int:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
     result = rewrite_source(text, "<stdin>", options)
-    if options.enabled(VERIFY_CODE):
-        verify(result, target_python)
     if result.error:
         print(result.error, file=sys.stderr)
         sys.stdout.buffer.write(data)
@@ -181,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = configuration.Configs(configuration.load(args.config) if args.config else None)
         if args.paths == ["-"]:
-            return _rewrite_stdin(_options(args, configs.for_path(Path.cwd()), None), args.target_python)
+            return _rewrite_stdin(_options(args, configs.for_path(Path.cwd()), None))
         if "-" in args.paths:
             print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
             return EXIT_ERROR
@@ -308,7 +299,7 @@ def _jobs(args: argparse.Namespace, configs: configuration.Configs, mode: str) -
             if path != given and config.excluded(path):
                 continue
             output = _output_path(path, root, args.output_dir) if args.output_dir else None
-            jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs, args.target_python))
+            jobs.append(Job(path, mode, _options(args, config, path), output, args.clear_outputs))
     return jobs, missing
 
 
@@ -342,6 +333,7 @@ def _options(args: argparse.Namespace, config: configuration.Config, path: Path 
         select=tuple(select),
         ignore=(*args.ignore, *ignores),
         helpers_module=getattr(args, "helpers_module", None),
+        verify_in=getattr(args, "target_python", None) or sys.executable,
     )
 
 

@@ -49,6 +49,8 @@ from neuron_migrate.rewrite.printing import ModulePrinter
 from neuron_migrate.rewrite.results import FileResult, Helper, ManualItem
 from neuron_migrate.rewrite.shared_helpers import shareable
 from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_bodies
+from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
+from neuron_migrate.rewrite.verify import verify
 
 # A file that contains none of these cannot need a migration.
 PREFILTER = re.compile(
@@ -68,6 +70,9 @@ class Options:
     ignore: tuple[str, ...] = ()
     helpers_module: str | None = None  # import def/class helpers from this module (see shared_helpers)
     mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
+    # The interpreter whose libraries the output is checked against (NM091, `verify`); None: the
+    # output is not checked (the command line checks it, a caller asks for it).
+    verify_in: str | None = None
 
     def enabled(self, code: str) -> bool:
         return selection.enabled(code, self.select, self.ignore)
@@ -196,6 +201,8 @@ def rewrite_source(
     result.changes = ctx.changes
     result.notes = ctx.notes
     result.manual = manual_items(code)
+    if options.verify_in is not None and options.enabled(VERIFY_CODE):
+        verify(result, options.verify_in)
     return result
 
 

@@ -245,6 +245,7 @@ def _migrate_joined(
             out[cell.index] = new
     result.changes.extend(sub.changes)
     result.notes.extend(sub.notes)
+    result.verification = sub.verification  # the cells were checked as the kernel runs them: joined
     return True
 
 

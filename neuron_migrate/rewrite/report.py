@@ -96,7 +96,7 @@ def file_status(result: FileResult) -> str:
 def _why_unchecked(result: FileResult) -> str:
     checked = result.verification
     if checked is None:
-        return "the check did not run (`--no-verify`, or a notebook)"
+        return "the check did not run (NM091 ignored)"
     if checked.unknown:
         return checked.unknown
     return "not installed where it was checked: " + ", ".join(checked.not_installed)
