@@ -54,7 +54,23 @@ CHILDREN_ONLY_TODO = (
     "it does nothing: cast in their scripts, where data moves to the device (`model.to(device, "
     "torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
 )
+# A module of a program that switches the whole process to bf16 but moves nothing to the device
+# itself: no cast here can carry the policy, and a flag nothing reads would drop it silently.
+ELSEWHERE_TODO = (
+    "`{variable}=1` put the whole process in {dtype} on the device; this file moves no data there: "
+    "cast where the program does (`.to(device, torch.{dtype})`)"
+)
+# What the policy acts on in a file: a move to the device, a device argument, a loaded model.
+_MOVES = (".to(", "device=", ".cuda(", "xla_device", "from_pretrained", "DeviceLoader", "ParallelLoader")
 NXD = "neuronx_distributed"
+
+
+def _read_in(source: str, variable: str) -> bool:
+    """Does the file read `variable` (`os.environ.get("X")`, `os.environ["X"]`, `"X" in os.environ`)?"""
+    name = re.escape(variable)
+    return bool(
+        re.search(rf"""(?:\.get|getenv)\(\s*['"]{name}['"]|\[['"]{name}['"]\](?!\s*=[^=])|['"]{name}['"]\s+(?:not\s+)?in\b""", source)
+    )
 # neuronx-distributed reads the switches itself (its fp32-master optimizers, layer norms and
 # trainer choose their dtypes by them), so they stay while its code does.
 NXD_PRECISION_TODO = (
@@ -124,7 +140,9 @@ class XlaEnv(Codemod):
     the script that process runs; so is one this program set for itself where a Python process it
     starts inherits it. A launcher that never imports torch (or a notebook that never loads
     PyTorch/XLA) set the switch only for such children: it gets no policy of its own. A notebook's
-    `%env XLA_USE_BF16=1` is the kernel's own switch, set for the whole program. The `environment=`
+    `%env XLA_USE_BF16=1` is the kernel's own switch, set for the whole program. A module that sets
+    the switch for its process but moves nothing to the device itself (a helper that other files
+    call) gets a TODO: the casts belong where the program moves data. The `environment=`
     of a remote job (a SageMaker estimator) configures that job and is left as it is, with a TODO.
     `XLA_FLAGS` is left alone in files that do not use PyTorch/XLA (JAX and TensorFlow read it
     too). `NEURON_*` runtime variables are kept. Compare runs with `neuron-migrate validate`, which
@@ -199,6 +217,9 @@ class XlaEnv(Codemod):
         if not self._reads_switches():
             if not self.launches:  # else each launch that inherits it says so
                 self.todo(CHILDREN_ONLY_TODO.format(variable=variable, dtype=dtype))
+            return
+        if not any(move in self.ctx.source for move in _MOVES) and not _read_in(self.ctx.source, variable):
+            self.todo(ELSEWHERE_TODO.format(variable=variable, dtype=dtype))
             return
         switch = self.precision.switch(self.functions[-1] if self.functions else None)
         if switch is not None:
