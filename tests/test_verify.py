@@ -206,3 +206,19 @@ def test_a_notebook_is_checked_as_its_cells_run_and_the_todo_lands_in_its_cell(t
     [item] = [m for m in entry["manual"] if m["code"] == CODE]
     assert item["cell"] == 3 and item["location"]["row"] == 1
     assert entry["checked_against"]["transformers"].startswith("5.")
+
+
+def test_answers_are_kept_for_the_next_run_against_the_same_libraries(tmp_path: Path) -> None:
+    from neuron_migrate.rewrite.verify.target import TargetEnvironment
+
+    first = TargetEnvironment(cache=tmp_path)
+    answer = first.find("torch.nn.Linear")
+    assert answer is not None and answer.parameters is not None and answer.parameters[0][0] == "in_features"
+    first.save()
+    first.close()
+    [stored] = list(tmp_path.glob("*.json"))
+    second = TargetEnvironment(cache=tmp_path)
+    assert second.find("torch.nn.Linear") == answer
+    assert second._new == {}  # answered from the file: the probe imported nothing
+    second.close()
+    assert [p.name for p in tmp_path.glob("*.json")] == [stored.name]

@@ -29,7 +29,9 @@ def verify(result: FileResult, python: str | None = None) -> None:
         tree = ast.parse(result.migrated)
     except SyntaxError:
         return  # the engine refuses such output before this
-    verdict = check(tree, result.migrated, environment(python), _beside(Path(result.path)))
+    target = environment(python)
+    verdict = check(tree, result.migrated, target, _beside(Path(result.path)))
+    target.save()  # worker processes end without running exit hooks
     marked = with_todos(result.migrated, verdict.problems)
     if marked != result.migrated and _compiles(marked, result.path):
         result.migrated = marked

@@ -4,7 +4,8 @@ A probe process in that interpreter (`--target-python`, by default the one runni
 imports what is asked and answers from the real objects: does this module exist, does this
 name, what is this callable's signature. Nothing is taken from a table written here, so the
 answers follow the installed versions. One probe per process, started on the first question;
-answers are kept for the process's lifetime.
+answers are kept for the process's lifetime and, on disk, for every later run against the same
+interpreter with the same distributions installed (its fingerprint names the file).
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ import select
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from neuron_migrate.core.files import write_atomic
 
 # Run in the target interpreter: one JSON question a line in, one JSON answer a line out. What
 # the libraries print while importing goes to stderr, never into the answers.
 _PROBE = r"""
-import importlib, importlib.metadata, importlib.util, inspect, json, os, sys
+import hashlib, importlib, importlib.metadata, importlib.util, inspect, json, os, sys
 answers = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # the libraries, not the folder
+
+def fingerprint():
+    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
+    return hashlib.sha256("\n".join([sys.version, *sys.path, *installed]).encode()).hexdigest()[:24]
 
 def version(top):
     try:
@@ -75,13 +84,15 @@ def find(name):
 
 for line in sys.stdin:
     try:
-        answer = find(json.loads(line))
+        name = json.loads(line)
+        answer = {"fingerprint": fingerprint()} if name is None else find(name)
     except BaseException as exc:
         answer = {"installed": True, "error": f"{type(exc).__name__}: {exc}"[:200]}
     answers.write(json.dumps(answer) + "\n")
     answers.flush()
 """
 
+CACHE = Path.home() / ".cache" / "neuron-migrate" / "target-libraries"
 TIMEOUT = 180.0  # seconds for one answer: the first import of a large library included
 
 
@@ -100,11 +111,15 @@ class Answer:
 class TargetEnvironment:
     """Questions to one interpreter's installed libraries, answered by a probe process in it."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, cache: Path | None = CACHE) -> None:
         self.python = python or sys.executable
         self._process: subprocess.Popen[str] | None = None
         self._answers: dict[str, Answer] = {}
         self.broken: str | None = None  # why the probe could not answer: nothing is verified
+        self._cache_folder = cache
+        self._cache_file: Path | None = None
+        self._stored: dict[str, dict[str, Any]] | None = None  # answers on disk, by name
+        self._new: dict[str, dict[str, Any]] = {}  # answers this process asked the probe for
 
     def find(self, name: str) -> Answer | None:
         """The answer for `name`; None when the probe cannot answer (it died or hung)."""
@@ -112,9 +127,13 @@ class TargetEnvironment:
             return self._answers[name]
         if self.broken is not None:
             return None
-        raw = self._ask(name)
+        stored = self._load()
+        raw = stored.get(name) if stored is not None else None
         if raw is None:
-            return None
+            raw = self._ask(name)
+            if raw is None:
+                return None
+            self._new[name] = raw
         answer = Answer(
             installed=bool(raw.get("installed")),
             version=raw.get("version", ""),
@@ -126,7 +145,34 @@ class TargetEnvironment:
         self._answers[name] = answer
         return answer
 
-    def _ask(self, name: str) -> dict[str, Any] | None:
+    def _load(self) -> dict[str, dict[str, Any]] | None:
+        """The answers stored for this environment (asked for its fingerprint once)."""
+        if self._stored is None and self._cache_folder is not None:
+            answer = self._ask(None)
+            if answer is None or "fingerprint" not in answer:
+                return None
+            self._cache_file = self._cache_folder / f"{answer['fingerprint']}.json"
+            try:
+                self._stored = json.loads(self._cache_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self._stored = {}
+        return self._stored
+
+    def save(self) -> None:
+        """Add this process's new answers to the stored ones (another process's included)."""
+        if not self._new or self._cache_file is None:
+            return
+        try:
+            stored = json.loads(self._cache_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stored = {}
+        try:
+            write_atomic(self._cache_file, json.dumps({**stored, **self._new}).encode("utf-8"))
+        except OSError:
+            return  # a cache that cannot be written costs time, never an answer
+        self._new = {}
+
+    def _ask(self, name: str | None) -> dict[str, Any] | None:
         try:
             process = self._start()
             assert process.stdin is not None and process.stdout is not None
@@ -137,7 +183,7 @@ class TargetEnvironment:
         except OSError as exc:
             line, why = "", f"the probe in {self.python} failed: {exc}"
         else:
-            why = f"the probe in {self.python} gave no answer for `{name}`"
+            why = f"the probe in {self.python} gave no answer" + (f" for `{name}`" if name else "")
         if not line:
             self.broken = why
             self.close()
