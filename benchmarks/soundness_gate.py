@@ -10,12 +10,18 @@ through the command line only. A migration is sound when, for every file:
 - gained: the output has no pyflakes-class error (undefined name, use before assignment,
   redefinition, ...) that the original did not have, compared as (class, name) multisets since
   line numbers shift;
+- gained_type: on the lines the rewrite changed or added, the output has no type-checker error
+  (pyrefly, run once per target over all the originals and outputs, against the packages of the
+  environment that runs the gate) that the original did not have, compared as (error kind,
+  message without positions) multisets. A missing import of a module that is not installed
+  here (the corpus files' own sibling modules, the old stack) does not count. Without pyrefly
+  this count is reported as not measured and does not fail the gate;
 - non-idempotent: migrating the output again changes nothing;
 - crash: no output line says "internal error".
 
 Reported without failing the gate: silent skips (old-stack code that got neither a change, a TODO
 nor a report line) and lines far from any old-stack code that the rewrite lost.
-Exit status 1 if any of the four counts above is nonzero; 0 when they are all zero or when the
+Exit status 1 if any of the five counts above is nonzero; 0 when they are all zero or when the
 corpus is absent (then it says how to extract it).
 """
 
@@ -50,7 +56,7 @@ EXTRACT_HINT = (
     "(see ../shared/corpus/README.md), or point NEURON_MIGRATE_CORPUS at an extracted copy"
 )
 TARGETS = ("portable", "neuron")
-GATING = ("refusal", "gained", "non_idempotent", "crash")
+GATING = ("refusal", "gained", "gained_type", "non_idempotent", "crash")
 INFORMATIONAL = ("silent_skip", "untouched")
 
 # pyflakes messages that mean the program is wrong, not merely untidy (no unused imports etc.).
@@ -400,6 +406,272 @@ def untouched_violations(original: str, migrated: str) -> list[str]:
     return lost
 
 
+# --- the type checker ---------------------------------------------------------------------------
+
+TYPE_CHECKER = "pyrefly"
+# Checked files see the environment's packages and nothing else: not each other (the two folders
+# hold the same names), not the temporary folder, not a config or a module above it.
+TYPE_CHECKER_CONFIG = """\
+search-path = []
+disable-search-path-heuristics = true
+"""
+# What the kernel defines for a notebook's code, as the first line of its kernel module.
+NOTEBOOK_PRELUDE = (
+    "from typing import Any as _Any; "
+    + "; ".join(f"{name}: _Any = None" for name in ("get_ipython", "display", "In", "Out"))
+    + "\n"
+)
+# Positions in a message: `line 12`, `column 3`, `12:3`.
+_POSITION = re.compile(r"\b(?:line|column|col)s?\s+\d+|\b\d+:\d+(?::\d+)?\b")
+# The module a missing-import or missing-module-attribute error is about.
+_IMPORT_MESSAGE = re.compile(
+    r"^(?:Cannot find module|Could not resolve relative import) `([^`]*)`"
+    r"|^Could not import `[^`]*` from `([^`]*)`"
+)
+
+
+@dataclass(frozen=True)
+class TypeFinding:
+    """One type-checker error: its kind, its message without positions, and its line."""
+
+    name: str
+    description: str
+    line: int
+    text: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.name, self.description)
+
+
+def type_checker_command() -> str | None:
+    """The `pyrefly` next to this interpreter, else the one on PATH, else None."""
+    here = Path(sys.executable).parent / TYPE_CHECKER
+    return str(here) if here.exists() else shutil.which(TYPE_CHECKER)
+
+
+def type_checker_version(command: str) -> str:
+    done = subprocess.run([command, "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or TYPE_CHECKER
+
+
+def strip_positions(description: str, root: str = "") -> str:
+    """A message without what depends on where the code is: line and column numbers, paths."""
+    if root:
+        description = re.sub(re.escape(root) + r"[^\s`'\"]*", "<file>", description)
+    return " ".join(_POSITION.sub("", description).split())
+
+
+def _lines(text: str) -> list[str]:
+    """A module's lines as Python (and the type checker) number them."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def changed_lines(original: str, migrated: str) -> set[int]:
+    """Lines (1-based) of `migrated` that the rewrite changed or added: not equal in alignment."""
+    matcher = difflib.SequenceMatcher(None, _lines(original), _lines(migrated), autojunk=False)
+    return {
+        line + 1
+        for tag, _, _, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+        for line in range(j1, j2)
+    }
+
+
+def gained_types(
+    original: str, migrated: str, before: list[TypeFinding], after: list[TypeFinding]
+) -> list[TypeFinding]:
+    """The errors of `migrated` on changed lines that no error of `original` accounts for.
+
+    Errors on unchanged lines match the original's first (they are the same code); each error on
+    a changed line then takes one remaining original error of the same key, or is gained.
+    """
+    changed = changed_lines(original, migrated)
+    remaining = Counter(finding.key for finding in before)
+    for finding in after:
+        if finding.line not in changed and remaining[finding.key] > 0:
+            remaining[finding.key] -= 1
+    found = []
+    for finding in sorted(after, key=lambda f: f.line):
+        if finding.line not in changed:
+            continue
+        if remaining[finding.key] > 0:
+            remaining[finding.key] -= 1
+        else:
+            found.append(finding)
+    return found
+
+
+def installed_modules(modules: Iterable[str]) -> set[str]:
+    """Which of these modules have a top-level package the native environment (this interpreter,
+    without the gate's own folder or the working directory on its path) can import."""
+    modules = list(modules)
+    tops = sorted({m.split(".")[0] for m in modules if m and not m.startswith(".")})
+    if not tops:
+        return set()
+    probe = (
+        "import importlib.util, json, sys\n"
+        "def found(name):\n"
+        "    try:\n"
+        "        return importlib.util.find_spec(name) is not None\n"
+        "    except (ImportError, ValueError):\n"
+        "        return False\n"
+        "print(json.dumps([n for n in json.load(sys.stdin) if found(n)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe],
+        input=json.dumps(tops),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    installed = set(json.loads(done.stdout))
+    return {m for m in modules if m.split(".")[0] in installed}
+
+
+def _not_installed_import(error: dict[str, object], installed: set[str]) -> bool:
+    """An unresolved import of a module that is not installed: a sibling module, the old stack."""
+    if error.get("name") not in ("missing-import", "missing-module-attribute"):
+        return False
+    match = _IMPORT_MESSAGE.match(str(error.get("concise_description", "")))
+    if not match:
+        return False
+    module = match.group(1) if match.group(1) is not None else match.group(2)
+    return module not in installed
+
+
+def _file_name(label: str, used: set[str]) -> str:
+    """A file name for a module: the script's or notebook's stem, made unique."""
+    stem = re.sub(r"\.(?:py|ipynb)$", "", label.replace(":", "__"))
+    stem = re.sub(r"[^\w-]", "_", stem) or "module"
+    name, number = f"{stem}.py", 1
+    while name in used:
+        number += 1
+        name = f"{stem}__{number}.py"
+    used.add(name)
+    return name
+
+
+def type_check(texts: dict[str, str], command: str, jobs: int = 2) -> dict[str, list[TypeFinding]]:
+    """One type-checker run over every module (relative path -> text): its errors, per path.
+
+    Only errors, not warnings; an unresolved import of a module that is not installed is dropped.
+    """
+    root = Path(tempfile.mkdtemp(prefix="soundness-types-"))
+    try:
+        (root / "pyrefly.toml").write_text(TYPE_CHECKER_CONFIG)
+        for path, text in texts.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text, encoding="utf-8")
+        args = ["--config", "pyrefly.toml", "--python-interpreter-path", sys.executable]
+        args += ["--output-format", "json", "--summary=none", "--threads", str(max(1, jobs))]
+        done = subprocess.run(
+            [command, "check", *sorted(texts), *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        try:
+            errors = json.loads(done.stdout)["errors"] if done.returncode in (0, 1) else None
+        except (ValueError, KeyError):
+            errors = None
+        if errors is None:
+            raise RuntimeError(
+                f"{command} check failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+            )
+        errors = [e for e in errors if e.get("severity") == "error"]
+        imports = [_IMPORT_MESSAGE.match(str(e.get("concise_description", ""))) for e in errors]
+        installed = installed_modules(
+            m.group(1) if m.group(1) is not None else m.group(2) for m in imports if m
+        )
+        found: dict[str, list[TypeFinding]] = {path: [] for path in texts}
+        for error in errors:
+            if _not_installed_import(error, installed):
+                continue
+            path = os.path.relpath(root / str(error["path"]), root)
+            text = str(error.get("concise_description") or error.get("description", ""))
+            finding = TypeFinding(
+                str(error["name"]), strip_positions(text, str(root)), int(error["line"]), text
+            )
+            found.setdefault(path, []).append(finding)
+        return found
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def type_check_pairs(
+    pairs: dict[str, tuple[str, str]], command: str, jobs: int = 2
+) -> dict[str, list[TypeFinding]]:
+    """Per label, the type errors the migrated text gained over the original (`gained_types`).
+
+    The originals and the outputs go to two folders, `original/` and `migrated/`, under the same
+    names, and are checked in one run.
+    """
+    used: set[str] = set()
+    files = {label: _file_name(label, used) for label in pairs}
+    texts = {f"original/{files[label]}": pair[0] for label, pair in pairs.items()}
+    texts |= {f"migrated/{files[label]}": pair[1] for label, pair in pairs.items()}
+    found = type_check(texts, command, jobs)
+    return {
+        label: gained_types(
+            original,
+            migrated,
+            found.get(f"original/{files[label]}", []),
+            found.get(f"migrated/{files[label]}", []),
+        )
+        for label, (original, migrated) in pairs.items()
+    }
+
+
+def _typed_modules(name: str, text: str) -> list[tuple[str, str, Module | None]]:
+    """A file's modules as the type checker reads them: (label, text, the notebook module)."""
+    if not name.endswith(".ipynb"):
+        return [(name, text, None)]
+    try:
+        modules = notebook_modules(text)
+    except (ValueError, AttributeError):
+        return []
+    return [
+        (
+            f"{name}:{module.name}" if module.name else name,
+            module.text if module.name else NOTEBOOK_PRELUDE + module.text,
+            module,
+        )
+        for module in modules
+    ]
+
+
+def type_gains(
+    originals: dict[str, bytes], outputs: dict[str, bytes], command: str, jobs: int = 2
+) -> dict[str, list[str]]:
+    """Per corpus file of one target, the type errors its output gained, as report lines."""
+    pairs: dict[str, tuple[str, str]] = {}
+    modules: dict[str, tuple[str, Module | None]] = {}
+    for name, original in originals.items():
+        text = _decode(original)
+        if outputs[name] == original or not is_valid_input(name, text):
+            continue
+        before = _typed_modules(name, text)
+        after = _typed_modules(name, _decode(outputs[name]))
+        if len(before) != len(after):  # a rewrite that broke the notebook: pyflakes says so
+            continue
+        for (label, old, _), (_, new, module) in zip(before, after, strict=True):
+            pairs[label] = (old, new)
+            modules[label] = (name, module)
+    gains: dict[str, list[str]] = {}
+    for label, found in type_check_pairs(pairs, command, jobs).items():
+        name, module = modules[label]
+        for finding in found:
+            if module is None:
+                where = str(finding.line)
+            else:
+                offset = 0 if module.name else NOTEBOOK_PRELUDE.count("\n")
+                where = module.where(finding.line - offset)
+            gains.setdefault(name, []).append(f"{finding.name} at {where}: {finding.text}")
+    return gains
+
+
 # --- running the command line -------------------------------------------------------------------
 
 
@@ -575,8 +847,10 @@ def judge(
     analysis: dict[str, dict[str, FileResult]],
     first: RunLog,
     second: RunLog,
+    typed: dict[str, list[str]] | None = None,
 ) -> list[Failure]:
-    """Every failure of one target, from the file analyses and the two runs' logs."""
+    """Every failure of one target, from the file analyses, the two runs' logs and the type
+    errors its outputs gained (`type_gains`; None when not measured)."""
     failures = []
     for name in sorted(analysis):
         entry = analysis[name][target]
@@ -593,6 +867,8 @@ def judge(
             failures.append(Failure(target, "refusal", name, refused))
         if entry.gained:
             failures.append(Failure(target, "gained", name, list(entry.gained)))
+        if typed and typed.get(name):
+            failures.append(Failure(target, "gained_type", name, list(typed[name])))
         if not errors:
             again = [e for e in second.errors.get(name, []) if "internal error" not in e]
             if name in second.diffs or again:
@@ -629,9 +905,10 @@ class Report:
     corpus: str
     files: int
     seconds: float
-    counts: dict[str, dict[str, int]]
+    counts: dict[str, dict[str, int | None]]  # None: not measured (no type checker)
     runs: dict[str, dict[str, float]]
     failures: list[Failure]
+    type_checker: str | None = None  # its name and version; None when it is not installed
 
 
 def run_gate(corpus: Path, jobs: int = 2, targets: tuple[str, ...] = TARGETS) -> Report:
@@ -648,35 +925,62 @@ def run_gate(corpus: Path, jobs: int = 2, targets: tuple[str, ...] = TARGETS) ->
                 strict=True,
             )
         )
-    items = [(p.name, p.read_bytes(), {t: runs[t][0][p.name] for t in targets}) for p in files]
+    originals = {p.name: p.read_bytes() for p in files}
+    items = [(p.name, originals[p.name], {t: runs[t][0][p.name] for t in targets}) for p in files]
     with ProcessPoolExecutor(max(1, jobs)) as pool:
         analysis = dict(pool.map(_analyze_item, items, chunksize=8))
-    failures = [f for t in targets for f in judge(t, analysis, runs[t][1], runs[t][2])]
-    counts = {
-        t: {
-            c: len({f.file for f in failures if f.target == t and f.category == c})
-            for c in GATING + INFORMATIONAL
-        }
-        for t in targets
-    }
     timing = {
         t: {"rewrite_s": round(runs[t][1].seconds, 1), "second_run_s": round(runs[t][2].seconds, 1)}
         for t in targets
     }
+    checker = type_checker_command()
+    typed: dict[str, dict[str, list[str]] | None] = dict.fromkeys(targets)
+    for t in targets:
+        if checker:
+            started = time.perf_counter()
+            typed[t] = type_gains(originals, runs[t][0], checker, jobs)
+            timing[t]["type_check_s"] = round(time.perf_counter() - started, 1)
+    failures = [f for t in targets for f in judge(t, analysis, runs[t][1], runs[t][2], typed[t])]
+    counts: dict[str, dict[str, int | None]] = {
+        t: {
+            c: len({f.file for f in failures if f.target == t and f.category == c})
+            if c != "gained_type" or typed[t] is not None
+            else None
+            for c in GATING + INFORMATIONAL
+        }
+        for t in targets
+    }
     return Report(
-        str(corpus), len(files), round(time.perf_counter() - start, 1), counts, timing, failures
+        str(corpus),
+        len(files),
+        round(time.perf_counter() - start, 1),
+        counts,
+        timing,
+        failures,
+        type_checker_version(checker) if checker else None,
     )
 
 
 def format_report(report: Report) -> str:
     """Counts per target and category, then one line per failing file."""
     out = [f"soundness gate: {report.files} files of {report.corpus} in {report.seconds:.0f} s"]
+    if report.type_checker:
+        out.append(f"type checker: {report.type_checker}")
     for target, counts in report.counts.items():
         times = report.runs[target]
-        out.append(
-            f"target {target} (rewrite {times['rewrite_s']:.0f} s, second run {times['second_run_s']:.0f} s):"
+        typing = (
+            f", {TYPE_CHECKER} {times['type_check_s']:.0f} s" if "type_check_s" in times else ""
         )
-        out += [f"  {c:15} {counts[c]}" for c in GATING]
+        out.append(
+            f"target {target} (rewrite {times['rewrite_s']:.0f} s, second run "
+            f"{times['second_run_s']:.0f} s{typing}):"
+        )
+        out += [
+            f"  {c:15} {counts[c]}"
+            if counts[c] is not None
+            else f"  {c:15} not measured ({TYPE_CHECKER} is not installed)"
+            for c in GATING
+        ]
         out += [f"  {c:15} {counts[c]}  (informational)" for c in INFORMATIONAL]
     order = {c: i for i, c in enumerate(GATING + INFORMATIONAL)}
     for failure in sorted(report.failures, key=lambda f: (order[f.category], f.file, f.target)):

@@ -181,6 +181,83 @@ def test_output_lines_are_sorted_per_file() -> None:
     assert log.diffs["a.py"][-2:] == ["-x", "+y"]
 
 
+# --- the type checker (pyrefly) on small pairs, one run each ------------------------------------
+
+PYREFLY = gate.type_checker_command()
+needs_pyrefly = pytest.mark.skipif(PYREFLY is None, reason="pyrefly is not installed")
+
+
+def type_gained(original: str, migrated: str) -> list[gate.TypeFinding]:
+    assert PYREFLY is not None
+    return gate.type_check_pairs({"a.py": (original, migrated)}, PYREFLY, jobs=1)["a.py"]
+
+
+@needs_pyrefly
+def test_added_call_with_a_keyword_the_callee_does_not_take_is_gained() -> None:
+    original = (
+        "import torch\nimport torch_xla.core.xla_model as xm\n\nlayer = torch.nn.Linear(4, 4)\n"
+    )
+    migrated = "import torch\n\nlayer = torch.nn.Linear(4, 4, bogus=1)\n"
+    [finding] = type_gained(original, migrated)
+    assert finding.name == "unexpected-keyword" and "bogus" in finding.description
+    assert finding.line == 3
+
+
+@needs_pyrefly
+def test_an_error_on_an_unchanged_line_is_not_gained() -> None:
+    original = "import torch\nimport torch_xla\n\nlayer = torch.nn.Linear(4, 4, bogus=1)\nn = 1\n"
+    migrated = "import torch\n\nlayer = torch.nn.Linear(4, 4, bogus=1)\nn = 2\n"
+    assert not type_gained(original, migrated)
+
+
+@needs_pyrefly
+def test_an_error_the_original_had_that_moved_is_not_gained() -> None:
+    original = "import torch\nimport torch_xla\n\nn = 1\nlayer = torch.nn.Linear(4, 4, bogus=1)\n"
+    migrated = "import torch\n\nlayer = torch.nn.Linear(4, 4, bogus=1)\nn = 1\n"
+    assert 3 in gate.changed_lines(original, migrated)  # on a changed line, yet matched
+    assert not type_gained(original, migrated)
+
+
+@needs_pyrefly
+def test_missing_import_counts_only_for_an_installed_package() -> None:
+    original = "import torch\n"
+    migrated = (
+        original + "import my_sibling_module\nfrom . import helpers\nimport torch.no_such_module\n"
+    )
+    [finding] = type_gained(original, migrated)
+    assert finding.key == ("missing-import", "Cannot find module `torch.no_such_module`")
+
+
+@needs_pyrefly
+def test_notebook_errors_are_located_in_their_cell_and_magics_are_no_error() -> None:
+    assert PYREFLY is not None
+    original = notebook("import torch", "x = torch.ones(2)\ndisplay(x)")
+    migrated = notebook(
+        "!pip install torch\nimport torch", "x = torch.nn.Linear(4, 4, bogus=1)\ndisplay(x)"
+    )
+    gains = gate.type_gains(
+        {"nb.ipynb": original.encode()}, {"nb.ipynb": migrated.encode()}, PYREFLY
+    )
+    [line] = gains["nb.ipynb"]
+    assert line.startswith("unexpected-keyword at cell 2:1: ")
+
+
+def test_report_says_when_types_were_not_measured() -> None:
+    counts = {c: 0 for c in gate.GATING + gate.INFORMATIONAL} | {"gained_type": None}
+    runs = {"portable": {"rewrite_s": 1.0, "second_run_s": 1.0}}
+    report = gate.Report("corpus", 1, 2.0, {"portable": counts}, runs, [])
+    assert "gained_type     not measured (pyrefly is not installed)" in gate.format_report(report)
+
+
+def test_positions_are_not_part_of_the_key() -> None:
+    assert gate.strip_positions("`x` is defined at line 12, column 3") == "`x` is defined at ,"
+    assert gate.strip_positions("see /tmp/t/a.py:3:4 here", "/tmp/t") == "see <file> here"
+
+
+def test_changed_lines_are_the_replaced_and_inserted_ones() -> None:
+    assert gate.changed_lines("a\nb\nc\n", "a\nB\nc\nd\n") == {2, 4}
+
+
 def test_missing_corpus_says_how_to_get_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
