@@ -133,6 +133,45 @@ def _maybe_traces(tree: ast.AST, traced: set[str]) -> set[str]:
     return found
 
 
+def _read_after_trace(tree: ast.AST, resolve: Any) -> list[str | None]:
+    """For each `torch_neuronx.trace(model, ...)` in source order: a variable of `model` that the
+    code reads again after the statement (None if none). The traced graph was a snapshot that
+    left the module where it was; a module moved in place (`.to(device)`) and compiled is not."""
+    parents: dict[int, ast.AST] = {}
+    for node in all_nodes(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    calls = [
+        n for n in all_nodes(tree)
+        if isinstance(n, ast.Call) and resolve(ast_dotted_name(n.func) or "") in TRACE
+    ]
+    found: list[str | None] = []
+    for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
+        model = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "func"), None)
+        statement: ast.AST = call
+        while not isinstance(statement, ast.stmt) and id(statement) in parents:
+            statement = parents[id(statement)]
+        scope = parents.get(id(statement))
+        while scope is not None and not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            scope = parents.get(id(scope))
+        targets = {t.id for t in getattr(statement, "targets", []) if isinstance(t, ast.Name)}
+        callees = {id(n.func) for n in all_nodes(model) if isinstance(n, ast.Call)} if model else set()
+        names = {
+            n.id for n in (all_nodes(model) if model else ())
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in callees
+        } - targets
+        end = getattr(statement, "end_lineno", None) or call.lineno
+        here = [n for n in (all_nodes(scope) if scope is not None else ()) if getattr(n, "lineno", 0) >= statement.lineno]  # type: ignore[attr-defined]
+        later = {n.id for n in here if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno > end}
+        # `model.graph = compiled`: stored on the module it compiled, which NM023 leaves to a person.
+        stored_on = {
+            n.value.id for n in here
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
+        }
+        found.append(min(names & later) if names & later and not names & stored_on else None)
+    return found
+
+
 def flag_values(flags: list[str]) -> dict[str, str]:
     """Command-line flags as `name -> value`, from `--name=value` and `--name value` alike."""
     values: dict[str, str] = {}
@@ -201,8 +240,9 @@ class NeuronxTrace(Codemod):
 
     ## Fix safety
     `model.to(device)` moves the original module too (trace left it on the CPU), and freezes
-    it, and inputs
-    must be on the model's device: Neuron copies host tensors into compiled graphs itself,
+    it; where the code uses the module again after the trace (a CPU reference, a second trace of
+    the same module), a copy is compiled (`copy.deepcopy(model).to(device)`), a snapshot as the
+    traced graph was. Inputs must be on the model's device: Neuron copies host tensors into compiled graphs itself,
     other devices do not. `--auto-cast` compiler options become a TODO to cast explicitly.
     A `torch.jit.load` of a file this script did not save gets a TODO: the model must be
     rebuilt from its Python class.
@@ -255,6 +295,8 @@ class NeuronxTrace(Codemod):
         self._scripted: set[str] = set()  # names bound to TorchScript modules (`torch.jit.script`)
         self._discarded: cst.BaseExpression | None = None  # the value of the expression statement
         self._saved_as_weights = False  # the statement being left saves or loads weights now
+        self._read_after: list[str | None] = []  # per trace call: a variable of its model read later
+        self._traces_seen = 0
 
     def visit_Module(self, node: cst.Module) -> None:
         try:
@@ -275,6 +317,7 @@ class NeuronxTrace(Codemod):
                     self._scripted |= names
         self._loop_traces = _maybe_traces(self._tree, traced)
         self._traced_names = traced
+        self._read_after = _read_after_trace(self._tree, self.ctx.imports.resolve_dotted)
 
     def visit_Expr(self, node: cst.Expr) -> None:
         self._discarded = node.value
@@ -549,6 +592,8 @@ class NeuronxTrace(Codemod):
         return updated_node
 
     def _trace(self, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
+        index, self._traces_seen = self._traces_seen, self._traces_seen + 1
+        read_after = self._read_after[index] if index < len(self._read_after) else None
         model = arg_value(call, 0, "func")
         example = arg_value(call, 1, "example_inputs")
         if model is None or example is None:
@@ -575,11 +620,13 @@ class NeuronxTrace(Codemod):
         # frozen, the compiled model neither records autograd graphs nor returns outputs that do.
         # Not in a file that trains, where the same model may be trained too.
         frozen = "" if _TRAINS.search(self.ctx.source) else ".requires_grad_(False)"
-        moved = (
-            f"{owner}.to({self._device()}){frozen}.forward"
-            if owner
-            else f"{code_of(model.value)}.to({self._device()}){frozen}"
-        )
+        source = owner or code_of(model.value)
+        if read_after is not None and owner is None:
+            # The code reads `read_after` again: compile a copy, as the trace was, so that the
+            # module (and whatever shares its submodules) stays where it is, with its own weights.
+            source = f"{self.ctx.need_import('copy')}.deepcopy({source})"
+            self.changed(f"the traced module is compiled as a copy: `{read_after}` is used again after the trace")
+        moved = f"{source}.to({self._device()}){frozen}" + (".forward" if owner else "")
         if not frozen:
             self.todo(
                 "the traced graph tracked no gradients, the compiled model does: call it under `torch.inference_mode()` "
