@@ -541,6 +541,14 @@ class XlaCollectives(Codemod):
         self.ctx.insert_after(*(stmt(source + "\n") for source in reduce[1:]))
         return stmt(reduce[0] + "\n").with_changes(leading_lines=line.leading_lines)
 
+    def _may_be_a_list(self, tensors: cst.BaseExpression) -> bool:
+        """A name the file binds to a list or tuple somewhere: torch_xla reduced such an input in
+        place and returned it, where a tensor came back as a new reduced tensor."""
+        if not isinstance(tensors, cst.Name):
+            return False
+        name = re.escape(tensors.value)
+        return bool(re.search(rf"(?m)^\s*{name}\s*(?::[^=\n]*)?=\s*(?:[\[(]|list\(|tuple\()", self.ctx.source))
+
     def _names_old_stack(self, node: cst.CSTNode) -> bool:
         """Does `node` still read an old-stack name (`parallel_state`, say) no codemod rewrote?"""
         finder = _NamesFinder()
@@ -560,7 +568,7 @@ class XlaCollectives(Codemod):
         if isinstance(small, cst.Assign):
             # One tensor: torch_xla returned a new one and left the input alone, even when the
             # result is bound to the same name (another reference may still see the input).
-            if len(small.targets) != 1:
+            if len(small.targets) != 1 or self._may_be_a_list(tensors):
                 return None
             result = code_of(small.targets[0].target)
             source = code_of(tensors) if _is_atom(tensors) else f"({code_of(tensors)})"
