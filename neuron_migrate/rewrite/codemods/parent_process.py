@@ -35,38 +35,78 @@ SAME_ON_EVERY_RANK = frozenset(
         "set_defaults", "setdefault", "update", "filterwarnings", "basicConfig", "getLogger",
     }
 )
-# Argument and configuration parsing, by name: `parse()`, `get_args()`, `build_train_parser()`.
+# Argument and configuration parsing, by name: `parse()`, `get_args()`, `build_train_parser()`;
+# not a name that says it acts (`copy_config_file_to_output_folder()`, `save_config()`).
 PARSING = re.compile(r"pars|args|flags|config", re.IGNORECASE)
+ACTS = re.compile(
+    r"^_*(?:save|write|copy|dump|upload|download|create|make_?dirs?|mkdir|log|print|remove|delete|"
+    r"clean|setup|set_up|init|move|rename|send|push|export)(?:_|$)",
+    re.IGNORECASE,
+)
 
 
 def parent_only_statements(
     module: cst.Module, is_spawn: Callable[[cst.BaseStatement], bool]
-) -> dict[int, ParentOnly]:
-    """The ids of the statements, in the blocks holding a spawn, that only the parent ran."""
+) -> tuple[dict[int, ParentOnly], dict[int, int]]:
+    """The ids of the statements, in the blocks holding a spawn, that only the parent ran; and
+    for the first of them on each side of the spawn in a block that is not a `print` (which rank
+    0 makes alone), how many such statements it leads: one TODO says it for all of them."""
     finder = _Finder(is_spawn)
     finder.scan(module)
-    return finder.found
+    return finder.found, finder.leads
+
+
+def print_call(statement: cst.CSTNode) -> cst.Call | None:
+    """The `print(...)` a one-statement line consists of, if it is one."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        func = small.value.func
+        if isinstance(func, cst.Name) and func.value == "print":
+            return small.value
+    return None
 
 
 class _Finder(Visitor):
     def __init__(self, is_spawn: Callable[[cst.BaseStatement], bool]) -> None:
         self.is_spawn = is_spawn
         self.found: dict[int, ParentOnly] = {}
+        self.leads: dict[int, int] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._scan(node.body)
+        # Module-level code ran in every worker too (each imports the main module): only a
+        # spawn there itself counts.
+        self._scan(node.body, nested=False)
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._scan(node.body)
+        self._scan(node.body, nested=True)
 
-    def _scan(self, body: Sequence[cst.BaseStatement]) -> None:
-        spawns = [i for i, statement in enumerate(body) if self.is_spawn(statement)]
+    def _holds_spawn(self, node: cst.CSTNode) -> bool:
+        """The statement is a spawn, or a compound statement (`if`, `for`...) with one inside."""
+        if isinstance(node, cst.BaseStatement) and self.is_spawn(node):
+            return True
+        if isinstance(node, cst.SimpleStatementLine | cst.FunctionDef | cst.ClassDef):
+            return False
+        return any(self._holds_spawn(child) for child in children(node))
+
+    def _scan(self, body: Sequence[cst.BaseStatement], nested: bool) -> None:
+        """In a block that runs in the parent (a function's, the main guard's, or one inside
+        them), what comes before the statement holding a spawn ran before the workers started,
+        what comes after it once they had finished."""
+        holds = self._holds_spawn if nested else self.is_spawn
+        spawns = [i for i, statement in enumerate(body) if holds(statement)]
         if not spawns:
             return
+        first: dict[ParentOnly, int] = {}
         for i, statement in enumerate(body):
             if i in spawns or _same_on_every_rank(statement):
                 continue
-            self.found[id(statement)] = ParentOnly.BEFORE if i < spawns[0] else ParentOnly.AFTER
+            side = ParentOnly.BEFORE if i < spawns[0] else ParentOnly.AFTER
+            self.found[id(statement)] = side
+            if print_call(statement) is None:
+                lead = first.setdefault(side, id(statement))
+                self.leads[lead] = self.leads.get(lead, 0) + 1
 
 
 def _same_on_every_rank(statement: cst.BaseStatement) -> bool:
@@ -93,7 +133,7 @@ def _pure(node: cst.CSTNode) -> bool:
     """An expression that computes the same value on every rank, with no effect outside it."""
     if isinstance(node, cst.Call):
         name = (dotted_name(node.func) or "").rsplit(".", 1)[-1]
-        if not (name in SAME_ON_EVERY_RANK or PARSING.search(name)):
+        if not (name in SAME_ON_EVERY_RANK or (PARSING.search(name) and not ACTS.search(name))):
             return False
         return all(_pure(arg.value) for arg in node.args) and _pure_owner(node.func)
     if isinstance(node, cst.Lambda | cst.Yield | cst.Await | cst.NamedExpr):

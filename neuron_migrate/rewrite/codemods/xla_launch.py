@@ -22,7 +22,11 @@ from neuron_migrate.rewrite.codemods.base import (
     string_value,
     with_string_value,
 )
-from neuron_migrate.rewrite.codemods.parent_process import ParentOnly, parent_only_statements
+from neuron_migrate.rewrite.codemods.parent_process import (
+    ParentOnly,
+    parent_only_statements,
+    print_call,
+)
 from neuron_migrate.rewrite.effects import has_effects
 
 XMP_SPAWN = "torch_xla.distributed.xla_multiprocessing.spawn"
@@ -71,6 +75,19 @@ PARENT_ONLY = {
     ParentOnly.AFTER: (
         "this ran once, in the parent process, after every worker had finished; under torchrun every "
         'rank runs it: if it must run once, guard it with `if int(os.environ.get("RANK", 0)) == 0:`'
+    ),
+}
+
+# The same, said once for the statements from here to the spawn (or from the spawn to here).
+PARENT_ONLY_SEVERAL = {
+    ParentOnly.BEFORE: (
+        "this and the statements after it up to the spawn ran once, in the parent process, before the "
+        "workers started; under torchrun every rank runs them: what must run once goes below "
+        "`dist.init_process_group()`, under `if dist.get_rank() == 0:`, followed by `dist.barrier()`"
+    ),
+    ParentOnly.AFTER: (
+        "this and the statements after it ran once, in the parent process, after every worker had "
+        'finished; under torchrun every rank runs them: guard what must run once with `if int(os.environ.get("RANK", 0)) == 0:`'
     ),
 }
 
@@ -159,6 +176,7 @@ class XlaLaunch(Codemod):
         self._launcher_creates_group = False
         self._pinned_inits: dict[int, cst.BaseStatement] = {}  # init call -> the pin that follows it
         self._parent_only: dict[int, ParentOnly] = {}  # statements next to a spawn, by id
+        self._parent_leads: dict[int, int] = {}  # the first of them in a block: how many it leads
         # Launches under a test of torchrun's environment: they ran only without torchrun, and stay.
         self._beside_torchrun: set[int] = set()
         # `flag = ...` lines right before the `torch_xla.launch(..., debug_single_process=flag)` that
@@ -182,7 +200,7 @@ class XlaLaunch(Codemod):
         beside.scan(node)
         self._beside_torchrun = beside.found
         if not self.ctx.notebook:
-            self._parent_only = parent_only_statements(node, self._is_spawn_statement)
+            self._parent_only, self._parent_leads = parent_only_statements(node, self._is_spawn_statement)
         launched = _SpawnedFunctions(lambda call: self.called(call, *SPAWN) and id(call) not in self._beside_torchrun)
         launched.scan(node)
         self._launch_options = _launch_options(node, lambda call: self.called(call, "torch_xla.launch"), self.ctx.source)
@@ -273,9 +291,10 @@ class XlaLaunch(Codemod):
 
     def _flag_parent_only(self, node: cst.BaseStatement) -> None:
         when = self._parent_only.get(id(node))
-        if when is None or _print_call(node) is not None:
-            return  # a print is kept to rank 0 when the statement is left
-        self.todo(PARENT_ONLY[when])
+        leads = self._parent_leads.get(id(node), 0)
+        if when is None or not leads:
+            return  # a print is kept to rank 0; a later statement is covered by the first's TODO
+        self.todo(PARENT_ONLY[when] if leads == 1 else PARENT_ONLY_SEVERAL[when])
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -288,7 +307,7 @@ class XlaLaunch(Codemod):
         ):
             assert isinstance(small.value, cst.Call)
             return self._created_by_launcher(updated_node, small.value)
-        if id(original_node) not in self._parent_only or _print_call(updated_node) is None:
+        if id(original_node) not in self._parent_only or print_call(updated_node) is None:
             return updated_node
         self.changed("a `print` the parent process made once -> `print` on rank 0")
         # The line itself goes in the block, so a call spread over lines keeps its layout.
@@ -589,18 +608,6 @@ def _neuron_backend(value: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(value, cst.SimpleString):
         return with_string_value(value, "neuron")
     return cst.SimpleString('"neuron"')
-
-
-def _print_call(statement: cst.CSTNode) -> cst.Call | None:
-    """The `print(...)` a one-statement line consists of, if it is one."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-        return None
-    small = statement.body[0]
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        func = small.value.func
-        if isinstance(func, cst.Name) and func.value == "print":
-            return small.value
-    return None
 
 
 class _FindsCall(Visitor):
