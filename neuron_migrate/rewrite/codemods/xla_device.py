@@ -46,6 +46,10 @@ DEVICE_HW = ("torch_xla.core.xla_model.xla_device_hw",)
 XLA_STRING = re.compile(r"""['"]xla[:'"]""")  # where none is, no string needs reading
 
 
+# Lightning's packages: their TPU accelerator and XLA strategies need torch_xla.
+LIGHTNING = frozenset({"lightning", "pytorch_lightning", "lightning_fabric"})
+
+
 class XlaDevice(Codemod):
     """Replaces XLA devices with native ones.
 
@@ -73,6 +77,9 @@ class XlaDevice(Codemod):
     ```
     With `--target neuron`: `device = torch.device("neuron")`. Under torchrun each process sees
     its own NeuronCore (`NEURON_RT_VISIBLE_CORES` is set from `LOCAL_RANK`), so no index is needed.
+
+    A Lightning `Trainer`/`Fabric` given `accelerator="tpu"` or an XLA `strategy` gets a TODO:
+    those pieces of Lightning import torch_xla.
 
     ## Fix safety
     Safe. The portable spelling falls back to the CPU where no accelerator is present;
@@ -119,6 +126,8 @@ class XlaDevice(Codemod):
             return self._torch_device(updated_node)
         if self.ctx.old_stack_file and option_values(updated_node):
             self.todo(FLAG_OPTION)
+        if name is not None and name.split(".")[0] in LIGHTNING:
+            self._lightning_on_xla(updated_node)
         if isinstance(updated_node.func, cst.Attribute) and updated_node.func.attr.value == "to":
             first = arg_value(updated_node, 0, "device")
             if first is not None and is_xla_string(string_value(first.value)):
@@ -128,6 +137,18 @@ class XlaDevice(Codemod):
                     args=[a.with_changes(value=new) if a is first else a for a in updated_node.args]
                 )
         return updated_node
+
+    def _lightning_on_xla(self, call: cst.Call) -> None:
+        """`Trainer(accelerator="tpu", strategy="xla")`: Lightning's XLA pieces import torch_xla."""
+        for keyword in ("accelerator", "strategy"):
+            arg = arg_value(call, None, keyword)
+            value = string_value(arg.value) if arg is not None else None
+            if value is not None and (value == "tpu" or is_xla_string(value) or value.startswith("xla")):
+                self.todo(
+                    f'Lightning\'s `{keyword}="{value}"` runs on torch_xla: use `accelerator="auto"` and a '
+                    'native strategy (`"ddp"`, `"fsdp"`), launched with torchrun'
+                )
+                return
 
     def _device(self, call: cst.Call, name: str) -> cst.BaseExpression:
         index = arg_value(call, 0, "n" if name.endswith("xla_device") else "index")
