@@ -105,3 +105,24 @@ def test_a_removed_import_is_a_change_the_report_counts(tmp_path: Path) -> None:
     assert "import torch_xla" not in (tmp_path / "out" / "only_import.py").read_text()
     assert [c["code"] for c in entry["changes"]] == ["NM012"]
     assert "`torch_xla`" in entry["changes"][0]["message"]
+
+
+def test_a_script_importing_a_sibling_that_still_imports_the_old_stack_fails_at_start_up(tmp_path: Path) -> None:
+    """The report follows the run's own modules: `run.py` starts by importing `helpers.py`, which
+    keeps a torch_xla import; an old-stack import inside a function fails only when it is called."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "helpers.py").write_text(LEFTOVER)
+    (src / "run.py").write_text("import torch_xla.core.xla_model as xm\nimport helpers\n\nxm.mark_step()\nprint(helpers.devs)\n")
+    (src / "lazy.py").write_text(
+        "import torch\n\n\ndef on_tpu():\n    import torch_xla.core.xla_model as xm\n\n"
+        '    return xm.xla_replication_devices(["a"])\n'
+    )
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out"), "-q", "--report", str(tmp_path / "r.json")])
+    status = {Path(f["path"]).name: f["status"] for f in json.loads((tmp_path / "r.json").read_text())["files"]}
+    assert status["helpers.py"] == report.START_UP
+    assert status["run.py"] == report.START_UP
+    assert "import torch_xla" in (tmp_path / "out" / "lazy.py").read_text()
+    assert status["lazy.py"] == report.AFTER_TODOS
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "md"), "-q", "--report", str(tmp_path / "r.md")])
+    assert "imports `helpers`, which still imports the old stack" in (tmp_path / "r.md").read_text()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from neuron_migrate import __version__
@@ -81,16 +83,98 @@ def _codes(result: FileResult) -> str:
 
 def file_status(result: FileResult) -> str:
     """Where a file stands after the rewrite, from what the rewrite produced."""
-    if result.error:
-        return REFUSED
-    if _OLD_IMPORT.search(result.migrated):
-        return START_UP
-    if result.manual:
-        return AFTER_TODOS
-    if not result.changed:
-        return UNTOUCHED
-    checked = result.verification
-    return CHECKED if checked is not None and checked.complete else UNCHECKED
+    return standings([result])[id(result)][0]
+
+
+def standings(results: Sequence[FileResult]) -> dict[int, tuple[str, str]]:
+    """Each result's status and why, by `id`: a file that imports a module of the same run that
+    fails at start-up (a sibling that still imports the old stack) fails at start-up too."""
+    found: dict[int, tuple[str, str]] = {}
+    for r in results:
+        if r.error:
+            found[id(r)] = (REFUSED, r.error)
+        elif _imports_old_stack_at_start(r.migrated):
+            found[id(r)] = (START_UP, "old-stack imports stay until the TODOs that use them are done")
+        elif r.manual:
+            found[id(r)] = (AFTER_TODOS, "")
+        elif not r.changed:
+            found[id(r)] = (UNTOUCHED, "")
+        elif r.verification is not None and r.verification.complete:
+            versions = _checked_against(r)
+            found[id(r)] = (CHECKED, f"checked against {versions}" if versions else "")
+        else:
+            found[id(r)] = (UNCHECKED, _why_unchecked(r))
+    failing = {Path(r.path).with_suffix(""): r for r in results if found[id(r)][0] == START_UP}
+    for r in results:
+        if found[id(r)][0] in (START_UP, REFUSED) or not failing:
+            continue
+        for module in _modules_imported_at_start(r.migrated):
+            sibling = failing.get(Path(r.path).parent / module.replace(".", "/"))
+            if sibling is not None:
+                found[id(r)] = (START_UP, f"imports `{module}`, which still imports the old stack")
+                break
+    return found
+
+
+def _start_statements(text: str) -> list[ast.stmt] | None:
+    """The statements that run when the file is started or imported: not those in functions.
+    None for text that is not Python (a notebook cell with magics)."""
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError):
+        return None
+    found: list[ast.stmt] = []
+    while body:
+        statement, *body = body
+        found.append(statement)
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(statement, field, None)
+                if isinstance(inner, list):
+                    body = [*(s for h in inner for s in (h.body if isinstance(h, ast.ExceptHandler) else [h])), *body]
+    return found
+
+
+def _notebook_code(text: str) -> list[str] | None:
+    """A notebook's code cells, or None for a script."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        cells = json.loads(text).get("cells", [])
+    except (ValueError, AttributeError):
+        return None
+    sources = [c.get("source", "") for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
+    return ["".join(s) if isinstance(s, list) else str(s) for s in sources]
+
+
+def _imports_old_stack_at_start(text: str) -> bool:
+    cells = _notebook_code(text)
+    if cells is not None:  # every cell runs at start-up; one with magics is read as text
+        return any(_imports_old_stack_at_start(cell) for cell in cells)
+    statements = _start_statements(text)
+    if statements is None:
+        return bool(_OLD_IMPORT.search(text))
+    roots = (*oldstack.PACKAGES, oldstack.OPTIMUM_NEURON)
+    for statement in statements:
+        if isinstance(statement, ast.Import):
+            names = [a.name for a in statement.names]
+        elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
+            names = [statement.module, *(f"{statement.module}.{a.name}" for a in statement.names)]
+        else:
+            continue
+        if any(n == root or n.startswith(f"{root}.") for n in names for root in roots):
+            return True
+    return False
+
+
+def _modules_imported_at_start(text: str) -> list[str]:
+    found = []
+    for statement in _start_statements(text) or []:
+        if isinstance(statement, ast.Import):
+            found += [a.name for a in statement.names]
+        elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
+            found.append(statement.module)
+    return found
 
 
 def _why_unchecked(result: FileResult) -> str:
@@ -108,12 +192,13 @@ def _checked_against(result: FileResult) -> str:
 
 
 def as_json(results: Sequence[FileResult], target: str) -> str:
+    standing = standings(results)
     files: list[dict[str, Any]] = []
     for r in results:
         files.append(
             {
                 "path": r.path,
-                "status": file_status(r),
+                "status": standing[id(r)][0],
                 "changed": r.changed,
                 "error": r.error,
                 "changes": [{"code": c.code, "message": c.message} for c in r.changes],
@@ -140,7 +225,7 @@ def as_json(results: Sequence[FileResult], target: str) -> str:
             "changes": sum(len(r.changes) for r in results),
             "manual": sum(len(r.manual) for r in results),
             "errors": sum(bool(r.error) for r in results),
-            "status": dict(Counter(file_status(r) for r in results)),
+            "status": dict(Counter(status for status, _ in standing.values())),
         },
         "files": files,
     }
@@ -168,21 +253,15 @@ def _cell(text: str) -> str:
 
 def _status_table(results: Sequence[FileResult]) -> list[str]:
     order = (START_UP, REFUSED, AFTER_TODOS, UNCHECKED, CHECKED, UNTOUCHED)
-    rows = sorted(results, key=lambda r: (order.index(file_status(r)), r.path))
+    standing = standings(results)
+    rows = sorted(results, key=lambda r: (order.index(standing[id(r)][0]), r.path))
     out = ["## Where each file stands", "", "| file | status | TODOs | why |", "|---|---|---|---|"]
     for r in rows:
-        status = file_status(r)
+        status, why = standing[id(r)]
         if status == UNTOUCHED:
             continue
-        why = r.error or ""
-        if status == START_UP:
-            why = "old-stack imports stay until the TODOs that use them are done"
-        elif status == UNCHECKED:
-            why = _why_unchecked(r)
-        elif status == CHECKED:
-            why = f"checked against {_checked_against(r)}" if r.verification and r.verification.versions else ""
         out.append(f"| `{r.path}` | {status} | {len(r.manual)} | {_cell(why)} |")
-    untouched = sum(file_status(r) == UNTOUCHED for r in results)
+    untouched = sum(status == UNTOUCHED for status, _ in standing.values())
     if untouched:
         out.append(f"| ({untouched} more) | {UNTOUCHED} | 0 | |")
     out += [
@@ -197,10 +276,11 @@ def _status_table(results: Sequence[FileResult]) -> list[str]:
 def _do_first(results: Sequence[FileResult]) -> list[str]:
     """Ranked by impact: what stops a program from starting, then what changes its numbers."""
     out: list[str] = []
-    blocked = [r for r in results if file_status(r) == START_UP]
+    standing = standings(results)
+    blocked = [r for r in results if standing[id(r)][0] == START_UP]
     if blocked:
-        out += ["1. **What breaks at start-up.** These files still import the old stack; do their "
-                "TODOs on old-stack calls first, then delete the imports:"]
+        out += ["1. **What breaks at start-up.** These files still import the old stack, or a module "
+                "that does; do their TODOs on old-stack calls first, then delete the imports:"]
         out += [f"   - `{r.path}` ({len(r.manual)} TODOs)" for r in blocked]
     notes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in results:
