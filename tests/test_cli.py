@@ -242,7 +242,7 @@ def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["rewrite", "--help"])
     out = capsys.readouterr().out
-    for flag in ("--diff", "--check", "--output-dir", "--target", "--select", "--ignore", "--report", "--jobs", "--quiet"):
+    for flag in ("--diff", "--check", "--output-dir", "--target", "--target-python", "--select", "--ignore", "--report", "--jobs", "--quiet"):
         assert flag in out
 
 
