@@ -36,6 +36,10 @@ FLAG_ASSIGNED = (
     "`torch.device`, `.to` or `device=`), so it was left as is: where it selects Trainium, use "
     '`"neuron"` (or `torch.accelerator.current_accelerator()`) and migrate the XLA-only code it switches on'
 )
+FLAG_DEFAULT = (
+    '`{name}="xla"` default left as is, as it is not seen only as a device here; natively "xla" is no '
+    'device: default to `"neuron"` or the current accelerator'
+)
 FLAG_OPTION = (
     '`"xla"` is a command-line option value and was left as is: offer `"neuron"`, or map `xla` to '
     "the native device where the option becomes one"
@@ -58,8 +62,9 @@ class DeviceStrings:
         default_factory=set
     )  # ids of `name = "xla"` statements that name a device
     several_devices: bool = False  # the file also tests for CUDA, the CPU, ...
+    compared: set[str] = field(default_factory=set)  # names compared with a string (mode flags)
 
-    def names_device(self, assignment: cst.Assign | cst.AnnAssign) -> bool:
+    def names_device(self, assignment: cst.Assign | cst.AnnAssign | cst.Param) -> bool:
         return id(assignment) in self.devices
 
 
@@ -139,6 +144,7 @@ class _Finder(Visitor):
         for statement, name in self.assignments:
             if name in self.sinks and name not in self.compared:
                 self.found.devices.add(statement)
+        self.found.compared = self.compared
         return self.found
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -169,6 +175,11 @@ class _Finder(Visitor):
             return
         if is_xla_string(string_value(value)):
             self.assignments.append((id(node), code_of(target)))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        """`def f(device="xla")`: a name bound to the string, as an assignment binds it."""
+        if node.default is not None and is_xla_string(string_value(node.default)):
+            self.assignments.append((id(node), node.name.value))
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

@@ -19,6 +19,7 @@ from neuron_migrate.rewrite.codemods.base import (
 from neuron_migrate.rewrite.codemods.device_strings import (
     FLAG_ASSIGNED,
     FLAG_COMPARED,
+    FLAG_DEFAULT,
     FLAG_DEVICE_TYPE,
     FLAG_OPTION,
     DeviceStrings,
@@ -78,6 +79,8 @@ class XlaDevice(Codemod):
     With `--target neuron`: `device = torch.device("neuron")`. Under torchrun each process sees
     its own NeuronCore (`NEURON_RT_VISIBLE_CORES` is set from `LOCAL_RANK`), so no index is needed.
 
+    A parameter default `device="xla"` becomes the native device where the parameter reaches a
+    device; else it stays with a TODO, unless a comparison of it already has one.
     A Lightning `Trainer`/`Fabric` given `accelerator="tpu"` or an XLA `strategy` gets a TODO:
     those pieces of Lightning import torch_xla.
 
@@ -265,6 +268,17 @@ class XlaDevice(Codemod):
         if self.ctx.old_stack_file:
             self.todo(FLAG_ASSIGNED.format(name=code_of(target)))
         return None
+
+    def leave_Param(self, original_node: cst.Param, updated_node: cst.Param) -> cst.Param:
+        """`def f(device="xla")`: the native device where the parameter is used as one."""
+        default = updated_node.default
+        if default is None or not is_xla_string(string_value(default)):
+            return updated_node
+        if self.strings.names_device(original_node):
+            return updated_node.with_changes(default=self._device_for(default, grouped=False))
+        if self.ctx.old_stack_file and updated_node.name.value not in self.strings.compared:
+            self.todo(FLAG_DEFAULT.format(name=updated_node.name.value))  # a compared flag has its own
+        return updated_node
 
     # -- `xr.device_type() == "NEURON"` with `--target neuron`: known, so the test goes ----------
     def visit_If(self, node: cst.If) -> None:
