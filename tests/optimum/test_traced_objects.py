@@ -88,11 +88,15 @@ def test_forward_replaced_by_its_compiled_self_keeps_the_module(eager_compile: N
     assert set(model.state_dict()) == {"encoder.0.weight", "encoder.0.bias"}
 
 
+DEVICE = 'torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")'
+
+
 @pytest.mark.parametrize(
     ("example", "warm"),
     [
-        ("torch.rand(1, 3, 224, 224)", "traced(torch.rand(1, 3, 224, 224))"),
-        ("(ids, mask)", "traced(ids, mask)"),
+        # The inputs move to the model's device, as only Neuron copies host tensors in itself.
+        ("torch.rand(1, 3, 224, 224)", f"traced(torch.rand(1, 3, 224, 224).to({DEVICE}))"),
+        ("(ids, mask)", f"traced(ids.to({DEVICE}), mask.to({DEVICE}))"),
         ("inputs", None),  # a tensor or a tuple: the warm-up is a TODO, never a guess
     ],
 )

@@ -115,6 +115,12 @@ def _example_kind_of(example: cst.BaseExpression, tree: ast.AST | None) -> str:
     return ""
 
 
+def _atom(node: cst.BaseExpression) -> str:
+    """`node` as the owner of a method call: parenthesised unless it is a name, call or subscript."""
+    text = code_of(node)
+    return text if isinstance(node, cst.Name | cst.Attribute | cst.Call | cst.Subscript) else f"({text})"
+
+
 # Members of a TorchScript module that an `nn.Module` (and so a compiled one) lacks.
 TORCHSCRIPT_ONLY = frozenset(
     {"code", "graph", "inlined_graph", "code_with_constants", "original_name", "_c", "graph_for"}
@@ -242,7 +248,8 @@ class NeuronxTrace(Codemod):
     `model.to(device)` moves the original module too (trace left it on the CPU), and freezes
     it; where the code uses the module again after the trace (a CPU reference, a second trace of
     the same module), a copy is compiled (`copy.deepcopy(model).to(device)`), a snapshot as the
-    traced graph was. Inputs must be on the model's device: Neuron copies host tensors into compiled graphs itself,
+    traced graph was. The warm-up call it writes moves the example inputs to the device (only
+    Neuron copies host tensors into a graph). Inputs must be on the model's device: Neuron copies host tensors into compiled graphs itself,
     other devices do not. `--auto-cast` compiler options become a TODO to cast explicitly.
     A `torch.jit.load` of a file this script did not save gets a TODO: the model must be
     rebuilt from its Python class.
@@ -712,12 +719,16 @@ class NeuronxTrace(Codemod):
                 f"warm `{compiled}` up once on `{text}`, as `torch_neuronx.trace` compiled for its shapes: `{compiled}(*{text})` if it is a tuple of tensors, `{compiled}({text})` if it is one tensor"
             )
             return
+        # The inputs move to the model's device: only Neuron copies host tensors into a graph.
+        device = self._device()
         if isinstance(example, cst.Tuple | cst.List) and not any(
             isinstance(e, cst.StarredElement) for e in example.elements
         ):
-            warm = f"{compiled}({', '.join(code_of(e.value) for e in example.elements)})"
+            warm = f"{compiled}({', '.join(f'{_atom(e.value)}.to({device})' for e in example.elements)})"
+        elif kind == "tuple":
+            warm = f"{compiled}(*(t.to({device}) for t in {text}))"
         else:
-            warm = f"{compiled}(*{text})" if kind == "tuple" else f"{compiled}({text})"
+            warm = f"{compiled}({_atom(example)}.to({device}))"
         self.ctx.insert_after(stmt(f"{warm}\n"))
         self.ctx.comment(
             "# Compiled for the shapes of the example inputs, as torch_neuronx.trace did: the first call compiles."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from string import Template
 from typing import Any, ClassVar
@@ -217,6 +218,7 @@ class XlaCollectives(Codemod):
         self._print_helper = False  # the file prints through one `master_print` helper
         self._early: set[int] = set()  # calls that run before the process group exists
         self._seeded: set[int] = set()  # device seedings right after the same host seeding
+        self._sequences: set[str] | None = None  # names bound to a list or tuple (`_may_be_a_list`)
 
     def visit_Module(self, node: cst.Module) -> None:
         prints = _CountsCalls(lambda call: self.qualify(call.func) in MASTER_PRINT)
@@ -546,8 +548,21 @@ class XlaCollectives(Codemod):
         place and returned it, where a tensor came back as a new reduced tensor."""
         if not isinstance(tensors, cst.Name):
             return False
-        name = re.escape(tensors.value)
-        return bool(re.search(rf"(?m)^\s*{name}\s*(?::[^=\n]*)?=\s*(?:[\[(]|list\(|tuple\()", self.ctx.source))
+        if self._sequences is None:
+            self._sequences = set()
+            try:
+                tree = ast.parse(self.ctx.source)
+            except SyntaxError:
+                tree = ast.Module(body=[], type_ignores=[])
+            for node in ast.walk(tree):
+                value = getattr(node, "value", None)
+                sequence = isinstance(value, ast.List | ast.Tuple | ast.ListComp) or (
+                    isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("list", "tuple")
+                )
+                if sequence and isinstance(node, ast.Assign | ast.AnnAssign):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    self._sequences.update(t.id for t in targets if isinstance(t, ast.Name))
+        return tensors.value in self._sequences
 
     def _names_old_stack(self, node: cst.CSTNode) -> bool:
         """Does `node` still read an old-stack name (`parallel_state`, say) no codemod rewrote?"""
