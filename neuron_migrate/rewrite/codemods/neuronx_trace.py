@@ -169,12 +169,15 @@ def _read_after_trace(tree: ast.AST, resolve: Any) -> list[str | None]:
         end = getattr(statement, "end_lineno", None) or call.lineno
         here = [n for n in (all_nodes(scope) if scope is not None else ()) if getattr(n, "lineno", 0) >= statement.lineno]  # type: ignore[attr-defined]
         later = {n.id for n in here if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno > end}
-        # `model.graph = compiled`: stored on the module it compiled, which NM023 leaves to a person.
+        # `model.graph = compiled`: stored on the very module it compiled, left to a person (NM023).
         stored_on = {
             n.value.id for n in here
             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
         }
-        found.append(min(names & later) if names & later and not names & stored_on else None)
+        # An instance's module (`self.base_model`) lives on after the method: other methods use it.
+        used = (names & later) | (names & {"self", "cls"})
+        stored = isinstance(model, ast.Name) and model.id in stored_on
+        found.append(min(used) if used and not stored else None)
     return found
 
 
