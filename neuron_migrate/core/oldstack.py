@@ -9,6 +9,7 @@ import re
 PACKAGES: tuple[str, ...] = (
     "torch_xla",
     "torch_neuronx",
+    "torch_neuron",  # Inf1: Inferentia 1, which TorchNeuron does not run on
     "libneuronxla",
     "neuronx_distributed",
     "neuronx_distributed_inference",
@@ -16,6 +17,8 @@ PACKAGES: tuple[str, ...] = (
     "neuronperf",  # benchmarks the artifacts of torch_neuronx.trace
     "neuronxcc.nki",  # the compiler's own NKI namespace, which the standalone `nki` package replaced
 )
+# Old-stack imports that register what other code reaches by another name: kept while it is used.
+REGISTERS: dict[str, str] = {"torch_neuron": "torch.neuron."}
 # Parts of an old-stack package that move with the code around them: the language of a
 # `neuronxcc.nki` kernel is ported with its kernel, which the TODO at `@nki.jit` is about.
 MOVES_WITH_ITS_KERNEL: tuple[str, ...] = ("neuronxcc.nki.language", "neuronxcc.nki.isa")

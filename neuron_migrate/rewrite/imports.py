@@ -25,6 +25,7 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.cst_children import PUNCTUATION, transform
+from neuron_migrate.core.oldstack import REGISTERS
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.rewrite.codemods.base import (
     MigrationContext,
@@ -391,7 +392,12 @@ def remove_dead_imports(
     by_key = dict(zip(functions_before, in_function_before, strict=True))
     old = set(old_stack_names)
 
+    # `import torch_neuron` is what makes `torch.neuron.trace` exist: alive while that is there.
+    registering = {name for name, reached in REGISTERS.items() if reached in code}
+
     def is_dead(name: str, scope: int | None) -> bool:
+        if name in registering:
+            return False
         if scope is None or scope >= len(in_function):
             read, used = read_before, used_after
         else:
