@@ -639,9 +639,8 @@ class NeuronxTrace(Codemod):
         moved = f"{source}.to({self._device()}){frozen}" + (".forward" if owner else "")
         if not frozen:
             self.todo(
-                "the traced graph tracked no gradients, the compiled model does: call it under `torch.inference_mode()` "
-                "(or freeze it with `requires_grad_(False)` if nothing trains it), or its calls record autograd graphs "
-                "and its outputs need `.detach()` before NumPy reads them"
+                "the traced graph tracked no gradients, the compiled model does: call it under "
+                "`torch.inference_mode()` where it only predicts (not where this file trains it)"
             )
         compiled = cst.parse_expression(self._compile(moved))
         if isinstance(compiled, cst.Call) and len(code_of(compiled)) > 88:
