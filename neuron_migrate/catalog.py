@@ -100,6 +100,12 @@ def rule_codes() -> list[str]:
     return [rule.code for rule in all_rules()]
 
 
+def rewrite_codes() -> list[str]:
+    """The codes of `rewrite`'s rules (NM0xx, and the upgrade family's NM2xx); the rest are `check`'s."""
+    checks = {rule.code for rule in check_rules()}
+    return [code for code in rule_codes() if code not in checks]
+
+
 def render_rule(code: str) -> str | None:
     for rule in all_rules():
         if rule.code == code or rule.name == code.lower():

@@ -57,7 +57,7 @@ def unknown(selectors: Iterable[str], known: Iterable[str]) -> list[str]:
 def naming(selectors: Iterable[str] | None, known: Iterable[str]) -> tuple[str, ...] | None:
     """The selectors that name any of one tool's `known` codes; None when none do (or none given).
 
-    rewrite (NM0xx) and check (NM1xx and up) share one configuration table, so `select = ["NM1"]`
+    rewrite (NM0xx, NM2xx) and check (NM1xx, NM3xx and up) share one configuration table, so `select = ["NM1"]`
     narrows check and leaves rewrite whole, and the other way round.
     """
     if selectors is None:

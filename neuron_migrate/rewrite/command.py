@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if clash:
         print(f"neuron-migrate: {clash}", file=sys.stderr)
         return EXIT_ERROR
+    jobs = _beside_old_stack(jobs)
     jobs, meshes = _nxd_programs(jobs)
     if args.helpers_module:
         results, modules = _sharing_helpers(jobs, args, mode)
@@ -242,6 +243,24 @@ def _sharing_helpers(jobs: list[Job], args: argparse.Namespace, mode: str) -> tu
     for i, result in zip(again, rerun, strict=True):
         results[i] = result
     return results, modules
+
+
+def _beside_old_stack(jobs: list[Job]) -> list[Job]:
+    """The jobs, those in a folder with old-stack scripts told so: their transformers and TRL
+    code moves to the new versions with their neighbours' (the upgrade family runs on them)."""
+    from neuron_migrate.rewrite.engine import PREFILTER
+
+    folders: set[Path] = set()
+    for job in jobs:
+        if job.path.parent in folders or job.path.suffix != ".py":
+            continue
+        try:
+            text = read_source(job.path).text
+        except SourceError:
+            continue
+        if PREFILTER.search(text):
+            folders.add(job.path.parent)
+    return [replace(job, options=replace(job.options, beside_old_stack=True)) if job.path.parent in folders else job for job in jobs]
 
 
 def _nxd_programs(jobs: list[Job]) -> tuple[list[Job], list[FileResult]]:
@@ -321,12 +340,11 @@ def _output_clash(jobs: list[Job]) -> str | None:
 
 def _options(args: argparse.Namespace, config: configuration.Config, path: Path | None) -> Options:
     """Command line first, then the nearest pyproject.toml, then the defaults."""
-    from neuron_migrate.catalog import rule_codes
+    from neuron_migrate.catalog import rewrite_codes
     from neuron_migrate.rewrite.codemods.base import TARGETS
     from neuron_migrate.rewrite.engine import Options
 
-    rewrite_codes = [code for code in rule_codes() if code.startswith("NM0")]
-    select = args.select if args.select is not None else (config.select_for(rewrite_codes) or ())
+    select = args.select if args.select is not None else (config.select_for(rewrite_codes()) or ())
     ignores = config.ignores_for(path) if path is not None else config.ignore
     return Options(
         target=TARGETS[args.target or config.target or "portable"],

@@ -73,9 +73,16 @@ class Options:
     # The interpreter whose libraries the output is checked against (NM091, `verify`); None: the
     # output is not checked (the command line checks it, a caller asks for it).
     verify_in: str | None = None
+    # The file's folder holds old-stack code the run migrates: the upgrade family (transformers 5,
+    # TRL 1.x) runs on this file as well, as its code moves to the new versions with theirs.
+    beside_old_stack: bool = False
 
     def enabled(self, code: str) -> bool:
         return selection.enabled(code, self.select, self.ignore)
+
+    def asked_for(self, code: str) -> bool:
+        """Was `code` selected by name or by a prefix narrower than `NM` (`--select NM2`)?"""
+        return self.enabled(code) and any(len(s) > 2 and code.startswith(s) for s in self.select)
 
 
 def manual_items(text: str) -> list[ManualItem]:
@@ -109,7 +116,7 @@ def rewrite_source(
     options = options or Options()
     environment = dict(environment or {})
     result = FileResult(path=path, original=text, migrated=text)
-    if not PREFILTER.search(text) and "neuron-migrate NM" not in text and not environment:
+    if not PREFILTER.search(text) and "neuron-migrate NM" not in text and not environment and not _alone(text, options):
         result.skipped = True
         return result
     try:
@@ -218,8 +225,20 @@ def _applicable(
     return [
         c
         for c in CODEMODS
-        if options.enabled(c.code) and (gate or not c.needs_old_stack_import) and c.applies(facts, text)
+        if options.enabled(c.code)
+        and (gate or not c.needs_old_stack_import or _runs_alone(c, options))
+        and c.applies(facts, text)
     ]
+
+
+def _runs_alone(codemod: type[Codemod], options: Options) -> bool:
+    """May `codemod` run on a file without the old stack (asked for by name, or beside such files)?"""
+    return codemod.runs_alone and options.enabled(codemod.code) and (options.beside_old_stack or options.asked_for(codemod.code))
+
+
+def _alone(text: str, options: Options) -> bool:
+    """Is a codemod that runs without the old stack wanted here, and may it apply to `text`?"""
+    return any(_runs_alone(c, options) and any(m in text for m in c.markers) for c in CODEMODS)
 
 
 def _module_level(

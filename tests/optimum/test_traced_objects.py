@@ -144,7 +144,7 @@ def test_torchscript_outputs_stay_tuples_where_the_file_unpacks_them() -> None:
         (hidden, pooled) = traced(ids, mask)
         """
     )
-    assert 'from_pretrained("bert-base-uncased", return_dict=False)' in migrated
+    assert 'from_pretrained("bert-base-uncased", return_dict=False, dtype=torch.float32)' in migrated
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def test_torchscript_is_dropped_where_outputs_are_indexed(tiny_vit: Path) -> Non
         traced = torch_neuronx.trace(model, (pixels,))
         """
     )
-    assert "from_pretrained(path)" in migrated
+    assert "from_pretrained(path, dtype=torch.float32)" in migrated
     from transformers import ViTForImageClassification
 
     pixels = torch.randn(1, 3, 32, 32)

@@ -16,6 +16,9 @@ from neuron_migrate.rewrite.codemods.optimum.diffusion import OptimumDiffusion
 from neuron_migrate.rewrite.codemods.optimum.inference import OptimumInference
 from neuron_migrate.rewrite.codemods.optimum.training import OptimumTraining
 from neuron_migrate.rewrite.codemods.package_probes import PackageProbes
+from neuron_migrate.rewrite.codemods.upgrade.defaults import UpgradeDefaults
+from neuron_migrate.rewrite.codemods.upgrade.keywords import UpgradeKeywords
+from neuron_migrate.rewrite.codemods.upgrade.names import UpgradeNames
 from neuron_migrate.rewrite.codemods.xla_autocast import XlaAutocast
 from neuron_migrate.rewrite.codemods.xla_collectives import XlaCollectives
 from neuron_migrate.rewrite.codemods.xla_compile import XlaCompileBackend
@@ -49,6 +52,9 @@ CODEMODS: tuple[type[Codemod], ...] = (
     NxdTensorParallel,
     NeuronxDistributed,
     PackageProbes,
+    UpgradeNames,
+    UpgradeKeywords,
+    UpgradeDefaults,
 )
 
 LEFTOVER_MESSAGE = "`{name}` has no automatic migration; rewrite it for native PyTorch by hand"

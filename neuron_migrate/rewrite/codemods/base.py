@@ -748,6 +748,8 @@ class Codemod(Transformer):
     # Most codemods only touch files that import the old stack: an `"xla"` string or an
     # `XLA_USE_BF16` in a library that merely supports XLA is not a script to migrate.
     needs_old_stack_import: ClassVar[bool] = True
+    # Selected by name (`--select NM2`), it runs on files without the old stack as well.
+    runs_alone: ClassVar[bool] = False
 
     def __init__(self, ctx: MigrationContext) -> None:
         super().__init__()

@@ -79,12 +79,15 @@ def _compiles(text: str, path: str) -> bool:
 
 def with_todos(text: str, problems: list[Problem]) -> str:
     """`text` with a TODO line above each problem's statement, indented like it; a TODO already
-    there (from an earlier run) is not written twice."""
+    there (from an earlier run) is not written twice, nor one whose subject a TODO above names
+    (a codemod that flagged the same keyword or name said why)."""
     if not problems:
         return text
     lines = text.splitlines(keepends=True)
     by_line: dict[int, list[str]] = {}
     for problem in problems:
+        if problem.subject and f"`{problem.subject}" in _todos_above(lines, problem.line):
+            continue
         todo = f"# TODO(neuron-migrate {CODE}): {problem.message}"
         if todo not in by_line.setdefault(problem.line, []):
             by_line[problem.line].append(todo)
@@ -96,3 +99,15 @@ def with_todos(text: str, problems: list[Problem]) -> str:
         new = [f"{indent}{todo}{newline}" for todo in by_line[number] if todo not in above]
         lines[number - 1 : number - 1] = new
     return "".join(lines)
+
+
+def _todos_above(lines: list[str], line: int) -> str:
+    """The TODO comments directly above line `line` (1-based), as one text."""
+    found = []
+    for text in reversed(lines[: line - 1]):
+        stripped = text.strip()
+        if not stripped.startswith("#"):
+            break
+        if "TODO(neuron-migrate" in stripped:
+            found.append(stripped)
+    return "\n".join(found)

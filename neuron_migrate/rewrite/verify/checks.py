@@ -37,6 +37,7 @@ _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_O
 class Problem:
     line: int  # where the statement holding it starts
     message: str  # one line: the call or import, and what the target says of it
+    subject: str = ""  # the name or keyword it is about (a TODO above that names it says enough)
 
 
 @dataclass
@@ -104,7 +105,11 @@ def _check_import(node: ast.Import | ast.ImportFrom, target: TargetEnvironment, 
             verdict.missing_imports.add(answer.missing)
             what = f"`{answer.missing}`"
             verdict.problems.append(
-                Problem(statements[node.lineno], f"{what} does not exist in {_where(answer, name)}: this import fails")
+                Problem(
+                    statements[node.lineno],
+                    f"{what} does not exist in {_where(answer, name)}: this import fails",
+                    answer.missing.rsplit(".", 1)[-1],
+                )
             )
 
 
@@ -123,16 +128,17 @@ def _check_call(call: ast.Call, table: ScopeTable, target: TargetEnvironment, ve
         if answer.missing in verdict.missing_imports:
             return  # its import says so already
         message = f"{shown}: `{answer.missing}` does not exist in {_where(answer, qualified)}"
-        verdict.problems.append(Problem(line, message))
+        verdict.problems.append(Problem(line, message, answer.missing.rsplit(".", 1)[-1]))
         return
     if answer.parameters is None:
         return
-    for why in _mismatches(call, answer.parameters):
-        verdict.problems.append(Problem(line, f"{shown}: {why} in {_where(answer, qualified)}"))
+    for why, subject in _mismatches(call, answer.parameters):
+        verdict.problems.append(Problem(line, f"{shown}: {why} in {_where(answer, qualified)}", subject))
 
 
-def _mismatches(call: ast.Call, parameters: tuple[tuple[str, int, bool], ...]) -> Iterator[str]:
-    """How `call` fails to bind to these parameters, as `inspect.Signature.bind` would say it."""
+def _mismatches(call: ast.Call, parameters: tuple[tuple[str, int, bool], ...]) -> Iterator[tuple[str, str]]:
+    """How `call` fails to bind to these parameters, as `inspect.Signature.bind` would say it
+    (with the keyword it is about, if any)."""
     kinds = {name: kind for name, kind, _ in parameters}
     spread_args = any(isinstance(a, ast.Starred) for a in call.args)
     spread_kwargs = any(k.arg is None for k in call.keywords)
@@ -140,7 +146,7 @@ def _mismatches(call: ast.Call, parameters: tuple[tuple[str, int, bool], ...]) -
     takes_args = inspect.Parameter.VAR_POSITIONAL in kinds.values()
     positional = [name for name, kind, _ in parameters if kind in _POSITIONAL]
     if not spread_args and not takes_args and len(call.args) > len(positional):
-        yield f"takes at most {len(positional)} positional arguments, {len(call.args)} given"
+        yield f"takes at most {len(positional)} positional arguments, {len(call.args)} given", ""
     given = set(positional[: len(call.args)]) if not spread_args else set(positional)
     for keyword in call.keywords:
         if keyword.arg is None:
@@ -148,7 +154,7 @@ def _mismatches(call: ast.Call, parameters: tuple[tuple[str, int, bool], ...]) -
         kind = kinds.get(keyword.arg)
         if kind is None or kind == inspect.Parameter.POSITIONAL_ONLY:
             if not takes_kwargs:
-                yield f"no keyword `{keyword.arg}`"
+                yield f"no keyword `{keyword.arg}`", keyword.arg
         else:
             given.add(keyword.arg)
     if spread_args or spread_kwargs:
@@ -160,7 +166,7 @@ def _mismatches(call: ast.Call, parameters: tuple[tuple[str, int, bool], ...]) -
     ]
     left = [name for name in required if name not in given]
     if left:
-        yield "missing " + ", ".join(f"`{name}`" for name in left)
+        yield "missing " + ", ".join(f"`{name}`" for name in left), ""
 
 
 def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:

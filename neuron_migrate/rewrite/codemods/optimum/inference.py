@@ -693,6 +693,10 @@ class OptimumInference(RenamingCodemod):
     def _dtype_arg(
         self, options: dict[str, cst.BaseExpression], traced: bool = False
     ) -> cst.Arg | None:
+        """The model's `dtype=`, always written where the export's is known: transformers 5 would
+        otherwise load the checkpoint's own dtype. Without options, a traced export computed in
+        float32 (the dtype transformers 4 loaded it in), a decoder in bfloat16 (optimum-neuron's
+        `NxDNeuronConfig` default)."""
         if "dtype" in options:
             return make_arg("dtype", options["dtype"])
         if "torch_dtype" in options:
@@ -713,7 +717,8 @@ class OptimumInference(RenamingCodemod):
             self.todo(
                 f"`auto_cast_type={code_of(options['auto_cast_type'])}` chose the compute dtype: pass `dtype=torch.bfloat16` (or the dtype it names) to `from_pretrained`"
             )
-        return None
+            return None
+        return make_arg("dtype", f"{self.ctx.torch()}.{'float32' if traced else 'bfloat16'}")
 
     def _traced_cast(self, options: dict[str, cst.BaseExpression]) -> cst.Arg | None:
         """The export of a traced model cast inside the compiled graph only when `auto_cast` was
@@ -727,7 +732,7 @@ class OptimumInference(RenamingCodemod):
         dtype = CAST_DTYPES.get(cast) if isinstance(cast, str) else None
         if mode is None or mode == "none" or (mode is not ... and dtype == "float32"):
             self.changed(f"dropped {given}: the export computed in float32, as the model does")
-            return None
+            return make_arg("dtype", f"{self.ctx.torch()}.float32")
         if mode != "all" or dtype is None:
             what = "the matmuls" if mode == "matmul" else "the operations `auto_cast` named"
             self.todo(

@@ -471,7 +471,7 @@ class RenamingCodemod(Codemod):
         if not moved:
             if not kept:
                 return self.ctx.remove(updated_node)
-            return _with_names(updated_node, kept)
+            return with_import_names(updated_node, kept)
         self._remember_renames(module, moved)
         if not kept and self._whole_line_moves_in_place(moved):
             return self._rewrite_in_place(updated_node, module, moved)
@@ -479,7 +479,7 @@ class RenamingCodemod(Codemod):
         self.changed(f"`from {module} import ...` -> {names_in(f'{m}.{n}' for _, (m, n) in moved)}")
         if not kept:
             return self.ctx.remove(updated_node)
-        return _with_names(updated_node, kept)
+        return with_import_names(updated_node, kept)
 
     def _split_renamed(
         self, module: str, aliases: list[cst.ImportAlias]
@@ -558,7 +558,7 @@ class RenamingCodemod(Codemod):
             seen.add(key)
             names.append(cst.ImportAlias(name=cst.Name(new_name), asname=asname, comma=alias.comma))
         self.changed(f"`from {module} import ...` -> `from {new_module} import ...`")
-        return _with_names(node.with_changes(module=cst.parse_expression(new_module)), names)
+        return with_import_names(node.with_changes(module=cst.parse_expression(new_module)), names)
 
     def _import_where_needed(self, moved: list[tuple[cst.ImportAlias, tuple[str, str]]]) -> None:
         """Import the new classes on their own lines, keeping each user's alias."""
@@ -673,7 +673,7 @@ def _alias_name(alias: cst.ImportAlias) -> str | None:
     return None
 
 
-def _with_names(node: cst.ImportFrom, names: list[cst.ImportAlias]) -> cst.ImportFrom:
+def with_import_names(node: cst.ImportFrom, names: list[cst.ImportAlias]) -> cst.ImportFrom:
     """`node` importing `names`, without a trailing comma or parentheses around a single name."""
     names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     new = node.with_changes(names=names)

@@ -57,6 +57,13 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     sequential_loading,
     with_args,
 )
+from neuron_migrate.rewrite.codemods.upgrade.keywords import upgrade_argument, upgrade_call
+from neuron_migrate.rewrite.codemods.upgrade.table import (
+    ANY_LOADERS,
+    KEYWORDS,
+    MODEL_LOADERS,
+    Keyword,
+)
 
 
 def _paths(name: str, *modules: str) -> tuple[str, ...]:
@@ -964,33 +971,9 @@ class OptimumTraining(RenamingCodemod):
         self, arg: cst.Arg, key: str | None, present: set[str], sft: bool
     ) -> cst.Arg | None:
         """One keyword of the Neuron arguments as `TrainingArguments` takes it, or None if it goes."""
-        if key == "warmup_ratio":
-            if "warmup_steps" in present:
-                self.changed("dropped `warmup_ratio`: `warmup_steps` overrides it, as before")
-                return None
-            ratio = literal(arg.value)
-            if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 <= ratio < 1:
-                self.changed(
-                    "`warmup_ratio=` -> `warmup_steps=` (a float below 1 is a ratio in transformers 5)"
-                )
-            else:
-                self.todo(
-                    f"`warmup_ratio={code_of(arg.value)}` -> `warmup_steps=`: transformers 5 reads a value below 1 as a ratio of the training steps, but 1 or more as a number of steps (a ratio of 1.0 warmed up over every step): give the steps where it is not below 1"
-                )
-            return arg.with_changes(keyword=cst.Name("warmup_steps"))
-        if key == "logging_dir":
-            comment = _arg_comment(arg)
-            line = f'{self.ctx.os()}.environ["TENSORBOARD_LOGGING_DIR"] = {code_of(arg.value)}'
-            self.ctx.insert_after(stmt(f"{line}  {comment}\n" if comment else f"{line}\n"))
-            self.changed(
-                "`logging_dir=` -> `TENSORBOARD_LOGGING_DIR` (transformers 5 removed the field)"
-            )
-            return None
-        if sft and key == "max_seq_length":
-            if "max_length" in present:
-                return None
-            self.changed("`max_seq_length=` -> `max_length=`")
-            return arg.with_changes(keyword=cst.Name("max_length"))
+        upgraded = _upgrade_entry("trl.SFTConfig" if sft else "transformers.TrainingArguments", key)
+        if upgraded is not None:
+            return upgrade_argument(self, arg, upgraded, present)
         if sft and key == "packing" and literal(arg.value) is not False:
             self.todo(
                 "the loss changes: optimum-neuron padded each packed row to `max_length` and trained on all of it, "
@@ -1244,22 +1227,7 @@ class OptimumTraining(RenamingCodemod):
             self.ctx.note(self.code, TRL_PADDING_NOTE)
 
     def _trainer(self, call: cst.Call) -> cst.Call:
-        args = []
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value == "tokenizer":
-                if keyword(call, "processing_class") is not None:
-                    self.changed(
-                        "dropped the deprecated `tokenizer=` (`processing_class=` is given)"
-                    )
-                    continue
-                arg = arg.with_changes(keyword=cst.Name("processing_class"))
-                self.changed("`tokenizer=` -> `processing_class=`")
-            args.append(arg)
-        return (
-            with_args(call, args)
-            if len(args) != len(call.args) or args != list(call.args)
-            else call
-        )
+        return upgrade_call(self, call, ("transformers.Trainer",))
 
     def _trn_config_class(self, call: cst.Call) -> cst.Call:
         mapping = {
@@ -1311,6 +1279,7 @@ class OptimumTraining(RenamingCodemod):
     def _from_pretrained(self, call: cst.Call) -> cst.Call:
         sequential_loading(self.ctx)
         args: list[cst.Arg] = []
+        present = {a.keyword.value for a in call.args if a.keyword is not None}
         positional = 0
         for arg in call.args:
             if arg.keyword is None and not arg.star:
@@ -1324,9 +1293,11 @@ class OptimumTraining(RenamingCodemod):
                 if not _unsharded(arg.value):
                     args.append(arg.with_changes(keyword=cst.Name("distributed_config")))
                 continue
-            if key == "torch_dtype":
-                if keyword(call, "dtype") is None:
-                    args.append(arg.with_changes(keyword=cst.Name("dtype")))
+            upgraded = _upgrade_entry(MODEL_LOADERS, key) or _upgrade_entry(ANY_LOADERS, key)
+            if upgraded is not None:
+                kept = upgrade_argument(self, arg, upgraded, present)
+                if kept is not None:
+                    args.append(kept)
                 continue
             if key == "attn_implementation" and literal(arg.value) == "flash_attention_2":
                 self.changed(
@@ -1338,11 +1309,6 @@ class OptimumTraining(RenamingCodemod):
                 continue
             if key == "device_map" and literal(arg.value) in ("xla", "cpu"):
                 self.changed(f"dropped `device_map={code_of(arg.value)}`: the Trainer places the model")
-                continue
-            if key == "use_auth_token":
-                if keyword(call, "token") is None:
-                    args.append(arg.with_changes(keyword=cst.Name("token")))
-                    self.changed("`use_auth_token=` -> `token=` (transformers 5 removed the old name)")
                 continue
             args.append(arg)
         if not any(a.star == "**" or (a.keyword is not None and a.keyword.value in ("dtype", "torch_dtype")) for a in call.args):
@@ -1357,6 +1323,11 @@ class OptimumTraining(RenamingCodemod):
         if any(a.keyword is not None and a.keyword.value == "distributed_config" for a in args):
             self._torchrun_note()
         return with_args(call, args)
+
+
+def _upgrade_entry(owner: str, key: str | None) -> Keyword | None:
+    """The upgrade table's entry for `owner`'s keyword `key`: its home is the upgrade family."""
+    return next((k for k in KEYWORDS[owner] if k.old == key), None)
 
 
 def _possessive(name: str) -> str:
@@ -1380,16 +1351,6 @@ def _unmigrated(qualified: str | None) -> bool:
     return qualified not in OPTIMUM_RENAMES and not (
         owner in OPTIMUM_RENAMES and method in ("from_pretrained", "from_config", "export")
     )
-
-
-def _arg_comment(arg: cst.Arg) -> str | None:
-    comma = arg.comma
-    if isinstance(comma, cst.Comma) and isinstance(
-        comma.whitespace_after, cst.ParenthesizedWhitespace
-    ):
-        comment = comma.whitespace_after.first_line.comment
-        return comment.value if comment is not None else None
-    return None
 
 
 def _looks_like_model_id(node: ast.AST | None) -> bool:

@@ -1,0 +1,169 @@
+"""NM201: keyword arguments the old library versions took, as the native stack's versions take them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any, ClassVar
+
+import libcst as cst
+
+from neuron_migrate.rewrite.codemods.base import Codemod, code_of, dotted_name, stmt
+from neuron_migrate.rewrite.codemods.optimum.support import literal, with_args
+from neuron_migrate.rewrite.codemods.upgrade.table import (
+    KEYWORDS,
+    PIPELINE,
+    Keyword,
+    canonical,
+    loader_group,
+)
+
+# Library packages whose calls this family upgrades: a file must import one of them.
+LIBRARIES = ("transformers", "trl", "peft", "diffusers")
+
+
+def owners(codemod: Codemod, call: cst.Call) -> tuple[str, ...]:
+    """The table owners of `call`: the class or function it calls, or for `X.from_pretrained(...)`
+    the loaders `X` belongs to."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
+        owner = codemod.qualify(func.value)
+        return loader_group(owner) if owner else ()
+    qualified = codemod.qualify(func)
+    if qualified is None or qualified.split(".")[0] not in LIBRARIES:
+        return ()
+    name = canonical(qualified)
+    return (name,) if name in KEYWORDS or name == PIPELINE else ()
+
+
+def upgrade_argument(codemod: Codemod, arg: cst.Arg, entry: Keyword, present: Collection[str]) -> cst.Arg | None:
+    """`arg` (which gives `entry.old`) as the new version takes it: renamed or translated, None
+    where it goes, or kept under a TODO where only a person can say what it becomes."""
+    key = entry.old
+    if entry.rule:
+        return SPECIAL[entry.rule](codemod, arg, present)
+    if entry.new is not None:
+        if entry.new in present:
+            codemod.changed(f"dropped `{key}=`: `{entry.new}=` is given, and transformers 5 knows only that")
+            return None
+        codemod.changed(f"`{key}=` -> `{entry.new}=`")
+        return arg.with_changes(keyword=cst.Name(entry.new))
+    value = literal(arg.value)
+    for old, keyword, code in entry.values:
+        if value is ... or value != old or type(value) is not type(old):
+            continue
+        if keyword is None or code is None:
+            codemod.changed(f"dropped `{key}={code_of(arg.value)}`: it asks for what now happens anyway")
+            return None
+        if keyword not in present:
+            codemod.changed(f"`{key}={code_of(arg.value)}` -> `{keyword}={code}`")
+            return arg.with_changes(keyword=cst.Name(keyword), value=cst.parse_expression(code))
+    if entry.drop:
+        codemod.changed(f"dropped `{key}=`: {entry.why}")
+        return None
+    codemod.todo(f"`{key}={_short(arg.value)}` was removed: {entry.why}")
+    return arg
+
+
+def _short(value: cst.BaseExpression) -> str:
+    code = code_of(value)
+    return code if len(code) <= 24 and "\n" not in code else "..."
+
+
+def _warmup_ratio(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
+    if "warmup_steps" in present:
+        codemod.changed("dropped `warmup_ratio`: `warmup_steps` overrides it, as before")
+        return None
+    ratio = literal(arg.value)
+    if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 <= ratio < 1:
+        codemod.changed("`warmup_ratio=` -> `warmup_steps=` (a float below 1 is a ratio in transformers 5)")
+    else:
+        codemod.todo(
+            f"`warmup_ratio={_short(arg.value)}` -> `warmup_steps=`: transformers 5 reads 1 or more as steps, not a ratio: give the steps there"
+        )
+    return arg.with_changes(keyword=cst.Name("warmup_steps"))
+
+
+def _logging_dir(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
+    comment = _arg_comment(arg)
+    line = f'{codemod.ctx.os()}.environ["TENSORBOARD_LOGGING_DIR"] = {code_of(arg.value)}'
+    codemod.ctx.insert_after(stmt(f"{line}  {comment}\n" if comment else f"{line}\n"))
+    codemod.changed("`logging_dir=` -> `TENSORBOARD_LOGGING_DIR` (transformers 5 removed the field)")
+    return None
+
+
+def _arg_comment(arg: cst.Arg) -> str | None:
+    """The comment at the end of the argument's line, in a call laid out one per line."""
+    comma = arg.comma
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        comment = comma.whitespace_after.first_line.comment
+        return comment.value if comment is not None else None
+    return None
+
+
+SPECIAL: dict[str, Callable[[Codemod, cst.Arg, Collection[str]], cst.Arg | None]] = {
+    "ratio": _warmup_ratio,
+    "environment": _logging_dir,
+}
+
+
+def upgrade_call(codemod: Codemod, call: cst.Call, table_owners: tuple[str, ...]) -> cst.Call:
+    """`call` with every keyword of the table's `table_owners` upgraded."""
+    entries = {k.old: k for owner in table_owners for k in KEYWORDS.get(owner, ())}
+    present = {a.keyword.value for a in call.args if a.keyword is not None}
+    if not entries.keys() & present:
+        return call
+    args = []
+    for arg in call.args:
+        entry = entries.get(arg.keyword.value) if arg.keyword is not None else None
+        kept = upgrade_argument(codemod, arg, entry, present) if entry is not None else arg
+        if kept is not None:
+            args.append(kept)
+    return with_args(call, args)
+
+
+class UpgradeKeywords(Codemod):
+    """Moves keyword arguments to the spelling the native stack's transformers and TRL take.
+
+    ## What it does
+    In calls of transformers, TRL, peft and diffusers, a keyword the old versions took and the
+    new ones do not is renamed where a keyword means the same (`evaluation_strategy=` ->
+    `eval_strategy=`, `tokenizer=` -> `processing_class=`, `torch_dtype=` -> `dtype=`,
+    `use_auth_token=` -> `token=`), translated where one value has a new spelling
+    (`group_by_length=True` -> `train_sampling_strategy="group_by_length"`), dropped where it
+    asked for what now happens anyway (`overwrite_output_dir=`, `save_safetensors=True`), and
+    otherwise kept under a TODO that says what replaced it.
+
+    ## Why
+    optimum-neuron pinned transformers 4 and TRL 0.24; the native stack runs transformers 5 and
+    TRL 1.x. A migrated script crosses both at once: `TrainingArguments(evaluation_strategy=...)`
+    raises `TypeError` in transformers 5, and a keyword `from_pretrained` no longer knows reaches
+    the model's config instead.
+
+    ## Example
+    ```python
+    args = TrainingArguments("out", evaluation_strategy="epoch", no_cuda=True)
+    trainer = Trainer(model, args, tokenizer=tokenizer)
+    ```
+
+    ## Use instead
+    ```python
+    args = TrainingArguments("out", eval_strategy="epoch", use_cpu=True)
+    trainer = Trainer(model, args, processing_class=tokenizer)
+    ```
+
+    ## Fix safety
+    Renames keep the meaning; what has no counterpart keeps its argument under a TODO.
+    """
+
+    code = "NM201"
+    name = "upgrade-keywords"
+    summary = "transformers 4 / TRL 0.x keywords -> their transformers 5 / TRL 1.x spelling"
+    markers = LIBRARIES
+    runs_alone = True
+    manual: ClassVar[dict[str, str]] = {}
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> Any:
+        if dotted_name(updated_node.func) is None and not isinstance(updated_node.func, cst.Attribute):
+            return updated_node
+        table_owners = owners(self, original_node)
+        return upgrade_call(self, updated_node, table_owners) if table_owners else updated_node
