@@ -256,6 +256,18 @@ def test_rules_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules", "NM999"]) == 2
 
 
+@pytest.mark.parametrize("args", [["rules"], ["rules", "NM003"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(args: list[str]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "neuron_migrate", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `| head -1` does once it has its line
+    err = proc.stderr.read()
+    assert proc.wait() == cli.EXIT_BROKEN_PIPE
+    assert err == b""
+
+
 def test_version() -> None:
     proc = subprocess.run([sys.executable, "-m", "neuron_migrate", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.startswith("neuron-migrate ")
