@@ -117,6 +117,26 @@ def test_output_dir_refuses_inputs_of_the_same_name(
     assert (out / "pkg" / "train.py").read_text() == NEW
 
 
+def test_output_dir_refuses_to_write_over_its_inputs(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tree.parent / f"{tree.name}-link").symlink_to(tree)
+    monkeypatch.chdir(tree)
+    same_folder = [
+        [".", "--output-dir", "."],
+        [str(tree), "--output-dir", str(tree / "pkg" / "..")],
+        ["train.py", "--output-dir", f"../{tree.name}-link"],
+        ["train.py", "pkg/loop.py", "--output-dir", "pkg"],  # loop.py is in pkg already
+    ]
+    for args in same_folder:
+        assert main(["rewrite", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "leave out --output-dir to migrate in place" in err, err
+    assert (tree / "train.py").read_text() == OLD and (tree / "pkg" / "loop.py").read_text() == OLD
+    assert main(["rewrite", "train.py", "--output-dir", "pkg", "-q"]) == 0  # beside the inputs, over none
+    assert (tree / "pkg" / "train.py").read_text() == NEW
+
+
 def test_stdin_to_stdout() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "neuron_migrate", "rewrite", "-"],

@@ -304,12 +304,21 @@ def _jobs(args: argparse.Namespace, configs: configuration.Configs, mode: str) -
 
 
 def _output_clash(jobs: list[Job]) -> str | None:
-    """Two inputs that would be written to the same place under --output-dir: refuse, write nothing."""
+    """Two inputs that would be written to the same place under --output-dir, or a copy that would
+    replace an input (the folder itself, through a symlink or `..`): refuse, write nothing. Writing
+    in place is what leaving out --output-dir is for."""
+    inputs = {Path(os.path.realpath(job.path)): job.path for job in jobs}
     claimed: dict[Path, Path] = {}
     for job in jobs:
         if job.output is None:
             continue
-        key = Path(os.path.abspath(job.output))
+        key = Path(os.path.realpath(job.output))
+        if key in inputs:
+            over = "the original itself" if inputs[key] == job.path else f"the input {inputs[key]}"
+            return (
+                f"--output-dir: the copy of {job.path} would be written to {job.output}, over {over}; "
+                "give another folder, or leave out --output-dir to migrate in place"
+            )
         if key in claimed and claimed[key] != job.path:
             return (
                 f"--output-dir: {claimed[key]} and {job.path} would both be written to {job.output}; "
