@@ -347,6 +347,17 @@ def test_crlf_bom_and_mode_are_kept(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o750
 
 
+def test_old_mac_line_endings_are_migrated_and_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, manual = tmp_path / "mac.py", tmp_path / "mac_manual.py"
+    path.write_bytes(OLD.replace("\n", "\r").encode())
+    manual.write_bytes(MANUAL.replace("\n", "\r").encode())
+    assert main(["rewrite", str(path), str(manual), "-q"]) == 1
+    assert path.read_bytes() == NEW.replace("\n", "\r").encode()
+    migrated = manual.read_bytes()
+    assert b"\n" not in migrated and b"# TODO(neuron-migrate NM006)" in migrated
+    assert f"{manual}:3:1: NM006" in capsys.readouterr().err
+
+
 def test_latin1_with_coding_cookie(tmp_path: Path) -> None:
     path = tmp_path / "latin.py"
     source = "# -*- coding: latin-1 -*-\n# auteur: Fran\xe7ois\n" + OLD

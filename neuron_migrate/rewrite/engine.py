@@ -106,6 +106,19 @@ def rewrite_source(
 
     `environment`: XLA variables the process running this code starts with, where the code's
     launcher is known (a notebook's `%env`, the `!` command that runs a `%%writefile` script)."""
+    if "\r" in text and "\n" not in text:
+        # Old Mac line endings: Python reads them as newlines, LibCST does not. Migrated with
+        # `\n` (no `\n` was there to confuse with them) and given back their `\r`.
+        result = _rewrite_source(text.replace("\r", "\n"), path, options, environment)
+        result.original = text
+        result.migrated = result.migrated.replace("\n", "\r")
+        return result
+    return _rewrite_source(text, path, options, environment)
+
+
+def _rewrite_source(
+    text: str, path: str, options: Options | None, environment: Mapping[str, str] | None
+) -> FileResult:
     options = options or Options()
     environment = dict(environment or {})
     result = FileResult(path=path, original=text, migrated=text)
