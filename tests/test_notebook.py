@@ -196,6 +196,18 @@ def test_a_cell_that_is_not_python_is_left_and_named_while_the_others_migrate(
     assert "xm" not in cells[0] + cells[3]
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="the cell is Python here")
+def test_a_cell_in_newer_python_names_the_python_it_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nb.ipynb"
+    path.write_text(nbformat.writes(build([("code", "import torch_xla.core.xla_model as xm"), ("code", 'greeting = t"hi {name}"')])))
+    assert main(["rewrite", str(path)]) == 0
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert (
+        f"cell 2 is not Python (1:13: invalid syntax (template strings (`t\"...\"`) need Python 3.14+; "
+        f"neuron-migrate is running on Python {running}))" in capsys.readouterr().err
+    )
+
+
 def test_other_languages_are_skipped(tmp_path: Path) -> None:
     nb = build([("code", "library(torch_xla)")])
     nb.metadata["kernelspec"]["language"] = "R"

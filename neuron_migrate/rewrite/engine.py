@@ -128,7 +128,7 @@ def _rewrite_source(
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
-        result.error = syntax_error_message(path, exc)
+        result.error = syntax_error_message(path, exc, text)
         return result
     except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
         result.error = f"{path}:1:1: cannot parse: {exc}"
