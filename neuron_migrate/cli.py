@@ -3,18 +3,23 @@
 Each tool is imported only when it runs, so `check` never loads the rewrite engine (LibCST).
 
 Exit codes follow ruff in every subcommand: 0 nothing left to do, 1 findings, changes or manual
-items remain, 2 usage or internal error.
+items remain, 2 usage or internal error. Output cut short by its reader (`| head`) ends the
+command quietly with 141, as SIGPIPE ends `cat` or `git`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import sys
 from collections.abc import Sequence
 
 from neuron_migrate import __version__
 from neuron_migrate.rewrite import command as rewrite_command
 
 EXIT_ERROR = 2
+EXIT_BROKEN_PIPE = 128 + 13  # what the shell reports for a process that SIGPIPE ended
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe prints a traceback
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: whatever is still buffered must not fail again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(AttributeError, OSError):  # a stdout that is no file (a test's capture)
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

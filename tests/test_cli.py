@@ -117,6 +117,26 @@ def test_output_dir_refuses_inputs_of_the_same_name(
     assert (out / "pkg" / "train.py").read_text() == NEW
 
 
+def test_output_dir_refuses_to_write_over_its_inputs(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tree.parent / f"{tree.name}-link").symlink_to(tree)
+    monkeypatch.chdir(tree)
+    same_folder = [
+        [".", "--output-dir", "."],
+        [str(tree), "--output-dir", str(tree / "pkg" / "..")],
+        ["train.py", "--output-dir", f"../{tree.name}-link"],
+        ["train.py", "pkg/loop.py", "--output-dir", "pkg"],  # loop.py is in pkg already
+    ]
+    for args in same_folder:
+        assert main(["rewrite", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "leave out --output-dir to migrate in place" in err, err
+    assert (tree / "train.py").read_text() == OLD and (tree / "pkg" / "loop.py").read_text() == OLD
+    assert main(["rewrite", "train.py", "--output-dir", "pkg", "-q"]) == 0  # beside the inputs, over none
+    assert (tree / "pkg" / "train.py").read_text() == NEW
+
+
 def test_stdin_to_stdout() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "neuron_migrate", "rewrite", "-"],
@@ -256,6 +276,18 @@ def test_rules_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rules", "NM999"]) == 2
 
 
+@pytest.mark.parametrize("args", [["rules"], ["rules", "NM003"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(args: list[str]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "neuron_migrate", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `| head -1` does once it has its line
+    err = proc.stderr.read()
+    assert proc.wait() == cli.EXIT_BROKEN_PIPE
+    assert err == b""
+
+
 def test_version() -> None:
     proc = subprocess.run([sys.executable, "-m", "neuron_migrate", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.startswith("neuron-migrate ")
@@ -313,6 +345,17 @@ def test_crlf_bom_and_mode_are_kept(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert data == codecs.BOM_UTF8 + NEW.replace("\n", "\r\n").encode()
     assert stat.S_IMODE(path.stat().st_mode) == 0o750
+
+
+def test_old_mac_line_endings_are_migrated_and_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, manual = tmp_path / "mac.py", tmp_path / "mac_manual.py"
+    path.write_bytes(OLD.replace("\n", "\r").encode())
+    manual.write_bytes(MANUAL.replace("\n", "\r").encode())
+    assert main(["rewrite", str(path), str(manual), "-q"]) == 1
+    assert path.read_bytes() == NEW.replace("\n", "\r").encode()
+    migrated = manual.read_bytes()
+    assert b"\n" not in migrated and b"# TODO(neuron-migrate NM006)" in migrated
+    assert f"{manual}:3:1: NM006" in capsys.readouterr().err
 
 
 def test_latin1_with_coding_cookie(tmp_path: Path) -> None:

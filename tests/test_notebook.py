@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -129,6 +130,27 @@ def test_manual_items_point_at_cells(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "".join(json.loads(path.read_text())["cells"][2]["source"]).count("TODO(neuron-migrate") == 1
 
 
+def test_a_notebook_on_stdin_is_migrated_as_a_notebook(
+    monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    raw = nbformat.writes(build([("code", "import torch_xla.core.xla_model as xm"), ("code", "x = 1\ny = xm.all_gather(x)")]))
+
+    def rewrite_stdin(*args: str) -> tuple[int, bytes, str]:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw.encode())))
+        code = main(["rewrite", "-", *args])
+        out, err = capsysbinary.readouterr()
+        return code, out, err.decode()
+
+    code, out, err = rewrite_stdin()  # recognised by its JSON
+    assert code == 1 and "<stdin>:cell 2:2:1: NM006 " in err
+    cells = json.loads(out)["cells"]
+    assert "".join(cells[1]["source"]).count("TODO(neuron-migrate NM006)") == 1
+    code, named, err = rewrite_stdin("--stdin-filename", "train.ipynb")
+    assert named == out and "train.ipynb:cell 2:2:1: NM006 " in err
+    code, as_python, _ = rewrite_stdin("--stdin-filename", "train.py")  # the name wins: JSON as Python
+    assert code == 0 and as_python == raw.encode()
+
+
 def test_diff_is_per_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "nb.ipynb"
     path.write_text(nbformat.writes(build()))
@@ -172,6 +194,18 @@ def test_a_cell_that_is_not_python_is_left_and_named_while_the_others_migrate(
     cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
     assert cells[1:3] == [broken, rst]
     assert "xm" not in cells[0] + cells[3]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="the cell is Python here")
+def test_a_cell_in_newer_python_names_the_python_it_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nb.ipynb"
+    path.write_text(nbformat.writes(build([("code", "import torch_xla.core.xla_model as xm"), ("code", 'greeting = t"hi {name}"')])))
+    assert main(["rewrite", str(path)]) == 0
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert (
+        f"cell 2 is not Python (1:13: invalid syntax (template strings (`t\"...\"`) need Python 3.14+; "
+        f"neuron-migrate is running on Python {running}))" in capsys.readouterr().err
+    )
 
 
 def test_other_languages_are_skipped(tmp_path: Path) -> None:

@@ -104,6 +104,42 @@ def test_hostile_sources(source: str, expected_error: str | None) -> None:
         assert result.migrated == source
 
 
+NEWER_SYNTAX = [
+    ("type Batch = list[int]\n", (3, 12), "`type` statements"),
+    ("def first[T](items: list[T]) -> T:\n    return items[0]\n", (3, 12), "type parameter lists"),
+    ('name = f"{config["name"]}"\n', (3, 12), "f-strings with their own quotes"),
+    ("class Box[T = int]:\n    pass\n", (3, 13), "type parameter defaults"),
+    ('message = t"{x}"\n', (3, 14), "template strings"),
+]
+
+
+@pytest.mark.parametrize(("code", "needed", "construct"), NEWER_SYNTAX)
+def test_newer_python_syntax_migrates_or_names_the_python_it_needs(code: str, needed: tuple[int, int], construct: str) -> None:
+    source = OLD + code
+    result = rewrite_source(source, "new.py", Options())
+    if sys.version_info >= needed:
+        assert result.error is None and result.migrated == NEW + code
+        return
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert result.error is not None and result.error.startswith("new.py:6:")
+    assert construct in result.error and f"need Python {needed[0]}.{needed[1]}+" in result.error
+    assert result.error.endswith(f"neuron-migrate is running on Python {running})") and "\n" not in result.error
+    assert result.migrated == source
+
+
+def test_only_syntax_newer_than_the_running_python_is_named() -> None:
+    from neuron_migrate.core.newer_syntax import needed_python
+
+    generic_alias = "type Pair[T] = tuple[T, T]\n"
+    assert needed_python(generic_alias, running=(3, 11)) == ((3, 12), "`type` statements")
+    assert needed_python(generic_alias, running=(3, 12)) is None
+    assert needed_python("f'{x!r:>{width}}' + f'''{'a'}'''\n", running=(3, 11)) is None  # f-strings 3.11 parses
+    assert needed_python("try:\n    pass\nexcept A, B:\n    pass\n", running=(3, 13)) == ((3, 14), "`except A, B:` without parentheses")
+    assert needed_python("def f(:\n    pass\n", running=(3, 11)) is None  # broken, not new
+    broken = rewrite_source(OLD + "def f(:\n    pass\n", "bad.py", Options())
+    assert broken.error is not None and broken.error.endswith("SyntaxError: invalid syntax")
+
+
 def test_tabs_mixed_newlines_and_form_feeds_survive() -> None:
     source = "import torch_xla.core.xla_model as xm\r\n\x0c\ndef f():\n\tx = 1\r\n\txm.mark_step()\n\treturn x\n"
     result = rewrite_source(source, "odd.py", Options())

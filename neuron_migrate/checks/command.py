@@ -22,6 +22,7 @@ from neuron_migrate.checks.rules import known_codes, resolve_selection, unknown_
 from neuron_migrate.core import config as configuration
 from neuron_migrate.core.files import SourceError, decode_source, discover, read_source, write_back
 from neuron_migrate.core.jobs import run_jobs
+from neuron_migrate.core.notebook_file import is_notebook
 from neuron_migrate.core.source import file_diff
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -231,16 +232,21 @@ def _check_stdin(
         return [FileReport(path=name, error=str(exc))], None
     path = Path(args.stdin_filename or "stdin.py")
     config = configs.for_path(path)
-    report = check_source(text, name, options_for(args, config, path))
+    notebook = path.suffix == ".ipynb" if args.stdin_filename else is_notebook(text)
+    check = check_notebook if notebook else check_source
+    report = check(text, name, options_for(args, config, path))
     if args.output_format == "full":
         final = report.fixed if report.fixed is not None else text
-        for d in report.diagnostics:
-            d.frame = output.code_frame(final, d)
+        if notebook:
+            _notebook_frames(report, final)
+        else:
+            for d in report.diagnostics:
+                d.frame = output.code_frame(final, d)
     fixed = None
     if args.fix and not args.diff:
         fixed = report.fixed if report.fixed is not None else text
     elif args.diff and report.changed:
-        report.diff = file_diff(name, text, report.fixed or "")
+        report.diff = (notebook_diff if notebook else file_diff)(name, text, report.fixed or "")
     return [report], fixed
 
 

@@ -79,6 +79,19 @@ def _scan(raw: str, i: int, want_keys: bool = False) -> tuple[int, dict[str, Spa
     return match.end(), keys
 
 
+def is_notebook(text: str) -> bool:
+    """Whether `text` is a notebook's JSON: an object with `cells` and `nbformat`. For input that
+    comes without a file name (stdin), which would otherwise be taken for Python (JSON often parses
+    as Python: an expression statement, a dict)."""
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        notebook = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(notebook, dict) and "cells" in notebook and "nbformat" in notebook
+
+
 def source_text(source: object) -> str:
     """A cell's `source` as one string (nbformat allows a list of lines)."""
     return "".join(source) if isinstance(source, list) else str(source or "")

@@ -5,13 +5,19 @@ from __future__ import annotations
 import difflib
 
 
-def syntax_error_message(path: str, exc: SyntaxError) -> str:
-    """One line, `path:line:col: SyntaxError: ...`, as every tool reports a file it cannot parse."""
+def syntax_error_message(path: str, exc: SyntaxError, source: str | None = None) -> str:
+    """One line, `path:line:col: SyntaxError: ...`, as every tool reports a file it cannot parse.
+    Given the `source`, it says which Python the file needs when a newer one would parse it (a
+    LibCST parse: tools that never load LibCST, as `check`, leave it out)."""
     line = exc.lineno or 1
     column = exc.offset or 1
     hint = ""
     if exc.msg.startswith("Missing parentheses in call to 'print'"):
         hint = " (Python 2 code is not supported)"
+    elif source is not None:
+        from neuron_migrate.core.newer_syntax import newer_python_hint  # LibCST, for errors only
+
+        hint = newer_python_hint(source)
     return f"{path}:{line}:{column}: SyntaxError: {exc.msg}{hint}"
 
 

@@ -28,6 +28,7 @@ from neuron_migrate.core.files import (
     write_back,
 )
 from neuron_migrate.core.jobs import run_jobs
+from neuron_migrate.core.notebook_file import is_notebook
 from neuron_migrate.core.wording import plural
 from neuron_migrate.rewrite.report import as_json, as_markdown, manual_lines, summary, unified_diff
 from neuron_migrate.rewrite.results import Change, FileResult
@@ -107,6 +108,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="check each migrated file's imports and calls against the libraries of this interpreter "
         "(default: the one running neuron-migrate); `--ignore NM091` skips the check",
     )
+    rewrite.add_argument(
+        "--stdin-filename",
+        metavar="PATH",
+        help="the name of the file read from stdin ('-'): its configuration applies, and `.ipynb` "
+        "migrates it as a notebook (default: notebook JSON is recognised as such)",
+    )
     rewrite.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per CPU)")
     rewrite.add_argument("-q", "--quiet", action="store_true", help="print only errors and the manual items")
 
@@ -148,16 +155,25 @@ def _output_path(path: Path, root: Path | None, output_dir: Path) -> Path:
     return output_dir / path.relative_to(root)
 
 
-def _rewrite_stdin(options: Options) -> int:
+def _rewrite_stdin(args: argparse.Namespace, configs: configuration.Configs) -> int:
+    """Migrate stdin to stdout: a notebook as a notebook, named by `--stdin-filename` or
+    recognised by its JSON, anything else as Python."""
     from neuron_migrate.rewrite.engine import rewrite_source
+    from neuron_migrate.rewrite.notebook import rewrite_notebook
 
+    path = Path(args.stdin_filename) if args.stdin_filename else None
+    name = args.stdin_filename or "<stdin>"
+    options = _options(args, configs.for_path(path or Path.cwd()), path)
     data = sys.stdin.buffer.read()
     try:
-        text, encoding, bom = decode_source(data, "<stdin>")
+        text, encoding, bom = decode_source(data, name)
     except SourceError as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
-    result = rewrite_source(text, "<stdin>", options)
+    if path.suffix == ".ipynb" if path is not None else is_notebook(text):
+        result = rewrite_notebook(text, name, options, args.clear_outputs).result
+    else:
+        result = rewrite_source(text, name, options)
     if result.error:
         print(result.error, file=sys.stderr)
         sys.stdout.buffer.write(data)
@@ -172,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = configuration.Configs(configuration.load(args.config) if args.config else None)
         if args.paths == ["-"]:
-            return _rewrite_stdin(_options(args, configs.for_path(Path.cwd()), None))
+            return _rewrite_stdin(args, configs)
         if "-" in args.paths:
             print("neuron-migrate: '-' (stdin) cannot be combined with other paths", file=sys.stderr)
             return EXIT_ERROR
@@ -323,12 +339,21 @@ def _jobs(args: argparse.Namespace, configs: configuration.Configs, mode: str) -
 
 
 def _output_clash(jobs: list[Job]) -> str | None:
-    """Two inputs that would be written to the same place under --output-dir: refuse, write nothing."""
+    """Two inputs that would be written to the same place under --output-dir, or a copy that would
+    replace an input (the folder itself, through a symlink or `..`): refuse, write nothing. Writing
+    in place is what leaving out --output-dir is for."""
+    inputs = {Path(os.path.realpath(job.path)): job.path for job in jobs}
     claimed: dict[Path, Path] = {}
     for job in jobs:
         if job.output is None:
             continue
-        key = Path(os.path.abspath(job.output))
+        key = Path(os.path.realpath(job.output))
+        if key in inputs:
+            over = "the original itself" if inputs[key] == job.path else f"the input {inputs[key]}"
+            return (
+                f"--output-dir: the copy of {job.path} would be written to {job.output}, over {over}; "
+                "give another folder, or leave out --output-dir to migrate in place"
+            )
         if key in claimed and claimed[key] != job.path:
             return (
                 f"--output-dir: {claimed[key]} and {job.path} would both be written to {job.output}; "

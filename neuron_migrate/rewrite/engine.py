@@ -113,6 +113,19 @@ def rewrite_source(
 
     `environment`: XLA variables the process running this code starts with, where the code's
     launcher is known (a notebook's `%env`, the `!` command that runs a `%%writefile` script)."""
+    if "\r" in text and "\n" not in text:
+        # Old Mac line endings: Python reads them as newlines, LibCST does not. Migrated with
+        # `\n` (no `\n` was there to confuse with them) and given back their `\r`.
+        result = _rewrite_source(text.replace("\r", "\n"), path, options, environment)
+        result.original = text
+        result.migrated = result.migrated.replace("\n", "\r")
+        return result
+    return _rewrite_source(text, path, options, environment)
+
+
+def _rewrite_source(
+    text: str, path: str, options: Options | None, environment: Mapping[str, str] | None
+) -> FileResult:
     options = options or Options()
     environment = dict(environment or {})
     result = FileResult(path=path, original=text, migrated=text)
@@ -122,7 +135,7 @@ def rewrite_source(
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
-        result.error = syntax_error_message(path, exc)
+        result.error = syntax_error_message(path, exc, text)
         return result
     except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting
         result.error = f"{path}:1:1: cannot parse: {exc}"

@@ -19,6 +19,7 @@ import secrets
 import warnings
 from dataclasses import dataclass, field
 
+from neuron_migrate.core.newer_syntax import newer_python_hint
 from neuron_migrate.core.notebook_cells import (
     PYTHON_CELL_MAGICS,
     Command,
@@ -206,7 +207,7 @@ def _not_python(text: str) -> str | None:
             warnings.simplefilter("ignore", SyntaxWarning)
             ast.parse(text)
     except SyntaxError as exc:
-        return f"{exc.lineno or 1}:{exc.offset or 1}: {exc.msg}"
+        return f"{exc.lineno or 1}:{exc.offset or 1}: {exc.msg}{newer_python_hint(text)}"
     except ValueError as exc:  # a null byte
         return str(exc)
     return None

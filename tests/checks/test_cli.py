@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import sys
 from pathlib import Path
@@ -159,6 +160,17 @@ def test_stdin(
     assert out == FIXED and "-:5:12: NM101" in err
     assert main(["check", "-", "bad.py"]) == 2
     assert "'-' (stdin) cannot be combined with other paths" in capsys.readouterr().err
+
+
+def test_a_notebook_on_stdin_is_checked_as_a_notebook(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": BAD}
+    raw = json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+    for name in ([], ["--stdin-filename", "model.ipynb"]):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw.encode())))
+        assert main(["check", "-", *name]) == 1
+        assert capsys.readouterr().out.startswith(f"{name[-1] if name else '-'}:cell 1:4:5: NM103")
 
 
 def test_a_dying_worker_loses_only_its_file(
