@@ -23,7 +23,7 @@ from neuron_migrate.core.names import (
     surely_called_by,
     unconditional_calls,
 )
-from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON
+from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, old_stack_module
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.core.source import syntax_error_message
@@ -130,7 +130,8 @@ def rewrite_source(
     )
     old_names = table.names_under(OLD_STACK_PACKAGES) - table.names_under(MOVES_WITH_ITS_KERNEL)
     selected = _applicable(tree, text, table, facts, old_names, options)
-    if not selected and not old_names:
+    hidden = _old_stack_star_imports(tree)  # bind old-stack names the table cannot list
+    if not selected and not old_names and not hidden:
         result.manual = manual_items(text)
         return result
 
@@ -170,7 +171,7 @@ def rewrite_source(
         facts=facts,
         path=path,
         source=text,
-        old_stack_file=bool(old_names),
+        old_stack_file=bool(old_names or hidden),
         scopes=scopes,
         mesh_program=options.mesh_program,
     )
@@ -204,6 +205,18 @@ def rewrite_source(
     if options.verify_in is not None and options.enabled(VERIFY_CODE):
         verify(result, options.verify_in)
     return result
+
+
+def _old_stack_star_imports(tree: ast.Module) -> bool:
+    """Does the file hold a `from <old-stack module> import *`?"""
+    return any(
+        isinstance(node, ast.ImportFrom)
+        and node.module is not None
+        and not node.level
+        and any(a.name == "*" for a in node.names)
+        and old_stack_module(node.module)
+        for node in ast.walk(tree)
+    )
 
 
 def _applicable(
