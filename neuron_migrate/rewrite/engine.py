@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -187,6 +188,7 @@ def rewrite_source(
         if code[:1] in ("\n", "\r") and body[:1] not in ("\n", "\r"):
             code = code.lstrip("\r\n")  # what opened the file went: no blank line may open it now
         code += tail
+        _check_compiles(code, text)
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
         return result
@@ -205,6 +207,25 @@ def rewrite_source(
     if options.verify_in is not None and options.enabled(VERIFY_CODE):
         verify(result, options.verify_in)
     return result
+
+
+def _compile(code: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes and the like: the user's own
+        compile(code, "<migrated>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+def _check_compiles(code: str, original: str) -> None:
+    """A SyntaxError where the migrated code does not compile (a keyword given twice parses, but
+    does not compile) while the original did."""
+    try:
+        _compile(code)
+    except SyntaxError:
+        try:
+            _compile(original)
+        except (SyntaxError, ValueError):
+            return  # not compilable before either (a notebook's IPython-only code): not ours to judge
+        raise
 
 
 def _old_stack_star_imports(tree: ast.Module) -> bool:
