@@ -37,6 +37,8 @@ _LEFTOVER_DOC = """Marks old-stack API uses that no codemod could migrate.
 Adds `# TODO(neuron-migrate NM090): ...` above any statement that still refers to a `torch_xla`
 name after every codemod ran, naming the API. APIs with a known native replacement get the
 TODO of their family instead (for example NM006 for `xm.all_gather`), saying what to use.
+A `from torch_xla.core.xla_model import *` gets one at the import: the names it binds cannot
+be followed, so nothing that uses them is migrated until they are imported by name.
 
 ## Why
 Nothing is dropped silently: the import stays while something still uses it, and the person

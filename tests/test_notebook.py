@@ -433,6 +433,29 @@ def test_python_that_looks_like_ipython_syntax_is_migrated() -> None:
     assert sources[1] == cells[1][1]
 
 
+def test_python_timed_by_a_magic_is_migrated_and_keeps_the_magic() -> None:
+    cells = [
+        ("code", "import torch\nimport torch_xla.core.xla_model as xm"),
+        ("code", "%time device = xm.xla_device()\nx = torch.ones(3, device=device)"),
+        ("code", "%timeit -n 2 y = x * 2\n%time xm.mark_step()"),
+        ("code", "for _ in range(2):\n    %time xm.mark_step()\nprint(xm.xrt_world_size())"),
+        ("code", "%%timeit -n 1\ny = x * 2\nxm.mark_step()"),
+        ("code", "%time  for i in range(2): print(i)\n%prun -s cumulative xm.xla_device()"),
+    ]
+    new, _ = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert sources[0] == "import os\n\nimport torch"  # nothing uses `xm` any more
+    assert sources[1] == (
+        '%time device = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")\n'
+        "x = torch.ones(3, device=device)"
+    )
+    assert sources[2] == "%timeit -n 2 y = x * 2"  # the step it timed is gone, and the magic with it
+    assert sources[3] == 'for _ in range(2):\n    pass\nprint(int(os.environ.get("WORLD_SIZE", 1)))'
+    assert sources[4] == "%%timeit -n 1\ny = x * 2"
+    # A compound statement cannot follow a placeholder: that line stays as it was.
+    assert sources[5] == "%time  for i in range(2): print(i)\n%prun -s cumulative device"
+
+
 def test_file_cell_magic_is_a_file_of_its_own() -> None:
     raw = nbformat.writes(build([("code", "%%file train.py\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n")]))
     new, _ = rewrite(raw)

@@ -300,3 +300,23 @@ def test_a_guarded_print_carries_the_todos_of_what_it_prints_once() -> None:
     # The two guards with the same test are one block.
     assert sum(line.lstrip().startswith("if ") for line in lines) == 1
     assert rewrite_source(first.migrated, "guarded.py", Options()).migrated == first.migrated
+
+
+def test_migrated_code_that_parses_but_does_not_compile_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keyword given twice parses (`ast.parse`) but does not compile: the file stays as it was."""
+    from neuron_migrate.rewrite import engine
+
+    real = engine._module_level
+
+    def repeated_keyword(*args: object, **kwargs: object) -> tuple[str, object]:
+        code, shared = real(*args, **kwargs)  # type: ignore[arg-type]
+        return code.replace("device=device)", "device=device, device=device)"), shared
+
+    monkeypatch.setattr(engine, "_module_level", repeated_keyword)
+    text = "import torch\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\nx = torch.ones(2, device=device)\n"
+    result = engine.rewrite_source(text, "f.py")
+    assert result.error is not None and "keyword argument repeated" in result.error
+    assert result.migrated == text
+    # A notebook's top-level `await` compiles, as the kernel runs it.
+    monkeypatch.undo()
+    assert engine.rewrite_source(text + "await x\n", "f.py").error is None

@@ -5,7 +5,8 @@ turn into `get_ipython()` calls are found here as IPython finds them, by Python 
 continues an expression, or a `?` in a string or a comment, is Python; a command continued with a
 trailing backslash is one command. `mask` puts a placeholder in place of each command and keeps
 every line where it was, so positions in the masked text are true in the cell, and `unmask` puts
-the commands back byte for byte.
+the commands back byte for byte. Of a line magic that runs Python (`%time x = f()`), only the magic
+is masked: the Python after it stays Python, to be read and rewritten as the kernel runs it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from dataclasses import dataclass
 PYTHON_CELL_MAGICS = frozenset(
     {"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit", "trainium"}
 )
+# Line magics that run the Python after them: `%time x = f()`, `%timeit -n 3 f()`. By magic, its
+# options that stand alone and those that take a value (`-n 3`, `-n3`), as IPython parses them.
+PYTHON_LINE_MAGICS: dict[str, tuple[str, str]] = {"time": ("", ""), "timeit": ("tcqo", "nrp"), "prun": ("rq", "DlsT")}
 # Cell magics that write their body to a file (`%%file` is IPython's other name for it).
 WRITEFILE_MAGICS = frozenset({"file", "writefile"})
 
@@ -301,6 +305,9 @@ class Command:
     span: Span
     text: str  # as written: from the span's column to the end of its last line
     mask: str  # what stands in its place in the masked text
+    # A line magic that runs the Python after it (`%time x = f()`): `text` is the magic and its
+    # options only, `mask` a statement (`placeholder; `) before the Python, which stays Python.
+    prefix: bool = False
 
 
 @dataclass(frozen=True)
@@ -317,8 +324,11 @@ class Masked:
         text = self.text if text is None else text
         if not self.commands:
             return text
-        back = {c.mask: (replace or {}).get(c, c.text) for c in self.commands}
-        if len(back) != len(self.commands):
+        text, kept = self._without_emptied_prefixes(text)
+        if not kept:
+            return text
+        back = {c.mask: (replace or {}).get(c, c.text) for c in kept}
+        if len(back) != len(kept):
             raise ValueError("unmask needs a placeholder of its own for each command")
         pattern = re.compile("|".join(re.escape(m) for m in sorted(back, key=len, reverse=True)))
         found: list[str] = []
@@ -331,6 +341,29 @@ class Masked:
         if sorted(found) != sorted(back):
             raise ValueError("a masked command was lost or repeated")
         return restored
+
+    def _without_emptied_prefixes(self, text: str) -> tuple[str, list[Command]]:
+        """`text` without the lines where a rewrite removed the statement a `%time` ran (only its
+        placeholder is left there): a `pass` stands in where the block would be empty. Also the
+        commands still to put back."""
+        kept: list[Command] = []
+        for command in self.commands:
+            if not command.prefix or command.mask in text:
+                kept.append(command)
+                continue
+            name = re.escape(command.mask.removesuffix("; "))
+            alone = re.compile(rf"^([ \t]*){name}([ \t]*(?:#[^\r\n]*)?)(?:\r?\n|\Z)", re.M).search(text)
+            if alone is None:
+                kept.append(command)  # lost: the check below says so
+                continue
+            start = alone.start()
+            if alone.end() == len(text) and not alone.group().endswith("\n"):
+                start = len(text[:start].removesuffix("\n").removesuffix("\r"))  # the last line: its line break goes
+            without = text[:start] + text[alone.end() :]
+            if alone.group(2).strip() or not _parses(without):
+                without = f"{text[: alone.start()]}{alone.group(1)}pass{text[alone.end(2) :]}"
+            text = without
+        return text, kept
 
 
 def mask(source: str, placeholder: Callable[[Span], str] = lambda span: "None") -> Masked:
@@ -348,6 +381,12 @@ def mask(source: str, placeholder: Callable[[Span], str] = lambda span: "None") 
     for span in spans:
         start, end = lines.starts[span.first] + span.column, lines.end(span.last)
         name = placeholder(span)
+        python = _python_after_magic(source[start:end], name) if span.kind == "magic" and not span.assigned else None
+        if python is not None:
+            pieces += [source[done:start], f"{name}; "]
+            commands.append(Command(span, source[start : start + python], f"{name}; ", prefix=True))
+            done = start + python
+            continue
         if span.first == span.last:
             chunk = name
         else:
@@ -361,3 +400,29 @@ def mask(source: str, placeholder: Callable[[Span], str] = lambda span: "None") 
         done = end
     pieces.append(source[done:])
     return Masked("".join(pieces), tuple(commands))
+
+
+def _python_after_magic(command: str, name: str) -> int | None:
+    """Where the Python starts in a `%time x = f()` or `%timeit -n 3 f()` line (an offset in
+    `command`), where it is one statement that parses after `name; `; None for other magics."""
+    magic = re.match(r"%(\w+)[ \t]+", command)
+    if magic is None or magic.group(1) not in PYTHON_LINE_MAGICS or "\n" in command:
+        return None
+    flags, valued = PYTHON_LINE_MAGICS[magic.group(1)]
+    position = magic.end()
+    while command.startswith("-", position):
+        word = command[position:].split(None, 1)[0]
+        if word[1:] and all(letter in flags for letter in word[1:]):
+            taken = 1
+        elif word[1:2] and word[1] in valued:
+            taken = 1 if len(word) > 2 else 2  # `-n3`, or `-n 3`
+        else:
+            break  # `%timeit -x`: Python after all
+        for _ in range(taken):
+            position = re.compile(r"\S*[ \t]*").match(command, position).end()  # type: ignore[union-attr]
+        if position >= len(command):
+            return None
+    python = command[position:]
+    if not python.strip() or not _parses(f"{name}; {python}"):
+        return None
+    return position

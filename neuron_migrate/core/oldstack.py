@@ -22,6 +22,17 @@ REGISTERS: dict[str, str] = {"torch_neuron": "torch.neuron."}
 # Parts of an old-stack package that move with the code around them: the language of a
 # `neuronxcc.nki` kernel is ported with its kernel, which the TODO at `@nki.jit` is about.
 MOVES_WITH_ITS_KERNEL: tuple[str, ...] = ("neuronxcc.nki.language", "neuronxcc.nki.isa")
+
+
+def old_stack_module(module: str) -> bool:
+    """`module` is part of an old-stack package (a kernel's own language aside)."""
+
+    def under(prefixes: tuple[str, ...]) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+    return under(PACKAGES) and not under(MOVES_WITH_ITS_KERNEL)
+
+
 OPTIMUM_NEURON = "optimum.neuron"
 # The names scripts and tutorials bind old-stack modules to: code that uses one of them without
 # importing it (a notebook cell whose imports sit in a cell not run) most likely means that module.

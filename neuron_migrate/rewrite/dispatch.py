@@ -21,6 +21,7 @@ from typing import Any
 import libcst as cst
 
 from neuron_migrate.core.cst_children import INERT, PUNCTUATION, transform
+from neuron_migrate.core.oldstack import old_stack_module
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
@@ -31,6 +32,7 @@ from neuron_migrate.rewrite.codemods.base import (
     Visitor,
     dotted_name,
     own_hook,
+    star_import_todo,
     stmt,
 )
 from neuron_migrate.rewrite.effects import has_effects
@@ -227,6 +229,15 @@ class _LeftoverFinder(StatementHeaderVisitor):
 
 
 _SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _star_imported(small: cst.BaseSmallStatement) -> str | None:
+    """The module of `from <module> import *` (not a relative one)."""
+    if not isinstance(small, cst.ImportFrom) or not isinstance(small.names, cst.ImportStar):
+        return None
+    if small.relative or small.module is None:
+        return None
+    return dotted_name(small.module)
 
 
 def _wrapped_line(node: Any) -> Any:
@@ -479,6 +490,8 @@ class Dispatcher(Transformer):
         saw_old = self._saw_old_name.pop()
         if saw_old and isinstance(result, _STATEMENT_TYPES) and id(result) not in self.ctx.removed:
             self._mark_leftovers(_wrapped_line(result) if wrapped else result, frame)
+        if type(result) is cst.SimpleStatementLine and id(result) not in self.ctx.removed:
+            self._mark_star_imports(result, frame)
         nodes: list[Any]
         if isinstance(result, cst.FlattenSentinel):
             nodes = list(result.nodes)
@@ -552,6 +565,18 @@ class Dispatcher(Transformer):
             message = message.replace("{name}", dotted) if "{name}" in message else f"`{dotted}`: {message}"
             if (code, message) not in frame.todos:
                 frame.todos.append((code, message))
+
+    def _mark_star_imports(self, line: cst.SimpleStatementLine, frame: Frame) -> None:
+        """`from torch_xla.core.xla_model import *`: the names it binds are out of sight, so
+        nothing they reach is migrated (a codemod of the package may have said so already)."""
+        for small in line.body:
+            module = _star_imported(small)
+            if module is None or not old_stack_module(module):
+                continue
+            message = star_import_todo(module)
+            manual = self.manual_messages(module)
+            if manual is not None and all(said != message for _, said in frame.todos):
+                frame.todos.append((manual[0], message))
 
     def _add_late_imports(self, frame: Frame, kept: list[Any]) -> None:
         """The imports this statement now needs before the scope's own import of the same name:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from neuron_migrate.core.names import (
     surely_called_by,
     unconditional_calls,
 )
-from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON
+from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, old_stack_module
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.core.source import syntax_error_message
@@ -150,7 +151,8 @@ def _rewrite_source(
     )
     old_names = table.names_under(OLD_STACK_PACKAGES) - table.names_under(MOVES_WITH_ITS_KERNEL)
     selected = _applicable(tree, text, table, facts, old_names, options)
-    if not selected and not old_names:
+    hidden = _old_stack_star_imports(tree)  # bind old-stack names the table cannot list
+    if not selected and not old_names and not hidden:
         result.manual = manual_items(text)
         return result
 
@@ -190,7 +192,7 @@ def _rewrite_source(
         facts=facts,
         path=path,
         source=text,
-        old_stack_file=bool(old_names),
+        old_stack_file=bool(old_names or hidden),
         scopes=scopes,
         mesh_program=options.mesh_program,
     )
@@ -206,6 +208,7 @@ def _rewrite_source(
         if code[:1] in ("\n", "\r") and body[:1] not in ("\n", "\r"):
             code = code.lstrip("\r\n")  # what opened the file went: no blank line may open it now
         code += tail
+        _check_compiles(code, text)
     except SyntaxError as exc:
         result.error = f"{path}:1:1: internal error: the migrated code did not parse ({exc.msg}); file left unchanged"
         return result
@@ -224,6 +227,37 @@ def _rewrite_source(
     if options.verify_in is not None and options.enabled(VERIFY_CODE):
         verify(result, options.verify_in)
     return result
+
+
+def _compile(code: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes and the like: the user's own
+        compile(code, "<migrated>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+def _check_compiles(code: str, original: str) -> None:
+    """A SyntaxError where the migrated code does not compile (a keyword given twice parses, but
+    does not compile) while the original did."""
+    try:
+        _compile(code)
+    except SyntaxError:
+        try:
+            _compile(original)
+        except (SyntaxError, ValueError):
+            return  # not compilable before either (a notebook's IPython-only code): not ours to judge
+        raise
+
+
+def _old_stack_star_imports(tree: ast.Module) -> bool:
+    """Does the file hold a `from <old-stack module> import *`?"""
+    return any(
+        isinstance(node, ast.ImportFrom)
+        and node.module is not None
+        and not node.level
+        and any(a.name == "*" for a in node.names)
+        and old_stack_module(node.module)
+        for node in ast.walk(tree)
+    )
 
 
 def _applicable(

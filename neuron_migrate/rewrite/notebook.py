@@ -3,7 +3,8 @@
 The code cells are joined into one module (so an import in cell 1 and its use in cell 5 are
 seen together), separated by marker comments; IPython magics and shell commands, found as IPython
 finds them (neuron_migrate.core.notebook_cells), are masked with placeholders that are valid
-Python and restored byte for byte. `%%writefile x.py` cells are migrated as files of their own;
+Python and restored byte for byte; the Python a `%time`/`%timeit`/`%prun` line runs, and the body
+of a `%%time` cell, are migrated as Python. `%%writefile x.py` cells are migrated as files of their own;
 cells in other languages (`%%bash`, `%%html`, ...) are left alone. Writing replaces only the
 `source` values of the cells that changed, in the notebook's own layout (indentation, key order,
 escaping, ids, outputs and metadata stay as they were).

@@ -37,6 +37,14 @@ N = TypeVar("N", bound=cst.CSTNode)
 S = TypeVar("S")
 
 
+def star_import_todo(module: str) -> str:
+    """The TODO at `from <old-stack module> import *`, whose names no rewrite can follow."""
+    return (
+        f"`from {module} import *` hides which of its names this file uses, so none of them is migrated: "
+        "import each by name and migrate again"
+    )
+
+
 def dotted_name(node: cst.CSTNode) -> str | None:
     """`a.b.c` for a LibCST Name/Attribute chain, else None."""
     if isinstance(node, cst.Name):

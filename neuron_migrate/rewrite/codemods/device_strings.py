@@ -49,6 +49,17 @@ FLAG_DEVICE_TYPE = (
     'for `"neuron"` if this branch is for Trainium, and migrate what it does'
 )
 
+FLAG_DEVICE_TEXT = (
+    '{test}: no native device is named "xla", so that part never matches; test for "neuron" where Trainium is '
+    "meant, and migrate what it runs"
+)
+
+
+def device_text_todo(test: cst.BaseExpression) -> str:
+    """The TODO for a test of a device's text (`str(device)`) against `"xla"`."""
+    code = code_of(test)
+    return FLAG_DEVICE_TEXT.format(test=f"`{code}`" if len(code) <= 40 and "\n" not in code else "This test")
+
 
 def is_xla_string(value: str | None) -> bool:
     return value is not None and (value == "xla" or value.startswith("xla:"))
@@ -103,6 +114,22 @@ def compares_xla(comparison: cst.Comparison) -> bool:
     """Any operand of the comparison is `"xla"`, or a literal collection holding it."""
     operands = [comparison.left, *(c.comparator for c in comparison.comparisons)]
     return any(is_xla_string(value) for operand in operands for value in _strings(operand))
+
+
+def startswith_xla(call: cst.Call) -> cst.BaseExpression | None:
+    """The text of `text.startswith("xla")` (or of a tuple holding `"xla"`), else None."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "startswith" and call.args):
+        return None
+    prefix = call.args[0]
+    if prefix.keyword is not None or not any(is_xla_string(v) for v in _strings(prefix.value)):
+        return None
+    return func.value
+
+
+def device_text(node: cst.BaseExpression) -> bool:
+    """`str(...)`: in a file for XLA, what is turned into text and tested for `"xla"` is a device."""
+    return isinstance(node, cst.Call) and dotted_name(node.func) == "str" and len(node.args) == 1
 
 
 def option_values(call: cst.Call) -> bool:

@@ -33,13 +33,17 @@ class _Timeline(Visitor):
         self.before = [True]  # per scope: no group yet; the module runs before any
         self.early: set[int] = set()
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        # Decorators and default values run where the function is defined, not when it is called.
+        for decorator in node.decorators:
+            self.scan(decorator)
+        self.scan(node.params)
         finder = _StartsGroup(self.is_init, self.is_launch)
         finder.scan(node.body)
         self.before.append(finder.found)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scan(node.body)
         self.before.pop()
+        return False
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
         self.before.append(False)  # runs later, when called

@@ -114,7 +114,7 @@ class XlaCollectives(Codemod):
     |---|---|
     | `xm.xrt_world_size()`, `xr.world_size()`, `xr.global_runtime_device_count()` | `dist.get_world_size()` (one device per process) |
     | `xm.get_ordinal()`, `xr.global_ordinal()` | `dist.get_rank()` |
-    | `xm.get_local_ordinal()`, `xr.local_ordinal()` | `int(os.environ.get("LOCAL_RANK", 0))` |
+    | `xm.get_local_ordinal()`, `xr.local_ordinal()`, `xm.get_ordinal(local=True)` | `int(os.environ.get("LOCAL_RANK", 0))` |
     | `xm.is_master_ordinal()` (local by default) | `LOCAL_RANK == 0` |
     | `xm.is_master_ordinal(local=False)` | `dist.get_rank() == 0` |
     | `xm.master_print(x)` (global by default) | `if dist.get_rank() == 0: print(x)`; from two calls on, one `master_print` helper |
@@ -129,8 +129,8 @@ class XlaCollectives(Codemod):
     In a script, torchrun's `LOCAL_RANK`, `RANK` and `WORLD_SIZE` are read once into module-level
     constants of those names (`LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))`); in a notebook,
     or a file that writes its own environment, where it is read. Where no process group exists
-    yet (at module level, or in a function before its own `init_process_group`), ranks and sizes
-    come from that environment (`RANK`, `WORLD_SIZE`). Elsewhere, in
+    yet (at module level, in a parameter's default value or a decorator, or in a function before
+    its own `init_process_group`), ranks and sizes come from that environment (`RANK`, `WORLD_SIZE`). Elsewhere, in
     a file that does not set up the process group itself, they fall back to a single process
     (`dist.get_rank() if dist.is_initialized() else 0`).
 
@@ -278,6 +278,14 @@ class XlaCollectives(Codemod):
                 explains=(old,),
             )
             return updated_node
+        if name in RANK:
+            local = arg_value(updated_node, None, "local")
+            flag = code_of(local.value) if local is not None else "False"
+            if flag == "True":
+                name = LOCAL_RANK[0]  # this host's ordinal, as `xm.get_local_ordinal()`
+            elif flag != "False":
+                self.changed(f"`{old}(local={flag})` -> `LOCAL_RANK` or `dist.get_rank()`")
+                return self.ctx.group(expr(f"{self.ctx.local_rank_expr()} if {flag} else {self._rank(early)}"))
         if name in WORLD_SIZE:
             self.changed(f"`{old}()` -> `dist.get_world_size()`")
             return self.ctx.group(expr(self._world_size(early)))

@@ -24,11 +24,14 @@ from neuron_migrate.rewrite.codemods.device_strings import (
     FLAG_OPTION,
     DeviceStrings,
     compares_xla,
+    device_text,
+    device_text_todo,
     device_type_attribute,
     is_xla_string,
     names_device_type,
     option_values,
     read_device_strings,
+    startswith_xla,
 )
 
 XLA_DEVICE = (
@@ -58,9 +61,12 @@ class XlaDevice(Codemod):
     Rewrites `xm.xla_device()` and `torch_xla.device()`, the string `"xla"` where it names a
     device (`.to("xla")`, `device="xla"`, `torch.device("xla:0")`, and `device = "xla"` when
     `device` is then used as one), this process's device counts (`xr.addressable_device_count()`),
-    `xr.device_type()`, `xm.xla_device_hw()` and `tensor.device.type == "xla"` tests.
+    `xr.device_type()`, `xm.xla_device_hw()` and `tensor.device.type == "xla"` (or
+    `.type.startswith("xla")`) tests.
     An `"xla"` that is a mode name (`if args.device == "xla":`, `choices=["cpu", "xla"]`, a
-    `device_type = "xla"` that only selects code paths) is left as it is, with a TODO.
+    `device_type = "xla"` that only selects code paths) is left as it is, with a TODO, as is a
+    test of a device's text (`str(device).startswith("xla")`, `"xla" in str(device)`), which no
+    native device passes.
 
     ## Why
     TorchNeuron registers Trainium as the PyTorch device `neuron`; there is no `xla` device.
@@ -129,6 +135,9 @@ class XlaDevice(Codemod):
             return self._torch_device(updated_node)
         if self.ctx.old_stack_file and option_values(updated_node):
             self.todo(FLAG_OPTION)
+        text = startswith_xla(updated_node) if self.ctx.old_stack_file else None
+        if text is not None:
+            return self._startswith_xla(updated_node, text)
         if name is not None and name.split(".")[0] in LIGHTNING:
             self._lightning_on_xla(updated_node)
         if isinstance(updated_node.func, cst.Attribute) and updated_node.func.attr.value == "to":
@@ -140,6 +149,20 @@ class XlaDevice(Codemod):
                     args=[a.with_changes(value=new) if a is first else a for a in updated_node.args]
                 )
         return updated_node
+
+    def _startswith_xla(self, call: cst.Call, text: cst.BaseExpression) -> cst.BaseExpression:
+        """`device.type.startswith("xla")` is `device.type == "xla"`; any other text that starts
+        with `"xla"` (`str(device)`, a tuple of prefixes) is tested as `"xla" in str(device)` is."""
+        prefix = call.args[0].value
+        if device_type_attribute(text) and isinstance(prefix, cst.SimpleString) and not self.strings.several_devices:
+            self.changed('`.type.startswith("xla")` -> native device type test')
+            if self.ctx.target.neuron:
+                test = cst.ComparisonTarget(cst.Equal(), with_string_value(prefix, "neuron"))
+            else:
+                test = cst.ComparisonTarget(cst.NotEqual(), with_string_value(prefix, "cpu"))
+            return self.ctx.group(cst.Comparison(left=text, comparisons=[test]))
+        self.todo(_flag(call, [text]))
+        return call
 
     def _lightning_on_xla(self, call: cst.Call) -> None:
         """`Trainer(accelerator="tpu", strategy="xla")`: Lightning's XLA pieces import torch_xla."""
@@ -324,26 +347,39 @@ class XlaDevice(Codemod):
         target = updated_node.comparisons[0]
         xla = _device_type_is_xla(updated_node)
         if xla is None or self.strings.several_devices:
-            self.todo(FLAG_DEVICE_TYPE if names_device_type(updated_node.left) else FLAG_COMPARED)
+            self.todo(_flag(updated_node, [updated_node.left, *(c.comparator for c in updated_node.comparisons)]))
             return updated_node
         self.changed('`.type == "xla"` -> native device type test')
-        if self.ctx.target.neuron:
-            return updated_node.with_changes(comparisons=[target.with_changes(comparator=with_string_value(xla, "neuron"))])
         operator = target.operator
-        assert isinstance(operator, cst.Equal | cst.NotEqual)
-        kind = cst.NotEqual if isinstance(operator, cst.Equal) else cst.Equal
-        flipped = kind(whitespace_before=operator.whitespace_before, whitespace_after=operator.whitespace_after)
+        if not self.ctx.target.neuron:
+            assert isinstance(operator, cst.Equal | cst.NotEqual)
+            kind = cst.NotEqual if isinstance(operator, cst.Equal) else cst.Equal
+            operator = kind(whitespace_before=operator.whitespace_before, whitespace_after=operator.whitespace_after)
+        native = with_string_value(xla, "neuron" if self.ctx.target.neuron else "cpu")
         return updated_node.with_changes(
-            comparisons=[target.with_changes(operator=flipped, comparator=with_string_value(xla, "cpu"))]
+            left=native if updated_node.left is xla else updated_node.left,
+            comparisons=[
+                target.with_changes(operator=operator, comparator=native if target.comparator is xla else target.comparator)
+            ],
         )
 
 
+def _flag(test: cst.BaseExpression, operands: list[cst.BaseExpression]) -> str:
+    """The TODO for a test against `"xla"` left as is: of a device's text, of its type, or of a mode name."""
+    if any(device_text(o) for o in operands):
+        return device_text_todo(test)
+    return FLAG_DEVICE_TYPE if names_device_type(operands[0]) else FLAG_COMPARED
+
+
 def _device_type_is_xla(comparison: cst.Comparison) -> cst.SimpleString | None:
-    """The `"xla"` of `t.device.type == "xla"` (or `!=`), a test this codemod can turn native."""
-    if len(comparison.comparisons) != 1 or not device_type_attribute(comparison.left):
+    """The `"xla"` of `t.device.type == "xla"` (or `!=`, either way round), a test this codemod
+    can turn native."""
+    if len(comparison.comparisons) != 1:
         return None
     target = comparison.comparisons[0]
-    xla = target.comparator
-    if not isinstance(target.operator, cst.Equal | cst.NotEqual) or not isinstance(xla, cst.SimpleString):
+    if not isinstance(target.operator, cst.Equal | cst.NotEqual):
         return None
-    return xla if string_value(xla) == "xla" else None
+    for device, xla in ((comparison.left, target.comparator), (target.comparator, comparison.left)):
+        if device_type_attribute(device) and isinstance(xla, cst.SimpleString) and string_value(xla) == "xla":
+            return xla
+    return None

@@ -173,6 +173,10 @@ def value_code(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
+# The keywords of `from_pretrained` that say where the model goes.
+PLACEMENT = ("device_map", "distributed_config", "tp_plan")
+
+
 @dataclass
 class _Model:
     kind: str  # "causal" | "traced"
@@ -544,7 +548,7 @@ class OptimumInference(RenamingCodemod):
         receiver = original_node.value
         if attribute in NEURON_MODEL_ONLY and not (isinstance(receiver, cst.Name) and receiver.value == "self"):
             self.todo(NEURON_MODEL_ONLY[attribute].format(code=code_of(original_node)))
-        return updated_node
+        return super().leave_Attribute(original_node, updated_node)  # `neuron.NeuronModelForCausalLM`
 
     def _asks_for_neuron_attribute(self, call: cst.Call) -> None:
         """`hasattr(model, "chunked_prefill_model")`: always False natively."""
@@ -747,9 +751,13 @@ class OptimumInference(RenamingCodemod):
         return make_arg("dtype", f"{self.ctx.torch()}.{dtype}")
 
     def _device_args(
-        self, options: dict[str, cst.BaseExpression], shardable: bool = True
+        self, options: dict[str, cst.BaseExpression], shardable: bool = True, placed: list[cst.Arg] | None = None
     ) -> list[cst.Arg]:
-        """Where the model goes: `device_map`, or a `DistributedConfig` for `tensor_parallel_size`."""
+        """Where the model goes: `device_map`, or a `DistributedConfig` for `tensor_parallel_size`;
+        nothing where the call's own arguments `placed` say it already (a second keyword would
+        not compile)."""
+        if any(a.keyword is not None and a.keyword.value in PLACEMENT for a in placed or ()):
+            return []
         tp_expr = options.get("tensor_parallel_size", options.get("num_cores"))
         device = '"neuron"' if self.ctx.target.neuron else self.ctx.device_expr()
         if tp_expr is None or literal(tp_expr) == 1:
@@ -814,7 +822,7 @@ class OptimumInference(RenamingCodemod):
         dtype = self._dtype_arg(options)
         if dtype is not None:
             args.append(dtype)
-        args += self._device_args(options)
+        args += self._device_args(options, placed=kept)
         self._report_dropped(options)
         if exporting:
             assert isinstance(call.func, cst.Attribute)
@@ -875,7 +883,7 @@ class OptimumInference(RenamingCodemod):
         dtype = self._dtype_arg(options, traced=True)
         if dtype is not None:
             args.append(dtype)
-        args += self._device_args(options, shardable=False)
+        args += self._device_args(options, shardable=False, placed=kept)
         self._report_dropped(options)
         self.changed(
             f"traced `{new_class}` -> transformers `{new_class}` compiled with `dynamic=False`"

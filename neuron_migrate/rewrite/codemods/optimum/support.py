@@ -25,6 +25,7 @@ from neuron_migrate.rewrite.codemods.base import (
     code_of,
     dotted_name,
     fix_trailing_comma,
+    star_import_todo,
     string_value,
 )
 
@@ -852,9 +853,7 @@ def mark_star_import(codemod: Codemod, node: cst.ImportFrom, roots: tuple[str, .
     if not isinstance(node.names, cst.ImportStar) or module is None:
         return
     if any(module == root or module.startswith(root + ".") for root in roots):
-        codemod.todo(
-            f"`from {module} import *` hides which names this file takes from `{module}`, so none of them is migrated: import them by name and migrate again"
-        )
+        codemod.todo(star_import_todo(module))
 
 
 def names_in(items: Iterable[str]) -> str:
