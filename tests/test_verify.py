@@ -167,6 +167,17 @@ def test_a_todo_above_that_names_the_subject_is_enough() -> None:
     assert other.count("TODO") == 2
 
 
+def test_a_problem_that_cannot_be_marked_leaves_the_file_unchecked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a TODO line would break the file, it is not written, and the report never says checked."""
+    import neuron_migrate.rewrite.verify as verify
+
+    monkeypatch.setattr(verify, "with_todos", lambda text, problems: text + "(\n" if problems else text)
+    migrated, entry = _rewrite(tmp_path, TRANSFORMERS_4, "-j", "1")
+    assert CODE not in migrated
+    assert entry["status"] == report.UNCHECKED
+    assert "could not be marked with a TODO" in entry["why"]
+
+
 def test_what_only_the_run_or_the_folder_can_say_is_not_judged(tmp_path: Path) -> None:
     """An op library loaded at run time, a package of the project that shadows a library of the
     same name, and the `neuron` device module of torch-neuronx (not installed here) get no TODO;

@@ -199,6 +199,7 @@ def as_json(results: Sequence[FileResult], target: str) -> str:
             {
                 "path": r.path,
                 "status": standing[id(r)][0],
+                "why": standing[id(r)][1],
                 "changed": r.changed,
                 "error": r.error,
                 "changes": [{"code": c.code, "message": c.message} for c in r.changes],

@@ -33,13 +33,17 @@ def verify(result: FileResult, python: str | None = None) -> None:
     verdict = check(tree, result.migrated, target, _beside(Path(result.path)))
     target.save()  # worker processes end without running exit hooks
     marked = with_todos(result.migrated, verdict.problems)
-    if marked != result.migrated and _compiles(marked, result.path):
-        result.migrated = marked
-        result.manual = manual_items(marked)
+    unmarked = None
+    if marked != result.migrated:
+        if _compiles(marked, result.path):
+            result.migrated = marked
+            result.manual = manual_items(marked)
+        else:  # a TODO line would not fit where the statement is: never call such a file checked
+            unmarked = f"{len(verdict.problems)} line(s) failed the check and could not be marked with a TODO"
     result.verification = Verification(
         problems=len(verdict.problems),
         not_installed=tuple(sorted(verdict.not_installed)),
-        unknown=verdict.unknown,
+        unknown=verdict.unknown or unmarked,
         versions=dict(sorted(verdict.versions.items())),
     )
 
