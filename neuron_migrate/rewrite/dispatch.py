@@ -138,6 +138,25 @@ _BLOCKS = frozenset({cst.Module, cst.IndentedBlock})
 _VALUE_HOLDERS = frozenset({cst.Assign, cst.AnnAssign, cst.Arg, cst.Return, cst.Expr, cst.If, cst.While})
 
 
+# Where a keyword may touch a parenthesized expression (`if(test):`, `return(x)`): the field that
+# holds the whitespace after it, and the field of the expression.
+_KEYWORD_SPACES = {
+    cst.If: ("whitespace_before_test", "test"),
+    cst.While: ("whitespace_after_while", "test"),
+    cst.Return: ("whitespace_after_return", "value"),
+}
+
+
+def _keyword_space(node: Any) -> dict[str, cst.SimpleWhitespace]:
+    """The change that puts a space after `node`'s keyword where it touched the parenthesis
+    about to go (`if(rank == 0):` -> `if rank == 0:`); none where a space is there."""
+    fields = _KEYWORD_SPACES.get(type(node))
+    space = getattr(node, fields[0], None) if fields else None
+    if fields is None or not isinstance(space, cst.SimpleWhitespace) or space.value:
+        return {}
+    return {fields[0]: cst.SimpleWhitespace(" ")}
+
+
 def todo_line(code: str, message: str) -> cst.EmptyLine:
     # A message may quote code that spans lines (`compiler_args=[...]`): a comment is one line.
     return cst.EmptyLine(comment=cst.Comment(f"# TODO(neuron-migrate {code}): {' '.join(message.split())}"))
@@ -473,7 +492,7 @@ class Dispatcher(Transformer):
         field = "test" if isinstance(node, cst.If | cst.While) else "value"
         value = getattr(node, field, None)
         if value is not None and id(value) in self.ctx.grouped and len(value.lpar) == 1:
-            return node.with_changes(**{field: value.with_changes(lpar=[], rpar=[])})
+            return node.with_changes(**{field: value.with_changes(lpar=[], rpar=[]), **_keyword_space(node)})
         return node
 
     # -- statements -----------------------------------------------------------------------------

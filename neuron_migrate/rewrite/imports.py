@@ -552,6 +552,8 @@ def add_module_level(
             elif not others and position > first_code and _is_import(body[position - 1]) and _is_stdlib(_top_module(body[position - 1])):
                 # The first third-party import, right below the standard library: a group of its own.
                 line = line.with_changes(leading_lines=[cst.EmptyLine()])
+        if not imports_at and position == first_code > 0 and not line.leading_lines:
+            line = line.with_changes(leading_lines=[cst.EmptyLine()])  # below the docstring, as the block was
         body.insert(position, line)
         anchor += 1
     if blocks:
