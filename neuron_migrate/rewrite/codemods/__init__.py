@@ -29,6 +29,7 @@ from neuron_migrate.rewrite.codemods.xla_fsdp import XlaFsdp
 from neuron_migrate.rewrite.codemods.xla_launch import XlaLaunch
 from neuron_migrate.rewrite.codemods.xla_metrics import XlaMetrics
 from neuron_migrate.rewrite.codemods.xla_optimizer import XlaOptimizer
+from neuron_migrate.rewrite.codemods.xla_spmd import XlaSpmd
 from neuron_migrate.rewrite.codemods.xla_sync import XlaSync
 from neuron_migrate.rewrite.codemods.xla_utils import XlaUtils
 
@@ -43,6 +44,7 @@ CODEMODS: tuple[type[Codemod], ...] = (
     XlaCollectives,
     XlaUtils,
     XlaFsdp,
+    XlaSpmd,
     XlaAutocast,
     XlaCompileBackend,
     OptimumTraining,

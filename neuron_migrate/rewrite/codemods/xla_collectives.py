@@ -39,6 +39,8 @@ WORLD_SIZE = (
 )
 # A program that shards one process's work over every device (its counts are of devices, not processes).
 SPMD = (f"{XR}.use_spmd", "torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
+# Every device of every host: under SPMD these count devices, not processes.
+DEVICE_COUNTS = (f"{XR}.global_device_count", f"{XR}.global_runtime_device_count")
 RANK = (f"{XM}.get_ordinal", f"{XR}.global_ordinal", f"{XR}.process_index")
 LOCAL_RANK = (f"{XM}.get_local_ordinal", f"{XR}.local_ordinal")
 LOCAL_WORLD_SIZE = (f"{XR}.local_process_count", f"{XR}.local_device_count")
@@ -270,6 +272,11 @@ class XlaCollectives(Codemod):
             return updated_node
         old = code_of(updated_node.func)
         early = id(original_node) in self._early
+        if name in DEVICE_COUNTS and self.ctx.facts.uses(*SPMD):
+            # Migrated SPMD runs one process per device (NM026): the devices are the processes,
+            # known from the launcher before the mesh creates the process group.
+            self.changed(f"`{old}()` -> `WORLD_SIZE`: one process per device")
+            return expr(self.ctx.env_world_size_expr())
         if name in (*WORLD_SIZE, *LOCAL_WORLD_SIZE) and self.ctx.facts.uses(*SPMD):
             self.todo(
                 f"`{old}()` counts devices, and under SPMD one process drives them all: there is no native "

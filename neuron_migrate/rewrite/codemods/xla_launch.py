@@ -161,8 +161,6 @@ class XlaLaunch(Codemod):
     manual: ClassVar[dict[str, str]] = {
         "torch_xla.distributed.xla_multiprocessing.MpModelWrapper": "shares the model across spawned processes; under torchrun each process builds its own model",
         "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor": "serialized per-process work; use `dist.barrier()` around rank-ordered work instead",
-        "torch_xla.runtime.use_spmd": "SPMD has no native switch; shard with DTensor (`init_device_mesh`, `distribute_tensor`)",
-        "torch_xla.distributed.spmd": "XLA SPMD sharding; use DTensor (`init_device_mesh`, `distribute_tensor`, `parallelize_module`)",
         "torch_xla.distributed.xla_backend": "registers the `xla` process group, which native PyTorch does not need",
     }
 
