@@ -139,22 +139,22 @@ _VALUE_HOLDERS = frozenset({cst.Assign, cst.AnnAssign, cst.Arg, cst.Return, cst.
 
 
 # Where a keyword may touch a parenthesized expression (`if(test):`, `return(x)`): the field that
-# holds the whitespace after it, and the field of the expression.
-_KEYWORD_SPACES = {
-    cst.If: ("whitespace_before_test", "test"),
-    cst.While: ("whitespace_after_while", "test"),
-    cst.Return: ("whitespace_after_return", "value"),
+# holds the whitespace after it.
+_KEYWORD_SPACES: dict[type, str] = {
+    cst.If: "whitespace_before_test",
+    cst.While: "whitespace_after_while",
+    cst.Return: "whitespace_after_return",
 }
 
 
 def _keyword_space(node: Any) -> dict[str, cst.SimpleWhitespace]:
     """The change that puts a space after `node`'s keyword where it touched the parenthesis
     about to go (`if(rank == 0):` -> `if rank == 0:`); none where a space is there."""
-    fields = _KEYWORD_SPACES.get(type(node))
-    space = getattr(node, fields[0], None) if fields else None
-    if fields is None or not isinstance(space, cst.SimpleWhitespace) or space.value:
+    field = _KEYWORD_SPACES.get(type(node))
+    space = getattr(node, field, None) if field else None
+    if field is None or not isinstance(space, cst.SimpleWhitespace) or space.value:
         return {}
-    return {fields[0]: cst.SimpleWhitespace(" ")}
+    return {field: cst.SimpleWhitespace(" ")}
 
 
 def todo_line(code: str, message: str) -> cst.EmptyLine:
