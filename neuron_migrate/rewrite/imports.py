@@ -8,7 +8,9 @@ relative imports and imports marked `noqa`, which may be there for their side ef
 whose imports all went away keeps its accelerator branch, since the migrated code now runs
 natively on every device; a broader handler (`except Exception:`) goes with it only where
 nothing left in the `try` can raise, else it stays around the migrated body. A guard that keeps
-an old-stack import, which fails natively, gets a TODO: its fallback branch now always runs.
+an old-stack import, which fails natively, gets a TODO: its fallback branch now always runs. So
+does a `try` that only probes (`import torch_xla; return True`, the name never read): it asked
+whether the package is installed, and natively it never is.
 New imports go next to their kind (standard library first, then `torch`), helpers and set-up
 statements right after the import block.
 """
@@ -185,14 +187,21 @@ class _ImportRemover(Transformer):
     """
 
     def __init__(
-        self, ctx: MigrationContext, is_dead: Callable[[str, int | None], bool], old: frozenset[str]
+        self,
+        ctx: MigrationContext,
+        is_dead: Callable[[str, int | None], bool],
+        old: frozenset[str],
+        was_read: Callable[[str, int | None], bool] = lambda name, scope: True,
     ) -> None:
         super().__init__()
         self.ctx = ctx
         self.is_dead = is_dead
         self.old = old  # the names old-stack imports bind
+        self.was_read = was_read  # did the original read this binding of the name in that scope?
         self._elifs: set[int] = set()
         self._guard_removed: list[bool] = []
+        # Per `try` being left: the old-stack imports it keeps because the block only probes them.
+        self._probed: list[list[str]] = []
         self._functions = 0  # pre-order index of the next function
         self._scopes: list[int] = []
         self.placeholders: dict[int, cst.CSTNode] = {}
@@ -247,7 +256,9 @@ class _ImportRemover(Transformer):
                 kept = [
                     a
                     for a in names
-                    if not self.is_dead(_alias_binding(a), scope) or (own and _alias_binding(a) not in self.old)
+                    if not self.is_dead(_alias_binding(a), scope)
+                    or (own and _alias_binding(a) not in self.old)
+                    or self._probes(a, small, scope)
                 ]
                 self.dropped.update(dict.fromkeys(_alias_binding(a) for a in names if a not in kept))
                 if len(kept) != len(names):
@@ -268,11 +279,29 @@ class _ImportRemover(Transformer):
         body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(body=body)
 
+    def _probes(self, alias: cst.ImportAlias, statement: cst.Import | cst.ImportFrom, scope: int | None) -> bool:
+        """Is this old-stack import, never read, in a `try` block that only asks whether it is installed?"""
+        binding = _alias_binding(alias)
+        if not self._probed or self._probed[-1] is None or binding not in self.old or self.was_read(binding, scope):
+            return False
+        self._probed[-1].append(_import_text(statement, alias))
+        return True
+
     def visit_Try(self, node: cst.Try) -> bool:
         self._guard_removed.append(False)
+        probe = any(_catches_import_error(h) for h in node.handlers) and _only_probes(node.body.body)
+        self._probed.append([] if probe else None)  # type: ignore[arg-type]
         return True
 
     def leave_Try(self, original_node: cst.Try, updated_node: cst.Try) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        probed = self._probed.pop()
+        if probed:
+            # Natively the package is never there: the `except` branch runs, as on any machine
+            # without it. Whether the question meant "an accelerator?" only a person can say.
+            names = ", ".join(f"`{name}`" for name in dict.fromkeys(probed))
+            message = f"{names} is never installed natively: `except` runs (ask `torch.accelerator.is_available()` for an accelerator)"
+            self._guard_removed.pop()
+            return add_todos(updated_node, [("NM015", message)])  # type: ignore[return-value]
         removed_import = self._guard_removed.pop()
         if self._guard_removed and removed_import:
             self._guard_removed[-1] = True
@@ -316,9 +345,12 @@ class _ImportRemover(Transformer):
             if name in self.old
         ]
         flags = list(_bindings(*node.handlers).names)  # `HAVE_XLA = False`, `xm = None`: what code tests
-        if not old or not flags:
+        if not old:
             return node
         names = ", ".join(f"`{name}`" for name in dict.fromkeys(old))
+        if not flags:  # the handler stops or falls back itself (`raise SystemExit(...)`)
+            message = f"{names} is still used, so its old-stack import stays and fails natively: the `except` branch always runs until those uses are migrated"
+            return add_todos(node, [("NM012", message)])  # type: ignore[return-value]
         tested = ", ".join(f"`{name}`" for name in flags)
         message = (
             f"the old-stack import of {names} stays (it is still used) and fails natively: the `except` branch "
@@ -370,6 +402,34 @@ def _names_read(table: ScopeTable) -> tuple[set[str], list[set[str]], list[tuple
     return outside, inside, keys
 
 
+def _only_probes(body: Sequence[Any]) -> bool:
+    """Does this `try` block do nothing but import, and set or return constants (`return True`,
+    `HAVE_XLA = True`)? Then it asks whether its imports are installed, and uses none of them."""
+    for statement in body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        for small in statement.body:
+            if isinstance(small, cst.Import | cst.ImportFrom | cst.Pass):
+                continue
+            value = small.value if isinstance(small, cst.Return | cst.Assign) else ...
+            if value is ... or (value is not None and not _constant(value)):
+                return False
+            if isinstance(small, cst.Assign) and not all(isinstance(t.target, cst.Name) for t in small.targets):
+                return False
+    return any(isinstance(small, cst.Import | cst.ImportFrom) for s in body for small in s.body)
+
+
+def _constant(node: cst.BaseExpression) -> bool:
+    return (isinstance(node, cst.Name) and node.value in ("True", "False", "None")) or isinstance(node, cst.BaseNumber | cst.SimpleString)
+
+
+def _import_text(statement: cst.Import | cst.ImportFrom, alias: cst.ImportAlias) -> str:
+    """The module an import probes (`torch_xla.core.xla_model`): what the TODO names."""
+    if isinstance(statement, cst.ImportFrom) and statement.module is not None:
+        return code_of(statement.module)
+    return code_of(alias.name)
+
+
 def remove_dead_imports(
     module: cst.Module,
     ctx: MigrationContext,
@@ -395,13 +455,16 @@ def remove_dead_imports(
     # `import torch_neuron` is what makes `torch.neuron.trace` exist: alive while that is there.
     registering = {name for name, reached in REGISTERS.items() if reached in code}
 
+    def reads(scope: int | None) -> tuple[set[str], set[str]]:
+        """What the original and the migrated code read of the bindings in this scope."""
+        if scope is None or scope >= len(in_function):
+            return read_before, used_after
+        return by_key.get(functions[scope], set()), in_function[scope]
+
     def is_dead(name: str, scope: int | None) -> bool:
         if name in registering:
             return False
-        if scope is None or scope >= len(in_function):
-            read, used = read_before, used_after
-        else:
-            read, used = by_key.get(functions[scope], set()), in_function[scope]
+        read, used = reads(scope)
         return (name in old or name in read) and name not in used
 
     bound_after: set[str] = set()
@@ -412,7 +475,7 @@ def remove_dead_imports(
     read_anywhere = read_before.union(*in_function_before)
     if not any(name in old or name in read_anywhere for name in bound_after):
         return module
-    remover = _ImportRemover(ctx, is_dead, frozenset(old))
+    remover = _ImportRemover(ctx, is_dead, frozenset(old), lambda name, scope: name in reads(scope)[0])
     result = transform(module, remover, PUNCTUATION)
     assert isinstance(result, cst.Module)
     if remover.dropped:

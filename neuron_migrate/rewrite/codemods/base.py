@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import libcst as cst
@@ -207,6 +207,20 @@ def elif_taken(node: cst.If, taken: bool) -> Any:
 def with_string_value(node: cst.SimpleString, value: str) -> cst.SimpleString:
     quote = node.quote
     return node.with_changes(value=f"{node.prefix}{quote}{value}{quote}")
+
+
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
+
+
+def _module_path(path: Path) -> str:
+    """`pkg.sub.mod` for `pkg/sub/mod.py`: the packages above it are the folders with an
+    `__init__.py` (`<package>` where none can be seen)."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.name:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts) if len(parts) > 1 else f"<package>.{path.stem}"
 
 
 # The file changes its own environment: a variable read once may differ from one read later.
@@ -626,6 +640,8 @@ class MigrationContext:
             return "script.py"
         if ".ipynb:cell " in self.path:
             return "<the %%writefile script>"  # a notebook cell that writes a script to launch
+        if _RELATIVE_IMPORT.search(self.source):  # a module of a package: it runs only as one
+            return f"-m {_module_path(Path(self.path))}"
         return PurePath(self.path).name
 
     @property

@@ -544,8 +544,24 @@ class NeuronxTrace(Codemod):
         self.changed(
             "saving the traced model -> `torch.save(model.state_dict(), path)` (a compiled model is not a file)"
         )
+        if not self._loaded_here(path):
+            # Whoever reads the file elsewhere reads a TorchScript module no more.
+            self.todo(
+                f"`{_short(path)}` now holds `{source}`'s weights, not TorchScript: its loader must build the model and `load_state_dict(torch.load(...))`"
+            )
         return cst.parse_expression(
             f"{self.ctx.torch()}.save({source}.state_dict(), {code_of(path)})"
+        )
+
+    def _loaded_here(self, path: cst.BaseExpression) -> bool:
+        """Does this file `torch.jit.load` the very path it saves to (and so migrate that load too)?"""
+        written = code_of(path)
+        return self._tree is not None and any(
+            isinstance(node, ast.Call)
+            and (ast_dotted_name(node.func) or "").endswith("jit.load")
+            and node.args
+            and ast.unparse(node.args[0]) == ast.unparse(ast.parse(written, mode="eval").body)
+            for node in all_nodes(self._tree)
         )
 
     def _without_torchscript(self, call: cst.Call) -> cst.Call:
@@ -767,3 +783,9 @@ class NeuronxTrace(Codemod):
                 f"neuronx-cc `--auto-cast {cast}` computed in {cast_type}: cast explicitly (`model.to(torch.{dtype})` and the inputs) or wrap calls in `torch.autocast(device_type=..., dtype=torch.{dtype})`"
             )
         self.changed(f"dropped `compiler_args={code_of(options.value)}` (neuronx-cc flags)")
+
+
+def _short(node: cst.BaseExpression) -> str:
+    """`node` as code, where it is short enough to quote in a TODO line."""
+    code = code_of(node)
+    return code if len(code) <= 40 and "\n" not in code else "the file"

@@ -363,6 +363,11 @@ class XlaLaunch(Codemod):
         """Create the process group around the call, and say how to launch the script."""
         nprocs = arg_value(call, 2, "nprocs") if self.qualify(call.func) == XMP_SPAWN else None
         count = code_of(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<processes>"
+        if nprocs is not None and isinstance(nprocs.value, cst.Name) and self._read_elsewhere(nprocs.value.value):
+            name = nprocs.value.value
+            self.todo(
+                f"`{name}` no longer sets the process count (torchrun's `--nproc_per_node` does): where it counts the workers, use `{self.ctx.dist()}.get_world_size()`"
+            )
         single = self._single_process(call)
         if single == "True":
             count = "1"
@@ -381,6 +386,15 @@ class XlaLaunch(Codemod):
             self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), stmt(f"{dist}.destroy_process_group()\n"))
         self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
         self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
+
+    def _read_elsewhere(self, name: str) -> bool:
+        """Does the file read `name` other than as the `nprocs=` of the spawn?"""
+        try:
+            tree = ast.parse(self.ctx.source)
+        except SyntaxError:
+            return True
+        reads = sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in all_nodes(tree))
+        return reads > 1
 
     def _single_process(self, call: cst.Call) -> str | None:
         """The condition under which `torch_xla.launch(..., debug_single_process=...)` ran one process,

@@ -18,7 +18,7 @@ from neuron_migrate.rewrite.codemods.upgrade.table import (
 )
 
 # Library packages whose calls this family upgrades: a file must import one of them.
-LIBRARIES = ("transformers", "trl", "peft", "diffusers")
+LIBRARIES = ("transformers", "trl", "peft", "diffusers", "datasets", "huggingface_hub")
 
 
 def owners(codemod: Codemod, call: cst.Call) -> tuple[str, ...]:

@@ -154,6 +154,7 @@ KEYWORDS: dict[str, tuple[Keyword, ...]] = {
     MODEL_LOADERS: MODEL_LOADER_KEYWORDS,
     PIPELINE: (*LOADER_KEYWORDS, Keyword("torch_dtype", "dtype")),
     "trl.ModelConfig": (Keyword("torch_dtype", "dtype"),),
+    "datasets.load_dataset": (Keyword("use_auth_token", "token"),),
     "transformers.AdamW": ADAMW_KEYWORDS,
 }
 
@@ -217,6 +218,12 @@ NAMES: dict[str, Name] = {
         Name("transformers.DataCollatorForWholeWordMask", why="use `DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)`"),
         Name("transformers.TRANSFORMERS_CACHE", "huggingface_hub.constants.HF_HUB_CACHE"),
         *(Name(f"transformers.{n}", why="use `StaticCache` (fixed shapes, as a compiler wants) or `DynamicCache`") for n in _CACHES),
+        *(
+            Name(f"transformers.{old}{kind}Output", f"transformers.generation.Generate{new}{kind}Output")
+            for old, new in (("Greedy", ""), ("Sample", ""), ("ContrastiveSearch", ""), ("BeamSearch", "Beam"), ("BeamSample", "Beam"))
+            for kind in ("DecoderOnly", "EncoderDecoder")
+        ),
+        Name("huggingface_hub.HfFolder", why="read the token with `huggingface_hub.get_token()`, save it with `login()`"),
         Name("peft.BoneConfig", "peft.MissConfig"),
         Name("peft.BoneModel", "peft.MissModel"),
     )
