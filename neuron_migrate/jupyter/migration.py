@@ -196,6 +196,8 @@ class Migration:
             return Edit(Path(self.label), text=(self.original, self.migrated))
         wanted = None if cells is None else set(cells)
         chosen = [c for c in self.cells if wanted is None or c[0] in wanted]
+        if wanted is not None:
+            chosen = _keeping_imports_of_the_rest(chosen, [c for c in self.cells if c[0] not in wanted])
         return Edit(Path(self.label), cells=chosen)
 
 
@@ -365,6 +367,27 @@ def _carried(
             n for text in found for n in cell_names.free_names(text) if not defined(n)
         } - wanted
     return {name: text for name, text in available.items() if name in wanted}
+
+
+def _keeping_imports_of_the_rest(
+    chosen: list[tuple[int, str, str]], rest: list[tuple[int, str, str]]
+) -> list[tuple[int, str, str]]:
+    """The cells to write, each keeping the imports that the cells left as they were still read
+    (`xm` of a cell not applied yet): the whole-notebook migration dropped them, since it migrated
+    those cells too. Applying those cells later drops them then."""
+    still_read = set().union(*(cell_names.free_names(old) for _, old, _ in rest)) if rest else set()
+    kept = []
+    for index, old, new in chosen:
+        present = cell_names.definitions(new)
+        wanted = [
+            text
+            for name, text in cell_names.definitions(old).items()
+            if name in still_read and name not in present and text.startswith(("import ", "from "))
+        ]
+        if wanted:
+            new = cell_names.with_definitions(new, list(dict.fromkeys(wanted)))[0]
+        kept.append((index, old, new))
+    return kept
 
 
 # -- scripts and notebooks ------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from neuron_migrate.rewrite.imports import (
 from neuron_migrate.rewrite.printing import ModulePrinter
 from neuron_migrate.rewrite.results import FileResult, Helper, ManualItem
 from neuron_migrate.rewrite.shared_helpers import shareable
+from neuron_migrate.rewrite.spelling import renamed
 from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_bodies
 from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
 from neuron_migrate.rewrite.verify import verify
@@ -308,6 +309,14 @@ def _module_level(
         migrated = remove_dead_imports(migrated, ctx, scopes, after, old_names, printed)
     used = used_names(after)
     wanted = _helpers_used(ctx.helpers, used)
+    # A helper the file defines already, as this tool wrote it (a notebook cell applied before):
+    # its uses take that one, and no second copy is added.
+    own = _own_copies(wanted, tree)
+    wanted = {name: source for name, source in wanted.items() if name not in own}
+    if not ctx.notebook and not ctx.target.neuron:
+        migrated, constant = _device_once(migrated, ctx)
+        if constant is not None:
+            wanted = {constant[0]: constant[1], **wanted}
     shared = shareable(wanted, ctx.spelled) if options.helpers_module and not ctx.notebook else {}
     if shared:
         assert options.helpers_module is not None
@@ -328,10 +337,103 @@ def _module_level(
     if ctx.hoisted:
         migrated = drop_later_duplicates(migrated, ctx.hoisted)
     if migrated is traversed:
-        return printed, shared  # parsed above
-    code = printer.code(migrated)
+        return renamed(printed, own), shared  # parsed above
+    code = renamed(printer.code(migrated), own)
     ast.parse(code)
     return code, shared
+
+
+class _DeviceLookups(cst.CSTTransformer):
+    """Counts, then replaces, the written-out device lookups of a module."""
+
+    def __init__(self, lookup: str, name: str | None = None) -> None:
+        super().__init__()
+        self.lookup, self.name, self.found = lookup, name, 0
+
+    def leave_BooleanOperation(self, original_node: cst.BooleanOperation, updated_node: cst.BooleanOperation) -> cst.BaseExpression:
+        if _EMPTY_MODULE.code_for_node(updated_node.with_changes(lpar=[], rpar=[])) != self.lookup:
+            return updated_node
+        self.found += 1
+        return cst.Name(self.name) if self.name else updated_node
+
+
+_EMPTY_MODULE = cst.Module(body=[])
+
+
+def _device_once(module: cst.Module, ctx: MigrationContext) -> tuple[cst.Module, tuple[str, str] | None]:
+    """A script that looks the device up in several places reads it from one module constant
+    (`DEVICE = torch.accelerator.current_accelerator(...) or torch.device("cpu")`), as one would
+    write it by hand: the lookup gives the same device wherever it runs."""
+    lookup = ctx.target.device(ctx.spelled_torch())
+    if ctx.source.count("current_accelerator") or module.code.count(lookup) < 2:
+        return module, None  # the file's own lookups stay as written
+    counter = _DeviceLookups(lookup)
+    module.visit(counter)
+    if counter.found < 2:
+        return module, None
+    holding = [lookup in _EMPTY_MODULE.code_for_node(statement) for statement in module.body]
+    own = _module_variable_holding(module, lookup)
+    if own is not None:
+        # The file keeps the device in a module variable: the lookups read it, where it is set first.
+        statement, name = own
+        if any(holding[: module.body.index(statement)]):
+            return module, None
+        replaced = module.visit(_DeviceLookups(lookup, name))
+        body = [statement if original is statement else new for original, new in zip(module.body, replaced.body, strict=True)]
+        return replaced.with_changes(body=body), None
+    if any(holding[: _import_block_end(module)]):
+        return module, None  # a lookup among the imports would run before the constant is set
+    name = ctx.unused_name("DEVICE")
+    return module.visit(_DeviceLookups(lookup, name)), (name, f"{name} = {lookup}\n")
+
+
+def _import_block_end(module: cst.Module) -> int:
+    """Where the statements added after the imports go: after the last import before any def."""
+    end = 0
+    for index, statement in enumerate(module.body):
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            break
+        if isinstance(statement, cst.SimpleStatementLine) and any(isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body):
+            end = index + 1
+    return end
+
+
+def _module_variable_holding(module: cst.Module, lookup: str) -> tuple[cst.CSTNode, str] | None:
+    """The module-level `NAME = <lookup>` statement and NAME, where NAME is assigned nowhere else."""
+    code = module.code
+    for statement in module.body:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        small = statement.body[0]
+        if (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and _EMPTY_MODULE.code_for_node(small.value) == lookup
+        ):
+            name = small.targets[0].target.value
+            if len(re.findall(rf"(?m)^\s*{name}\s*(?::[^=]*)?=[^=]|\bglobal\b[^\n]*\b{name}\b", code)) == 1:
+                return statement, name
+    return None
+
+
+def _own_copies(helpers: dict[str, str], tree: ast.Module) -> dict[str, str]:
+    """The helpers (`run_on_each_process_2`) the original defines already under their first name
+    (`run_on_each_process`), word for word but for that name: new name -> the file's."""
+    defined = {
+        node.name: ast.dump(node)
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef)
+    }
+    found: dict[str, str] = {}
+    for name, source in helpers.items():
+        first = re.sub(r"_\d+$", "", name)
+        if first == name or first not in defined:
+            continue
+        copy = ast.parse(renamed(source, {name: first}).replace(f"def {name}(", f"def {first}(").replace(f"class {name}(", f"class {first}("))
+        if len(copy.body) == 1 and ast.dump(copy.body[0]) == defined[first]:
+            found[name] = first
+    return found
 
 
 def _helpers_used(helpers: dict[str, str], used: set[str]) -> dict[str, str]:

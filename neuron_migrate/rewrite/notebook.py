@@ -243,6 +243,8 @@ def _migrate_joined(
             return False
         steps = [(commands.get(command, command.text), by_hand[command]) for command in masked.commands if command in by_hand]
         new = _mark_by_hand(new, steps, cell.index + 1, result) if steps else new
+        if new[:1] == "\n" and cell.source[:1] != "\n":
+            new = new.lstrip("\n")  # the lines that opened the cell went: no blank line opens it now
         if new != cell.source:
             out[cell.index] = new
     result.changes.extend(sub.changes)

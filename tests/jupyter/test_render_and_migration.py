@@ -339,3 +339,43 @@ def test_applying_one_cell_writes_it_and_what_it_needs(tmp_path: Path) -> None:
     assert path.read_text() == raw
     with pytest.raises(SourceError, match="cell 2 changed on disk since it was migrated"):
         write(migration.edit([1]).undo())
+
+
+SPAWNING_CELLS = [
+    "import torch_xla.core.xla_model as xm\nimport torch_xla.distributed.xla_multiprocessing as xmp",
+    'def train(index):\n    xm.master_print("training", index)\n\nxmp.spawn(train, nprocs=2)',
+    'def evaluate(index):\n    xm.master_print("evaluating", index)\n\nxmp.spawn(evaluate, nprocs=2)',
+]
+
+
+def _spawning_notebook(path: Path) -> Path:
+    cells = [
+        {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": source}
+        for i, source in enumerate(SPAWNING_CELLS)
+    ]
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(notebook, indent=1) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("order", [(1, 2), (2, 1)])
+def test_applying_cell_by_cell_keeps_what_later_cells_need_and_adds_helpers_once(tmp_path: Path, order: tuple[int, int]) -> None:
+    """The first cell applied must not take away the imports the other still reads (it could no
+    longer be migrated), and the second must reuse the helpers the first brought."""
+    path = _spawning_notebook(tmp_path / "train.ipynb")
+    for index in order:
+        migration = migrate_path(path)
+        write(migration.edit(migration.needed_by(index)))
+        if index == order[0]:
+            untouched = json.loads(path.read_text())["cells"][order[1]]["source"]
+            assert "xm." in untouched and "import torch_xla.core.xla_model as xm" in json.loads(path.read_text())["cells"][0]["source"]
+    migration = migrate_path(path)  # then what is left (the imports cell), as "Next" offers it
+    write(migration.edit([index for index, old, new in migration.cells if old != new]))
+    sources = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
+    text = "\n".join(sources)
+    assert "import torch_xla" not in text and "xmp.spawn(" not in text and "TODO" not in text
+    assert "_2" not in text  # no second copy of a helper
+    assert text.count("def run_on_each_process(") == 1
+    assert not sources[0].startswith("\n")
+    for source in sources:
+        compile(source, "cell", "exec")

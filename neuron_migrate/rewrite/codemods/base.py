@@ -551,6 +551,13 @@ class MigrationContext:
     def torch(self) -> str:
         return self.need_import("torch")
 
+    def spelled_torch(self) -> str:
+        """How the migrated code names `torch`, without asking for an import."""
+        for written, (kind, module, alias) in self.spelled.items():
+            if kind == "import" and module == "torch":
+                return alias or written
+        return "torch"
+
     def dist(self) -> str:
         return self.need_import("torch.distributed", "dist")
 

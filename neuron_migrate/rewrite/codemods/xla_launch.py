@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
+from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
     Visitor,
@@ -302,6 +303,7 @@ class XlaLaunch(Codemod):
             self._launcher_creates_group
             and isinstance(small, cst.Expr)
             and self.called(small.value, *INIT_PROCESS_GROUP)
+            and not self._in_notebook_launcher_helper()
         ):
             assert isinstance(small.value, cst.Call)
             return self._created_by_launcher(updated_node, small.value)
@@ -340,6 +342,14 @@ class XlaLaunch(Codemod):
         index = self.ctx.env_rank_expr() if self.qualify(call.func) == XMP_SPAWN else self.ctx.local_rank_expr()
         self._torchrun_entry(call)
         return updated_node.with_changes(value=cst.parse_expression(f"{code_of(fn.value)}({', '.join([index, *user_args])})"))
+
+    def _in_notebook_launcher_helper(self) -> bool:
+        """Is this in a function that `notebook_launcher` runs first in each process (the helper a
+        migration wrote, `run_on_each_process`)? It is what creates the group: it stays as it is."""
+        scope = self.ctx.scope
+        while scope.parent is not None and scope.kind != "FunctionDef":
+            scope = scope.parent
+        return scope.kind == "FunctionDef" and scope.parent is not None and scope.parent.kind == "Module" and scope.name in _launched_first(self.ctx.source)
 
     def _created_by_launcher(self, line: cst.SimpleStatementLine, call: cst.Call) -> cst.BaseStatement:
         """The file's own `init_process_group(...)`, which only some runs reached: the launch now
@@ -658,3 +668,19 @@ class XlaDeviceNames(Visitor):
             if name == "torch.device" and value.args:
                 return self._is_xla(value.args[0].value)
         return False
+
+
+def _launched_first(source: str) -> frozenset[str]:
+    """The functions `notebook_launcher(fn, ...)` calls in this source (by name)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    return frozenset(
+        node.args[0].id
+        for node in all_nodes(tree)
+        if isinstance(node, ast.Call)
+        and (ast_dotted_name(node.func) or "").rsplit(".", 1)[-1] == "notebook_launcher"
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+    )
