@@ -104,9 +104,48 @@ class TinyDecoder(nn.Module):
     def forward(self, input_ids, past_key_values=None, use_cache=True):
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
-        return self.layers(input_ids, past_key_values)
+        hidden = self.embed(input_ids)
+        for layer in self.layers:
+            hidden = layer(hidden, past_key_values=past_key_values)
+        return hidden
 """,
-        [("NM307", 9, "warning")],
+        [],  # `generate()` passes its own cache; a train or eval forward makes a fresh one per call
+    ),
+    (
+        "hand-written-decode-loop-on-the-model-made-cache",
+        """
+import torch
+from transformers import AutoModelForCausalLM
+
+model = torch.compile(AutoModelForCausalLM.from_pretrained("tiny"), backend="neuron", dynamic=False)
+
+
+@torch.no_grad()
+def sample(prompt_ids, steps):
+    result = model(input_ids=prompt_ids, use_cache=True)
+    tokens = [prompt_ids]
+    for _ in range(steps):
+        tokens.append(result.logits[:, -1:].argmax(-1))
+        result = model(input_ids=tokens[-1], past_key_values=result.past_key_values, use_cache=True)
+    return torch.cat(tokens, dim=1)
+
+
+@torch.no_grad()
+def sample_static(prompt_ids, steps, cache):
+    result = model(input_ids=prompt_ids, past_key_values=cache, use_cache=True)
+    for _ in range(steps):
+        result = model(input_ids=result.logits[:, -1:].argmax(-1), past_key_values=result.past_key_values)
+    return result
+
+
+@torch.no_grad()
+def sample_state_space(prompt_ids, steps):
+    result = model(input_ids=prompt_ids, use_cache=True)
+    for _ in range(steps):
+        result = model(input_ids=result.logits[:, -1:].argmax(-1), cache_params=result.cache_params)
+    return result
+""",
+        [("NM307", 14, "warning")],
     ),
     (
         "topk-with-data-dependent-k-and-slice-from-item",
