@@ -81,7 +81,9 @@ def _check_facts(rule: type[CheckRule]) -> str:
         eager = rule.eager_severity.label
         where = (
             f"{severity} in compiled code (`forward`, functions given to `torch.compile`, what they "
-            f"call); {eager} in eager code run every step (training steps and loops); info elsewhere"
+            f"call); {eager} in eager code run every step (training steps and loops); info elsewhere, "
+            "and in code that runs only with a setting other than the default (the per-expert loop of a "
+            "transformers `@use_experts_implementation` class, run only with `experts_implementation=\"eager\"`)"
         )
     else:
         where = severity

@@ -99,6 +99,10 @@ class Region(enum.Enum):
 class Place:
     region: Region
     label: str  # the reason, in the user's words: "in `forward` of `Net`, traced when compiled"
+    # The setting without which this code does not run at all (`experts_implementation="eager"`
+    # for the eager body of a `@use_experts_implementation` class): what is found here is shown
+    # as information, with the setting named in the label.
+    only_with: str = ""
 
     @property
     def hot(self) -> bool:
@@ -139,6 +143,14 @@ DATA_CLASSES = re.compile(
 )
 COMPILED_DECORATORS = frozenset(
     {"torch.compile", "torch._dynamo.optimize", "torch.compiler.compile"}
+)
+# transformers' `@use_experts_implementation` replaces the decorated experts class's `forward`
+# with the implementation `config._experts_implementation` names, `grouped_mm` unless the user
+# asks for another: the eager per-expert loop written in the class runs only when asked for.
+EXPERTS_DECORATOR = "use_experts_implementation"
+EAGER_EXPERTS = 'experts_implementation="eager"'
+EAGER_EXPERTS_LABEL = (
+    f"traced only with `{EAGER_EXPERTS}`: by default `@{EXPERTS_DECORATOR}` runs `grouped_mm` instead"
 )
 _COMPILE_ARG = re.compile(r"\bcompile\(\s*(?:model\s*=\s*)?([A-Za-z_][\w.]*)\s*[,)]")
 _SELF_CALL = re.compile(r"self\.([A-Za-z_]\w*)\s*\(")  # starts with a literal: searched fast
@@ -196,6 +208,15 @@ def _plain_call_at(text: str, at: int, name: str, end: int) -> bool:
     return j < end and text[j] == "("
 
 
+def _experts_class(cls: ast.ClassDef) -> bool:
+    """Decorated with `@use_experts_implementation` (with or without arguments)."""
+    for decorator in cls.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if (dotted(target) or "").rsplit(".", 1)[-1] == EXPERTS_DECORATOR:
+            return True
+    return False
+
+
 def _is_word(char: str) -> bool:
     return char.isalnum() or char == "_"
 
@@ -226,8 +247,15 @@ class Places:
                 (dotted(b) or "").rsplit(".", 1)[-1].endswith(("Dataset", "DataModule"))
                 for b in cls.bases
             )
+            experts = _experts_class(cls)
             for name, method in methods.items():
                 place = self.classify(method, cls.name)
+                if experts and place is not None and place.region is Region.COMPILED:
+                    place = Place(
+                        Region.COMPILED,
+                        f"in `{name}` of `{cls.name}`, {EAGER_EXPERTS_LABEL}",
+                        EAGER_EXPERTS,
+                    )
                 if place is None and data_class:
                     place = Place(
                         Region.DATA,
@@ -249,6 +277,7 @@ class Places:
             function, owner = hot.pop()
             start, end = self.span(function)
             region = self.by_node[id(function)].region
+            only_with = self.by_node[id(function)].only_with
             caller = self._roots.get(id(function)) or (
                 self.by_node[id(function)].label.removeprefix("in ").split(", ")[0].split(": ")[0]
             )
@@ -262,7 +291,7 @@ class Places:
                 for name in _plain_calls(text, start, end, module_functions):
                     callees.append((module_functions[name], name, None))
             for callee, name, callee_owner in callees:
-                if self._promote(callee, name, caller, region):
+                if self._promote(callee, name, caller, region, only_with):
                     hot.append((callee, callee_owner))
 
     def _collect(
@@ -288,13 +317,22 @@ class Places:
                 for handler in getattr(node, "handlers", []):
                     self._collect(handler.body, functions, classes)
 
-    def _promote(self, callee: ast.AST, name: str, caller: str, region: Region) -> bool:
+    def _promote(
+        self, callee: ast.AST, name: str, caller: str, region: Region, only_with: str = ""
+    ) -> bool:
         current = self.by_node.get(id(callee))
-        if current is not None and (
-            current.region is Region.COMPILED or current.region is region
+        if (
+            current is not None
+            and (current.region is Region.COMPILED or current.region is region)
+            # Traced only with a setting so far, and now from code traced without one: always.
+            and not (current.only_with and region is Region.COMPILED and not only_with)
         ):
             return False
-        if region is Region.COMPILED:
+        if region is Region.COMPILED and only_with:
+            place = Place(
+                Region.COMPILED, f"in `{name}`, called from {caller}, {EAGER_EXPERTS_LABEL}", only_with
+            )
+        elif region is Region.COMPILED:
             place = Place(Region.COMPILED, f"in `{name}`, called from {caller}, traced when compiled")
         elif current is not None and current.region is Region.OTHER:
             return False  # orchestration already
@@ -461,6 +499,8 @@ class FileContext:
         where = ""
         if rule.contextual:
             where = self.place.label
+            if self.place.only_with:
+                severity = Severity.INFO  # the code runs only where the user asks for it
         if severity is None:
             severity = rule.severity
             if rule.contextual:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from neuron_migrate.checks.checker import CheckOptions, check_source
+from neuron_migrate.checks.model import Severity
 
 # (name, source, expected findings at the default severity: (code, line, severity))
 CASES: list[tuple[str, str, list[tuple[str, int, str]]]] = [
@@ -36,6 +37,33 @@ class SparseExperts(nn.Module):
         return out
 """,
         [("NM101", 12, "warning"), ("NM112", 13, "warning"), ("NM112", 15, "warning")],
+    ),
+    (
+        "expert-loop-replaced-by-grouped-matmuls-by-default",
+        """
+import torch
+from torch import nn
+from transformers.integrations import use_experts_implementation
+
+
+@use_experts_implementation(has_gate=False)
+class RoutedExperts(nn.Module):
+    def forward(self, hidden, router_idx, router_w):
+        out = torch.zeros_like(hidden)
+        hits = torch.nn.functional.one_hot(router_idx, num_classes=self.n_experts).permute(2, 1, 0)
+        for e in hits.sum(dim=(-1, -2)).nonzero():
+            rows, cols = torch.where(hits[e[0]])
+            if e == self.skip:
+                continue
+            out = out + self._expert(e, hidden[cols]) * router_w[cols, rows, None]
+        return out
+
+    def _expert(self, e, rows):
+        if rows.sum() == 0:
+            return rows
+        return rows @ self.weight[e]
+""",
+        [],  # info: the loop runs only with experts_implementation="eager"
     ),
     (
         "conditional-expression-and-comprehension-filter",
@@ -76,9 +104,48 @@ class TinyDecoder(nn.Module):
     def forward(self, input_ids, past_key_values=None, use_cache=True):
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
-        return self.layers(input_ids, past_key_values)
+        hidden = self.embed(input_ids)
+        for layer in self.layers:
+            hidden = layer(hidden, past_key_values=past_key_values)
+        return hidden
 """,
-        [("NM307", 9, "warning")],
+        [],  # `generate()` passes its own cache; a train or eval forward makes a fresh one per call
+    ),
+    (
+        "hand-written-decode-loop-on-the-model-made-cache",
+        """
+import torch
+from transformers import AutoModelForCausalLM
+
+model = torch.compile(AutoModelForCausalLM.from_pretrained("tiny"), backend="neuron", dynamic=False)
+
+
+@torch.no_grad()
+def sample(prompt_ids, steps):
+    result = model(input_ids=prompt_ids, use_cache=True)
+    tokens = [prompt_ids]
+    for _ in range(steps):
+        tokens.append(result.logits[:, -1:].argmax(-1))
+        result = model(input_ids=tokens[-1], past_key_values=result.past_key_values, use_cache=True)
+    return torch.cat(tokens, dim=1)
+
+
+@torch.no_grad()
+def sample_static(prompt_ids, steps, cache):
+    result = model(input_ids=prompt_ids, past_key_values=cache, use_cache=True)
+    for _ in range(steps):
+        result = model(input_ids=result.logits[:, -1:].argmax(-1), past_key_values=result.past_key_values)
+    return result
+
+
+@torch.no_grad()
+def sample_state_space(prompt_ids, steps):
+    result = model(input_ids=prompt_ids, use_cache=True)
+    for _ in range(steps):
+        result = model(input_ids=result.logits[:, -1:].argmax(-1), cache_params=result.cache_params)
+    return result
+""",
+        [("NM307", 14, "warning")],
     ),
     (
         "topk-with-data-dependent-k-and-slice-from-item",
@@ -415,3 +482,30 @@ def test_padding_fixes_never_touch_a_joined_batch_even_unsafely() -> None:
     report = check_source(source, "case.py", CheckOptions(fix=True, unsafe_fixes=True))
     assert report.fixed is None
     assert {d.code for d in report.diagnostics} == {"NM301"}
+
+
+def test_expert_loop_findings_name_the_setting_that_runs_it() -> None:
+    source = CASES[1][1]
+    report = check_source(source, "case.py", CheckOptions(min_severity=Severity.INFO))
+    found = sorted((d.code, d.line) for d in report.diagnostics)
+    assert found == [("NM101", 12), ("NM106", 13), ("NM112", 12), ("NM112", 14), ("NM112", 20)]
+    for d in report.diagnostics:
+        assert d.severity is Severity.INFO
+        assert 'only with `experts_implementation="eager"`' in d.text, d.text
+        assert "grouped_mm" in d.text
+
+
+def test_a_helper_of_the_expert_loop_is_compiled_when_a_plain_forward_calls_it_too() -> None:
+    head = (
+        "import torch\nfrom torch import nn\nfrom transformers.integrations import use_experts_implementation\n\n\n"
+        "def route(x):\n    if x.sum() > 0:\n        return x\n    return -x\n\n\n"
+    )
+    experts = "@use_experts_implementation\nclass Experts(nn.Module):\n    def forward(self, x):\n        return route(x)\n\n\n"
+    shared = "class Shared(nn.Module):\n    def forward(self, x):\n        return route(x)\n\n\n"
+    for source in (head + experts + shared, head + shared + experts):
+        report = check_source(source, "case.py", CheckOptions())
+        assert [(d.code, d.line, d.severity.label) for d in report.diagnostics] == [("NM112", 7, "warning")]
+        assert "only with" not in report.diagnostics[0].text
+    report = check_source(head + experts, "case.py", CheckOptions(min_severity=Severity.INFO))
+    assert [(d.code, d.severity.label) for d in report.diagnostics] == [("NM112", "info")]
+    assert "called from `forward` of `Experts`, traced only with" in report.diagnostics[0].text

@@ -93,25 +93,45 @@ def test_plot(tmp_path: Path) -> None:
 
 def test_lint_measures_the_line_dynamo_names() -> None:
     pytest.importorskip("transformers")
-    # modeling_mixtral.py: `.nonzero()` of the experts' routing, which check flags (NM101).
-    source = (lint.transformers_root() / "models/mixtral/modeling_mixtral.py").read_text().splitlines()
-    line = next(i for i, text in enumerate(source, 1) if ".nonzero()" in text)
+    # modeling_t5.py: `torch.unique_consecutive` in the classification forward, which check flags (NM105).
+    name = "transformers/models/t5/modeling_t5.py"
+    source = (lint.transformers_root() / "models/t5/modeling_t5.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "unique_consecutive(" in text)
     records = [
         _record(
-            "mixtral",
-            {"ok": False, "cause": causes.DATA_DEPENDENT, "reason": "nonzero", "where": f"transformers/models/mixtral/modeling_mixtral.py:{line}"},
+            "t5",
+            {"ok": False, "cause": causes.DATA_DEPENDENT, "reason": "unique_consecutive", "where": f"{name}:{line}"},
             {**PASS_TRAIN},
-            compiled_code={"transformers/models/mixtral/modeling_mixtral.py": [[1, len(source)]]},
+            compiled_code={name: [[1, len(source)]]},
         ),
         _record("good", PASS_GENERATE, PASS_TRAIN, compiled_code={"transformers/activations.py": [[1, 2]]}),
     ]
     lint.measure(records)
     [failure] = records[0]["lint"]["failures"]
-    assert failure["flagged"] is True and {"code": "NM101", "severity": "warning"} in failure["findings"]
-    assert any(f["code"] == "NM101" for f in records[0]["lint"]["compiled_code_findings"])
+    assert failure["flagged"] is True and {"code": "NM105", "severity": "warning"} in failure["findings"]
+    assert any(f["code"] == "NM105" for f in records[0]["lint"]["compiled_code_findings"])
     assert records[1]["lint"] == {"failures": [], "compiled_code_findings": []}
     summary = report.summarise(records)
     assert (summary.compile_failures_with_line, summary.compile_flagged) == (1, 1)
+
+
+def test_lint_shows_an_expert_loop_that_runs_only_when_asked_for_as_info() -> None:
+    pytest.importorskip("transformers")
+    # modeling_mixtral.py: the per-expert loop's `.nonzero()`, run only with experts_implementation="eager".
+    name = "transformers/models/mixtral/modeling_mixtral.py"
+    source = (lint.transformers_root() / "models/mixtral/modeling_mixtral.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if ".nonzero()" in text)
+    records = [
+        _record(
+            "mixtral",
+            {"ok": False, "cause": causes.DATA_DEPENDENT, "reason": "nonzero", "where": f"{name}:{line}"},
+            {**PASS_TRAIN},
+            compiled_code={name: [[1, len(source)]]},
+        )
+    ]
+    lint.measure(records)
+    [failure] = records[0]["lint"]["failures"]
+    assert failure["flagged"] is True and {"code": "NM101", "severity": "info"} in failure["findings"]
 
 
 def test_the_committed_page_is_what_the_committed_json_gives() -> None:

@@ -30,6 +30,9 @@ class Nonzero(Rule):
     Finds calls whose result has one row per nonzero element: `torch.nonzero(x)`,
     `x.nonzero()`, `nonzero(as_tuple=True)` and `torch.argwhere(x)`. Inside `forward`, compiled
     functions and training loops they are warnings; in data preparation they are informational.
+    In the `forward` of a transformers experts class decorated with `@use_experts_implementation`,
+    findings are information that names the setting: that per-expert loop runs only with
+    `experts_implementation="eager"`; by default the decorator runs `grouped_mm` instead.
 
     ## Why
     The output shape depends on the values in the tensor. With `fullgraph=False` Dynamo breaks

@@ -25,6 +25,9 @@ class WhereOneArgument(Rule):
 
     ## What it does
     Finds `torch.where` called with one argument. The three-argument form is fine.
+    In the `forward` of a transformers experts class decorated with `@use_experts_implementation`,
+    findings are information that names the setting: that per-expert loop runs only with
+    `experts_implementation="eager"`; by default the decorator runs `grouped_mm` instead.
 
     ## Why
     With one argument `torch.where(c)` is `torch.nonzero(c, as_tuple=True)`: index tensors

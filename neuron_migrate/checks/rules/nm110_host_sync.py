@@ -23,7 +23,7 @@ TENSOR_NAMES = re.compile(r"(?i)\w*(loss|logits|preds?|grad_norm|total_norm|accu
 # `self._total_tokens += n`: a running count kept for the logs.
 TALLY = re.compile(r"self\.\w*(?:total|count|num|seen|stats?)\w*\s*(?:\+=|=)")
 ON_HOST: frozenset[str | None] = HOST_KINDS | {values.READ}
-# A statement that logs, reports or decodes to text: off the hot path of an eager step.
+# A statement that logs, reports or decodes to text: a sync for the report, not for the step's result.
 REPORTING = re.compile(
     r"(?<![\w.])(?:self\.)?(?:log\w*|_?logger|logging|wandb|writer|tb_writer|summary_writer|tqdm|pbar|"
     r"progress\w*|print|_?metrics|_?textual_logs|_?logs|state\.log_history)\b|\.log\w*\(|"
@@ -40,10 +40,11 @@ class HostSync(Rule):
     compiled code (`forward`, functions given to `torch.compile`, what they call) `.item()`,
     `.tolist()` and `float(t)` are errors: graph breaks that fail under `fullgraph=True`. In the
     eager code of a training or evaluation step they are warnings: a host sync every step. A
-    value read to log it, show it or decode it to text, orchestration a step calls (generation
-    rounds, reward scoring), calls under `if step % log_every == 0:` and values already on the
-    host (NumPy arrays, `.cpu()` copies, Python numbers) are left alone. Shapes and conditions
-    are NM109 and NM112.
+    value read there only for logs, metrics or decoded text is information: the sync still
+    happens every step, for the report rather than for the step's result. Orchestration a step
+    calls (generation rounds, reward scoring), calls under `if step % log_every == 0:` and values
+    already on the host (NumPy arrays, `.cpu()` copies, Python numbers) are left alone. Shapes
+    and conditions are NM109 and NM112.
 
     ## Why
     Each one waits for the device and copies to the host. Inside compiled code it is also a graph
@@ -102,7 +103,15 @@ class HostSync(Rule):
             "        opt.step()\n        print(loss.item())\n",
             line=6,
             severity="info",
-            message="to log or decode",
+            message="waits for the device and copies to the host on every step, only for logs",
+        ),
+        Invalid(
+            "import torch\n\nclass Trainer:\n    def compute_loss(self, model, inputs):\n"
+            "        out = model(**inputs)\n        self._metrics['entropy'].append(out.entropy.mean().item())\n"
+            "        return out.loss\n",
+            line=6,
+            severity="info",
+            message="on every step, only for logs, metrics or decoded text",
         ),
         Invalid(
             "import torch\n\nclass Trainer:\n    def compute_loss(self, model, inputs):\n"
@@ -176,7 +185,7 @@ class HostSync(Rule):
             effect = ""
             if ctx.place.hot and self._reporting(node):
                 severity = Severity.INFO
-                effect = " (to log or decode, off the step's hot path)"
+                effect = " on every step, only for logs, metrics or decoded text"
         self.report(
             node,
             f"{what} waits for the device and copies to the host{effect}; keep values on the device, or "

@@ -78,6 +78,9 @@ class DataDependentBranch(Rule):
     Also `for i in range(t.item())`, and comparisons of a KV cache's length
     (`past_key_values.get_seq_length()`, directly or through a local assigned from it), which
     transformers' static caches keep in a 0-d tensor.
+    In the `forward` of a transformers experts class decorated with `@use_experts_implementation`,
+    findings are information that names the setting: that per-expert loop runs only with
+    `experts_implementation="eager"`; by default the decorator runs `grouped_mm` instead.
 
     ## Why
     Dynamo cannot trace a jump on a tensor: "Data-dependent branching" (GB0170). Without
