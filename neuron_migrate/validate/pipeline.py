@@ -123,11 +123,15 @@ def run_errors(runs: list[Run], settings: Settings) -> list[str]:
             errors.append(
                 f"{name} failed with exit status {run.returncode}; last lines of its output:\n{run.log_tail()}"
             )
+        elif run.capture_problem():
+            errors.append(f"{name}: {run.capture_problem()}; nothing was compared")
         elif not run.captures and not settings.capture.compile_stats:
             forward = settings.capture.forward
+            no_torch = not any(p.get("torch_imported") for p in run.processes)
             errors.append(
                 f"{name} recorded nothing: it never called backward(), optimizer.step() or generate()"
                 + (f", nor ran a {forward} module" if forward else "")
+                + (" (it never imported torch)" if no_torch else "")
             )
     return errors
 
@@ -199,6 +203,11 @@ def _floor_is_close(floor: list[Capture], original: list[Capture]) -> bool:
 
 def _usable_floor(run: Run, comparison: Comparison, width: str) -> list[Capture] | None:
     fallback = "bf16" if width == "float32" else "float32"
+    if run.ok and run.capture_problem():
+        comparison.notes.append(
+            f"no noise floor: in the {width} run {run.capture_problem()}; {fallback} tolerances apply"
+        )
+        return None
     if not run.ok or not run.captures:
         comparison.notes.append(
             f"no noise floor: the {width} run of {run.program.script} failed (exit "

@@ -80,6 +80,23 @@ class Run:
     log: Path
     captures: list[Capture]
     timed_out: bool = False
+    # One status per process the capture started in (`processes/<pid>.json`), recorded or not.
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    def capture_problem(self) -> str | None:
+        """Why this run has no capture to compare, where the capture itself is at fault."""
+        if not self.processes:
+            return (
+                "the capture never started in it (its Python did not run validate's sitecustomize: "
+                "started with -S, -I or -E, or with a PYTHONPATH of its own?)"
+            )
+        missed = [p for p in self.processes if p.get("torch_imported") and not p.get("attached")]
+        if missed:
+            return (
+                f"the capture did not attach in {len(missed)} of its {len(self.processes)} "
+                "process(es): torch was imported without passing through validate's import hook"
+            )
+        return None
 
     @property
     def ok(self) -> bool:
@@ -172,7 +189,10 @@ def run_programs(
     runs = []
     for i, (program, command, _, log, out, _) in enumerate(started):
         returncode, seconds, timed_out = finished[i]
-        runs.append(Run(program, command, returncode, seconds, log, load_captures(out), timed_out))
+        captures = load_captures(out)
+        runs.append(
+            Run(program, command, returncode, seconds, log, captures, timed_out, load_statuses(out))
+        )
     return runs
 
 
@@ -196,6 +216,16 @@ def load_captures(out: Path) -> list[Capture]:
         )
     captures.sort(key=lambda c: (c.rank, c.directory.name))
     return captures
+
+
+def load_statuses(out: Path) -> list[dict[str, Any]]:
+    statuses = []
+    for path in sorted((out / "processes").glob("*.json")):
+        try:
+            statuses.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # a process killed while writing it
+    return statuses
 
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -95,10 +95,18 @@ def install() -> None:
     for name in list(watcher.callbacks):
         if name in sys.modules:
             watcher.callbacks.pop(name)(sys.modules[name])
+    # Last in, first out: this runs after the recorder's own exit handlers.
+    atexit.register(_recorder.write_status)
 
 
 class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Calls back once a watched module has finished executing (so its API is complete)."""
+    """Calls back once a watched module has finished executing (so its API is complete).
+
+    A callback is spent when the module executes, not when its spec is found: programs and
+    libraries look modules up without importing them (transformers calls
+    `importlib.util.find_spec("torch")` at import to see what is installed), and a callback spent
+    on such a look-up would miss the import that follows.
+    """
 
     def __init__(self, callbacks):
         self.callbacks = dict(callbacks)
@@ -117,11 +125,16 @@ class _ImportWatcher(importlib.abc.MetaPathFinder):
         loader = spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        callback = self.callbacks.pop(name)
+        if getattr(loader.exec_module, "_neuron_migrate_watched", False):
+            return spec
         original = loader.exec_module
+        watcher = self
 
         def exec_module(module):
             original(module)
+            callback = watcher.callbacks.pop(name, None)
+            if callback is None:
+                return
             try:
                 callback(module)
             except Exception:  # the capture must never break the program
@@ -130,6 +143,7 @@ class _ImportWatcher(importlib.abc.MetaPathFinder):
                         f"capture hook for {name} failed: {traceback.format_exc(limit=3)}"
                     )
 
+        exec_module._neuron_migrate_watched = True  # type: ignore[attr-defined]
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
@@ -171,6 +185,7 @@ class Recorder:
         self.world_size: int | None = None
         self.exception: str | None = None
         self.written = False
+        self.status_written = False
         self.torch: Any = None
         self.xla_to_cpu: Any = None  # torch_xla's read-back of many tensors in one transfer
         self.host_random: Any = None
@@ -345,6 +360,7 @@ class Recorder:
         import multiprocessing.util
 
         multiprocessing.util.Finalize(self, self.write, exitpriority=100)
+        multiprocessing.util.Finalize(self, self.write_status, exitpriority=99)
 
     def _patch_autocast(self, torch) -> None:
         autocast = torch.amp.autocast_mode.autocast
@@ -549,6 +565,28 @@ class Recorder:
         return result
 
     # -- writing --------------------------------------------------------------------------
+
+    def write_status(self) -> None:
+        """`<out>/processes/<pid>.json` for every process the capture started in, recorded or not:
+        so that a program with no capture is told apart from one that computed nothing."""
+        if self.status_written or os.getpid() != self.pid:
+            return
+        self.status_written = True
+        status = {
+            "pid": os.getpid(),
+            "argv": sys.argv,
+            "torch_imported": "torch" in sys.modules,
+            "attached": self.torch is not None,
+            "backward_calls": self.backward_calls,
+            "optimizer_steps": self.optimizer_steps,
+        }
+        try:
+            directory = os.path.join(self.config["out"], "processes")
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, f"{os.getpid()}.json"), "w") as handle:
+                json.dump(status, handle)
+        except OSError as exc:
+            sys.stderr.write(f"neuron-migrate capture: could not write its status: {exc}\n")
 
     def write(self) -> None:
         if self.written or os.getpid() != self.pid or self.torch is None:
