@@ -95,13 +95,27 @@ def validate(
     result.comparison = comparison
     _rerun(programs, settings, result, work_dir, start)
     comparison = result.comparison
+    xla = migrated.xla_use()
     if comparison.verdict not in (MATCH, DIVERGE):
         errors.append("nothing could be compared: the two programs recorded no common item")
         result.verdict, result.exit_code = "error", EXIT_ERROR
+    elif xla and comparison.verdict == MATCH:
+        errors.append(f"no MATCH: {_ran_on_xla(xla)}")
+        result.verdict, result.exit_code = "error", EXIT_ERROR
     else:
+        if xla:
+            comparison.notes.append(_ran_on_xla(xla))
         result.verdict = comparison.verdict
         result.exit_code = EXIT_MATCH if comparison.verdict == MATCH else EXIT_DIVERGE
     return result
+
+
+def _ran_on_xla(evidence: str) -> str:
+    return (
+        f"the migrated program ran on XLA ({evidence}), so it measured torch_xla, not the migration: "
+        "run it natively with USE_TORCH_XLA=0 (transformers then leaves XLA alone) or with "
+        "--migrated-python naming a Python without torch_xla"
+    )
 
 
 def _compare(

@@ -102,6 +102,45 @@ class Run:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
+    def what_ran(self) -> dict[str, Any]:
+        """Where the program really computed, from its capture, not from what it was started with:
+        the same script can train on XLA or natively depending on what its Python can import."""
+        devices: set[str] = set()
+        group_backends: set[str] = set()
+        compile_backends: set[str] = set()
+        collectives: dict[str, int] = {}
+        ddp_models = 0
+        for capture in self.captures:
+            ran = capture.manifest.get("ran_on") or {}
+            devices.update(ran.get("devices", ()))
+            group_backends.update(ran.get("process_group_backends", ()))
+            compile_backends.update(ran.get("compile_backends", ()))
+            for name, count in (ran.get("collectives") or {}).items():
+                collectives[name] = collectives.get(name, 0) + int(count)
+            ddp_models += int(ran.get("ddp_models", 0))
+        versions = self.captures[0].manifest.get("versions", {}) if self.captures else {}
+        return {
+            "python": str(self.program.python),
+            "torch": versions.get("torch"),
+            "torch_xla": versions.get("torch_xla"),
+            "devices": sorted(devices),
+            "process_group_backends": sorted(group_backends),
+            "compile_backends": sorted(compile_backends),
+            "processes": len(self.captures),
+            "world_size": max((c.world_size for c in self.captures), default=0),
+            "collectives": dict(sorted(collectives.items())),
+            "ddp_models": ddp_models,
+        }
+
+    def xla_use(self) -> str | None:
+        """What shows that the program computed through torch_xla, or None."""
+        ran = self.what_ran()
+        found = [f"tensors on {d}" for d in ran["devices"] if d.startswith("xla")]
+        found += [f"process group {b}" for b in ran["process_group_backends"] if "xla" in b]
+        found += [f"torch.compile backend {b}" for b in ran["compile_backends"] if "xla" in b]
+        found += [f"{n} x{c}" for n, c in ran["collectives"].items() if n.startswith("xm.")]
+        return ", ".join(found) or None
+
     def log_tail(self, lines: int = 15) -> str:
         try:
             text = self.log.read_text(errors="replace")

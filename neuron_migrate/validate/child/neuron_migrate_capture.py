@@ -58,6 +58,38 @@ FLUSH_EVERY = 256
 # tensor is also looked at by every mark_step. Reading every 32 steps bounds both.
 XLA_FLUSH_EVERY = 32
 TOP_K = 5
+# What a program runs its collectives through: counted per call, under these names.
+DIST_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "barrier",
+)
+XM_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "reduce_gradients",
+    "collective_permute",
+    "collective_broadcast",
+    "mesh_reduce",
+    "send",
+    "recv",
+    "rendezvous",
+)
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 _recorder: Recorder | None = None
@@ -87,6 +119,7 @@ def install() -> None:
         {
             "torch": _recorder.on_torch,
             "torch_xla": _recorder.on_torch_xla,
+            "torch_xla.core.xla_model": _recorder.on_xla_model,
             "transformers.generation.utils": _recorder.on_transformers_generation,
             "transformers.modeling_utils": _recorder.on_transformers_modeling,
         }
@@ -181,6 +214,12 @@ class Recorder:
         self.inference_dtypes: set[str] = set()  # of the modules behind generate() / --forward
         self.dropout_calls = 0
         self.compile: Any = None
+        # What the program really ran on (a MATCH means nothing if the migrated side ran on XLA).
+        self.devices: set[str] = set()  # of the losses; the other tensors' are read at exit
+        self.process_group_backends: set[str] = set()
+        self.compile_backends: set[str] = set()
+        self.collectives: dict[str, int] = {}
+        self.ddp_models = 0
         self.rank: int | None = None
         self.world_size: int | None = None
         self.exception: str | None = None
@@ -211,6 +250,8 @@ class Recorder:
             self._patch_autocast,
             self._patch_dropout,
             self._add_forward_hook,
+            self._watch_distributed,
+            self._watch_compile,
             self._start_compile_stats,
             self._patch_excepthook,
         ):
@@ -288,6 +329,77 @@ class Recorder:
                 self.on_forward
             )
 
+    def _count_calls(self, module, names, prefix: str) -> None:
+        """Counts calls of `module.<name>` (outside a torch.compile trace, which must not see it)."""
+        recorder = self
+        torch = self.torch
+        compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        for name in names:
+            original = getattr(module, name, None)
+            if original is None or getattr(original, "_neuron_migrate_counted", False):
+                continue
+
+            def make(original, key):
+                @functools.wraps(original)
+                def counted(*args, **kwargs):
+                    if not compiling():
+                        recorder.collectives[key] = recorder.collectives.get(key, 0) + 1
+                    return original(*args, **kwargs)
+
+                counted._neuron_migrate_counted = True  # type: ignore[attr-defined]
+                return counted
+
+            setattr(module, name, make(original, f"{prefix}.{name}"))
+
+    def _watch_distributed(self, torch) -> None:
+        dist = torch.distributed
+        if not dist.is_available():
+            return
+        self._count_calls(dist, DIST_COLLECTIVES, "torch.distributed")
+        recorder = self
+        original_init = dist.init_process_group
+
+        @functools.wraps(original_init)
+        def init_process_group(*args, **kwargs):
+            result = original_init(*args, **kwargs)
+            recorder._note_backend()
+            return result
+
+        dist.init_process_group = init_process_group
+        ddp = torch.nn.parallel.DistributedDataParallel
+        original_ddp_init = ddp.__init__
+
+        @functools.wraps(original_ddp_init)
+        def ddp_init(module, *args, **kwargs):
+            original_ddp_init(module, *args, **kwargs)
+            recorder.ddp_models += 1  # its gradient all-reduce runs in C++, past the counters
+
+        ddp.__init__ = ddp_init
+
+    def _watch_compile(self, torch) -> None:
+        recorder = self
+        original_compile = torch.compile
+
+        @functools.wraps(original_compile)
+        def compile(*args, **kwargs):
+            backend = kwargs.get("backend", "inductor")
+            name = backend if isinstance(backend, str) else getattr(backend, "__name__", None)
+            recorder.compile_backends.add(str(name or type(backend).__name__))
+            return original_compile(*args, **kwargs)
+
+        torch.compile = compile
+
+    def _note_backend(self) -> None:
+        try:
+            dist = self.torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                backend = str(dist.get_backend())
+                if backend == "undefined":  # one backend per device type: "cpu:gloo,cuda:nccl"
+                    backend = str(dist.get_backend_config())
+                self.process_group_backends.add(backend)
+        except Exception as exc:  # a backend the program registered itself, half set up
+            self.notes.append(f"process-group backend unreadable: {exc}")
+
     def _start_compile_stats(self, torch) -> None:
         if self.config.get("compile_stats"):
             self.compile = _CompileStats(torch, self)
@@ -318,6 +430,9 @@ class Recorder:
             return result
 
         torch_xla.sync = sync
+
+    def on_xla_model(self, xm) -> None:
+        self._count_calls(xm, XM_COLLECTIVES, "xm")
 
     def on_transformers_generation(self, module) -> None:
         mixin = module.GenerationMixin
@@ -428,7 +543,9 @@ class Recorder:
         self.backward_calls += 1
         if tensor.numel() != 1:
             return
-        xla = tensor.device.type == "xla"
+        device = tensor.device
+        xla = device.type == "xla"
+        self.devices.add(str(device))
         if len(self.losses) >= FLUSH_EVERY and not xla:
             self.flush_losses()  # earlier steps: long computed, reading costs no graph
         self.loss_dtypes.append(self._effective_dtype(tensor))
@@ -477,6 +594,7 @@ class Recorder:
     def on_generate(self, model, prompt, out, forced: bool = False) -> None:
         torch = self.torch
         self._note_module_dtype(model)
+        self.devices.add(str(out.sequences.device))
         record = {"sequences": out.sequences.detach().cpu()}
         encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
         if isinstance(prompt, torch.Tensor) and not encoder_decoder:
@@ -526,6 +644,7 @@ class Recorder:
         dist = self.torch.distributed
         if dist.is_available() and dist.is_initialized():
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self._note_backend()
 
     def _name_params(self, optimizer) -> list:
         """(name, param) for the optimizer's params, named through the module tree that holds them."""
@@ -610,7 +729,12 @@ class Recorder:
         tensors = {}
         items: dict[str, dict] = {}
 
-        def put(key, tensor, effective=None):
+        devices = set(self.devices)
+        self._note_backend()
+
+        def put(key, tensor, effective=None, own=True):
+            if own:  # the program's tensor, on the device it computed on
+                devices.add(str(tensor.device))
             cpu = tensor.detach().cpu()
             items[key] = {
                 "dtype": _dtype_name(cpu.dtype),
@@ -620,7 +744,7 @@ class Recorder:
             tensors[key] = cpu.clone().contiguous()
 
         if self.loss_values:
-            put("loss", torch.tensor(self.loss_values, dtype=torch.float64), "float64")
+            put("loss", torch.tensor(self.loss_values, dtype=torch.float64), "float64", own=False)
         for name, grad in self.grads:
             put(f"grad/{name}", grad)
         for name, param in self.initial:
@@ -632,10 +756,10 @@ class Recorder:
         for i, record in enumerate(self.generate):
             for key in ("sequences", "top_values", "top_indices", "logits"):
                 if key in record:
-                    put(f"generate/{i}/{key}", record[key])
+                    put(f"generate/{i}/{key}", record[key], own=False)
         if self.layers is not None:
             for key, tensor in self.layers.tensors().items():
-                put(key, tensor)
+                put(key, tensor, own=False)
         param_dtypes = sorted(
             {items[k]["effective_dtype"] for k in items if k.startswith("param/")}
         )
@@ -685,6 +809,13 @@ class Recorder:
             "upcast": self.upcast.summary() if self.upcast else None,
             "layers": self.layers.manifest() if self.layers else None,
             "compile": compile_stats,
+            "ran_on": {
+                "devices": sorted(devices),
+                "process_group_backends": sorted(self.process_group_backends),
+                "compile_backends": sorted(self.compile_backends),
+                "collectives": dict(sorted(self.collectives.items())),
+                "ddp_models": self.ddp_models,
+            },
             "xla_metrics": xla,
             "exception": self.exception,
             "notes": self.notes,
