@@ -38,6 +38,8 @@ all-reduce makes them drift apart.
 Working directory: both programs start in this one unless --original-cwd / --migrated-cwd say
 otherwise. They run at the same time, so give each its own where they write files under relative
 paths (checkpoints, logs) or find data and modules through them (`sys.path.append('..')`).
+The runs after the first (the noise floor, reruns) each start in a fresh copy of their folder as it
+was before validate ran anything, so a program that will not overwrite its outputs runs again.
 
 Random draws: the two stacks draw from different generators (XLA has its own on the device), so
 the same seed gives different dropout masks and noise. validate makes every draw meant for a
