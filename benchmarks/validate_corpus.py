@@ -283,7 +283,18 @@ def _explain(document: dict) -> list[str]:
             if "float64" in (item.get("rule") or "") and item.get("ratio")
         ]
         notes.append(f"judged on a float64 noise floor ({', '.join(settled)})")
+    notes += [_what_ran(run) for run in document["runs"] if run.get("what_ran")]
     return notes
+
+
+def _what_ran(run: dict) -> str:
+    """`original ran on xla:0 (pg xla, 1 process, xm.all_reduce x3)`: what a verdict measured."""
+    ran = run["what_ran"]
+    parts = [f"{ran['processes']} process{'es' if ran['processes'] != 1 else ''}"]
+    parts += [f"pg {b}" for b in ran["process_group_backends"]]
+    parts += [f"compile {b}" for b in ran["compile_backends"]]
+    parts += [f"{name} x{count}" for name, count in ran["collectives"].items()]
+    return f"{run['label']} ran on {', '.join(ran['devices']) or 'nothing'} ({', '.join(parts)})"
 
 
 def _number(value: float | str) -> str:

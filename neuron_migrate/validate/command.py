@@ -22,7 +22,13 @@ old stack: torch 2.9 + torch_xla 2.9) when it imports torch_xla, the migrated on
 Nothing is edited: a hook started through PYTHONPATH seeds everything and records every loss that
 has backward() called on it, the gradients before the first optimizer step, the final parameters
 (named through the module that holds them), what generate() returns and, with --forward, the first
-output of one module class.
+output of one module class. A program the hook could not attach to is an error, not a comparison.
+
+What ran: each side's line says where its recorded tensors lived, its process-group and
+torch.compile backends, how many processes recorded and which collectives they called. A migrated
+program that still computed through torch_xla (transformers picks the XLA device whenever torch_xla
+imports) gets no MATCH: run it with USE_TORCH_XLA=0, or with --migrated-python naming a Python
+without torch_xla.
 
 Multi-process: XLA on CPU cannot run collectives, so on a CPU host the original runs as one
 process. A migrated data-parallel program run with --nproc 2 is then checked against itself: its
@@ -32,6 +38,8 @@ all-reduce makes them drift apart.
 Working directory: both programs start in this one unless --original-cwd / --migrated-cwd say
 otherwise. They run at the same time, so give each its own where they write files under relative
 paths (checkpoints, logs) or find data and modules through them (`sys.path.append('..')`).
+The runs after the first (the noise floor, reruns) each start in a fresh copy of their folder as it
+was before validate ran anything, so a program that will not overwrite its outputs runs again.
 
 Random draws: the two stacks draw from different generators (XLA has its own on the device), so
 the same seed gives different dropout masks and noise. validate makes every draw meant for a
@@ -65,7 +73,8 @@ and counts compiled graphs, recompiles with their reasons, and graph breaks; tor
 report XLA's own compile count.
 
 Exit status: 0 everything compared matches; 1 something diverges; 2 a program failed, timed out or
-recorded nothing, or the reference environment is missing.
+recorded nothing, the migrated program matched but ran on XLA, or the reference environment is
+missing.
 """
 
 

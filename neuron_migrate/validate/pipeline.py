@@ -22,6 +22,7 @@ from neuron_migrate.validate.compare import DIVERGE, MATCH, Comparison, Item, co
 from neuron_migrate.validate.localize import Localization, localize, step_to_localize
 from neuron_migrate.validate.runner import Capture, CaptureOptions, Program, Run, run_programs
 from neuron_migrate.validate.teacher_forcing import compare_forced
+from neuron_migrate.validate.workdir import Listing, isolated, listing
 
 EXIT_MATCH, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
 FLOOR_SOURCES = ("original", "migrated", "off")
@@ -67,6 +68,11 @@ def validate(
         passes.append(message)
         log(message)
 
+    # Before any run writes there: the later runs start in copies of the folders as they were.
+    listings: dict[Path, Listing] = {}
+    for program in programs:
+        cwd = (program.cwd or Path.cwd()).resolve()
+        listings.setdefault(cwd, listing(cwd, work_dir))
     start("capture: the original and the migrated program, side by side")
     runs = run_programs(programs, settings.capture, work_dir, settings.timeout)
     errors = run_errors(runs, settings)
@@ -80,7 +86,9 @@ def validate(
         why = "" if width == "float32" else ", because float32 tolerances did not settle every item"
         start(f"noise floor: the {settings.noise_floor} program again, in {width}{why}")
         upcast = dataclasses.replace(settings.capture, upcast=width)
-        result.floor_run = _run_one(floor_program, settings, upcast, work_dir)
+        result.floor_run = _run_one(
+            floor_program, settings, upcast, work_dir, listings, comparison.notes
+        )
         floor = _usable_floor(result.floor_run, comparison, width)
         if floor is not None:
             if width == "float64" and not _floor_is_close(floor, original.captures):
@@ -91,17 +99,31 @@ def validate(
                 )
             else:
                 comparison = _compare(settings, original.captures, migrated.captures, floor)
-                comparison.floor = _floor_info(result.floor_run, width)
+                comparison.floor = _floor_info(result.floor_run, width, floor_program.script)
     result.comparison = comparison
-    _rerun(programs, settings, result, work_dir, start)
+    _rerun(programs, settings, result, work_dir, start, listings)
     comparison = result.comparison
+    xla = migrated.xla_use()
     if comparison.verdict not in (MATCH, DIVERGE):
         errors.append("nothing could be compared: the two programs recorded no common item")
         result.verdict, result.exit_code = "error", EXIT_ERROR
+    elif xla and comparison.verdict == MATCH:
+        errors.append(f"no MATCH: {_ran_on_xla(xla)}")
+        result.verdict, result.exit_code = "error", EXIT_ERROR
     else:
+        if xla:
+            comparison.notes.append(_ran_on_xla(xla))
         result.verdict = comparison.verdict
         result.exit_code = EXIT_MATCH if comparison.verdict == MATCH else EXIT_DIVERGE
     return result
+
+
+def _ran_on_xla(evidence: str) -> str:
+    return (
+        f"the migrated program ran on XLA ({evidence}), so it measured torch_xla, not the migration: "
+        "run it natively with USE_TORCH_XLA=0 (transformers then leaves XLA alone) or with "
+        "--migrated-python naming a Python without torch_xla"
+    )
 
 
 def _compare(
@@ -123,17 +145,32 @@ def run_errors(runs: list[Run], settings: Settings) -> list[str]:
             errors.append(
                 f"{name} failed with exit status {run.returncode}; last lines of its output:\n{run.log_tail()}"
             )
+        elif run.capture_problem():
+            errors.append(f"{name}: {run.capture_problem()}; nothing was compared")
         elif not run.captures and not settings.capture.compile_stats:
             forward = settings.capture.forward
+            no_torch = not any(p.get("torch_imported") for p in run.processes)
             errors.append(
                 f"{name} recorded nothing: it never called backward(), optimizer.step() or generate()"
                 + (f", nor ran a {forward} module" if forward else "")
+                + (" (it never imported torch)" if no_torch else "")
             )
     return errors
 
 
-def _run_one(program: Program, settings: Settings, options: CaptureOptions, work: Path) -> Run:
-    (run,) = run_programs([program], options, work, settings.timeout)
+def _run_one(
+    program: Program,
+    settings: Settings,
+    options: CaptureOptions,
+    work: Path,
+    listings: dict[Path, Listing],
+    notes: list[str],
+) -> Run:
+    """`program` again, in a fresh copy of its working folder: not where its earlier run wrote."""
+    fresh, shared = isolated(program, listings, work / "cwd" / program.label)
+    if shared:
+        notes.append(shared)
+    (run,) = run_programs([fresh], options, work, settings.timeout)
     return run
 
 
@@ -158,8 +195,12 @@ def _floor_program(
         width = "float64"
     else:
         return None, ""  # tolerances named or overridden, or nothing a floor can settle
+    return _floor_source(programs, settings), width
+
+
+def _floor_source(programs: list[Program], settings: Settings) -> Program:
     source = programs[0] if settings.noise_floor == "original" else programs[1]
-    return dataclasses.replace(source, label="floor"), width
+    return dataclasses.replace(source, label="floor")
 
 
 def _numeric_only(comparison: Comparison) -> bool:
@@ -199,6 +240,11 @@ def _floor_is_close(floor: list[Capture], original: list[Capture]) -> bool:
 
 def _usable_floor(run: Run, comparison: Comparison, width: str) -> list[Capture] | None:
     fallback = "bf16" if width == "float32" else "float32"
+    if run.ok and run.capture_problem():
+        comparison.notes.append(
+            f"no noise floor: in the {width} run {run.capture_problem()}; {fallback} tolerances apply"
+        )
+        return None
     if not run.ok or not run.captures:
         comparison.notes.append(
             f"no noise floor: the {width} run of {run.program.script} failed (exit "
@@ -219,14 +265,15 @@ def _usable_floor(run: Run, comparison: Comparison, width: str) -> list[Capture]
     return run.captures
 
 
-def _floor_info(run: Run | None, width: str = "float32") -> dict | None:
+def _floor_info(run: Run | None, width: str = "float32", script: Path | None = None) -> dict | None:
     if run is None:
         return None
     changed: dict[str, int] = {}
     for capture in run.captures:
         for name, count in (capture.manifest.get("upcast") or {}).items():
             changed[name] = changed.get(name, 0) + int(count)
-    return {"program": str(run.program.script), "changed": changed, "width": width}
+    # The program as the user named it: the run itself started from a copy of its folder.
+    return {"program": str(script or run.program.script), "changed": changed, "width": width}
 
 
 # -- teacher forcing and localization ------------------------------------------------------------
@@ -238,6 +285,7 @@ def _rerun(
     result: Result,
     work_dir: Path,
     start: Callable[[str], None],
+    listings: dict[Path, Listing],
 ) -> None:
     comparison = result.comparison
     assert comparison is not None
@@ -261,7 +309,7 @@ def _rerun(
         why.append(f"step {step} recorded module by module")
     sides = list(programs)
     if result.floor_run is not None and comparison.floor is not None:
-        sides.append(result.floor_run.program)
+        sides.append(_floor_source(programs, settings))
     start(f"rerun: {', '.join(p.label for p in sides)} again, with {' and '.join(why)}")
     options = dataclasses.replace(settings.capture, teacher=teacher, localize=step)
     reruns = []
@@ -269,7 +317,8 @@ def _rerun(
     for program in sides:
         upcast = width if program.label == "floor" else ""
         reruns.append((program, dataclasses.replace(options, upcast=upcast)))
-    runs = [_run_one(p, settings, o, work_dir / "rerun") for p, o in reruns]
+    notes = comparison.notes
+    runs = [_run_one(p, settings, o, work_dir / "rerun", listings, notes) for p, o in reruns]
     result.reruns = runs
     failed = [r for r in runs if not r.ok or not r.captures]
     if failed:

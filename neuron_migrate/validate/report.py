@@ -58,6 +58,24 @@ def describe_run(run: Run) -> str:
     return f"{run.program.label:<9} {run.program.script}  ({stack}; {procs}; {run.seconds:.1f} s){status}"
 
 
+def ran_line(ran: dict[str, Any]) -> str:
+    """One side's "what ran": where it computed, through what, in how many processes."""
+    devices = ", ".join(ran.get("devices") or []) or "no tensor recorded"
+    group = ", ".join(ran.get("process_group_backends") or []) or "none"
+    compiled = ", ".join(ran.get("compile_backends") or []) or "none"
+    n, world = ran.get("processes", 0), ran.get("world_size", 0)
+    processes = f"{n} process{'es' if n != 1 else ''} recorded" + (
+        f" of world size {world}" if world and world != n else ""
+    )
+    collectives = [f"{k} x{v}" for k, v in (ran.get("collectives") or {}).items()]
+    if ran.get("ddp_models"):
+        collectives.append(f"DistributedDataParallel x{ran['ddp_models']}")
+    return (
+        f"ran on {devices}; process group {group}; torch.compile {compiled}; {processes}; "
+        f"collectives {', '.join(collectives) or 'none'}; python {ran.get('python')}"
+    )
+
+
 def capture_warnings(runs: list[Run]) -> list[str]:
     """Parts of the capture that could not be installed in a program (the program still ran)."""
     warnings = []
@@ -101,7 +119,11 @@ def _all_runs(result) -> list[Run]:
 def format_table(result) -> str:
     """The terminal view of a `pipeline.Result`."""
     comparison: Comparison | None = result.comparison
-    lines = [describe_run(run) for run in _all_runs(result)]
+    lines = []
+    for run in _all_runs(result):
+        lines.append(describe_run(run))
+        if run.captures:
+            lines.append(f"          {ran_line(run.what_ran())}")
     if len(result.passes) > 1:
         lines.append("passes: " + "; ".join(result.passes))
     if comparison is not None:
@@ -195,6 +217,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "timed_out": run.timed_out,
         "seconds": round(run.seconds, 3),
         "log": str(run.log),
+        "what_ran": run.what_ran(),
         "ranks": [
             {
                 k: c.manifest.get(k)
@@ -212,6 +235,7 @@ def run_json(run: Run) -> dict[str, Any]:
                     "upcast",
                     "xla_metrics",
                     "compile",
+                    "ran_on",
                     "exception",
                     "notes",
                 )
@@ -439,6 +463,7 @@ def _sections(doc: dict[str, Any]) -> list[tuple[str, Any]]:
                     if k in ("torch", "torch_xla")
                 )
                 + f"; {max(len(r.get('ranks') or []), 1)} process(es); {r.get('seconds', 0):.1f} s"
+                + (f"; {ran_line(r['what_ran'])}" if r.get("what_ran") else "")
                 for r in runs
             ],
         )

@@ -80,10 +80,66 @@ class Run:
     log: Path
     captures: list[Capture]
     timed_out: bool = False
+    # One status per process the capture started in (`processes/<pid>.json`), recorded or not.
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    def capture_problem(self) -> str | None:
+        """Why this run has no capture to compare, where the capture itself is at fault."""
+        if not self.processes:
+            return (
+                "the capture never started in it (its Python did not run validate's sitecustomize: "
+                "started with -S, -I or -E, or with a PYTHONPATH of its own?)"
+            )
+        missed = [p for p in self.processes if p.get("torch_imported") and not p.get("attached")]
+        if missed:
+            return (
+                f"the capture did not attach in {len(missed)} of its {len(self.processes)} "
+                "process(es): torch was imported without passing through validate's import hook"
+            )
+        return None
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
+
+    def what_ran(self) -> dict[str, Any]:
+        """Where the program really computed, from its capture, not from what it was started with:
+        the same script can train on XLA or natively depending on what its Python can import."""
+        devices: set[str] = set()
+        group_backends: set[str] = set()
+        compile_backends: set[str] = set()
+        collectives: dict[str, int] = {}
+        ddp_models = 0
+        for capture in self.captures:
+            ran = capture.manifest.get("ran_on") or {}
+            devices.update(ran.get("devices", ()))
+            group_backends.update(ran.get("process_group_backends", ()))
+            compile_backends.update(ran.get("compile_backends", ()))
+            for name, count in (ran.get("collectives") or {}).items():
+                collectives[name] = collectives.get(name, 0) + int(count)
+            ddp_models += int(ran.get("ddp_models", 0))
+        versions = self.captures[0].manifest.get("versions", {}) if self.captures else {}
+        return {
+            "python": str(self.program.python),
+            "torch": versions.get("torch"),
+            "torch_xla": versions.get("torch_xla"),
+            "devices": sorted(devices),
+            "process_group_backends": sorted(group_backends),
+            "compile_backends": sorted(compile_backends),
+            "processes": len(self.captures),
+            "world_size": max((c.world_size for c in self.captures), default=0),
+            "collectives": dict(sorted(collectives.items())),
+            "ddp_models": ddp_models,
+        }
+
+    def xla_use(self) -> str | None:
+        """What shows that the program computed through torch_xla, or None."""
+        ran = self.what_ran()
+        found = [f"tensors on {d}" for d in ran["devices"] if d.startswith("xla")]
+        found += [f"process group {b}" for b in ran["process_group_backends"] if "xla" in b]
+        found += [f"torch.compile backend {b}" for b in ran["compile_backends"] if "xla" in b]
+        found += [f"{n} x{c}" for n, c in ran["collectives"].items() if n.startswith("xm.")]
+        return ", ".join(found) or None
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -172,7 +228,10 @@ def run_programs(
     runs = []
     for i, (program, command, _, log, out, _) in enumerate(started):
         returncode, seconds, timed_out = finished[i]
-        runs.append(Run(program, command, returncode, seconds, log, load_captures(out), timed_out))
+        captures = load_captures(out)
+        runs.append(
+            Run(program, command, returncode, seconds, log, captures, timed_out, load_statuses(out))
+        )
     return runs
 
 
@@ -196,6 +255,16 @@ def load_captures(out: Path) -> list[Capture]:
         )
     captures.sort(key=lambda c: (c.rank, c.directory.name))
     return captures
+
+
+def load_statuses(out: Path) -> list[dict[str, Any]]:
+    statuses = []
+    for path in sorted((out / "processes").glob("*.json")):
+        try:
+            statuses.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # a process killed while writing it
+    return statuses
 
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -86,3 +86,18 @@ def test_the_runnable_corpus_scripts_migrate_and_agree(tmp_path):
     outcomes = json.loads(report.read_text())
     regressed = [o for o in outcomes if not o["known"] and o["verdict"] not in ("match", "skipped")]
     assert code == 0 and not regressed, json.dumps(regressed, indent=1)
+
+
+def test_each_case_says_what_each_side_ran_on():
+    ran = {
+        "devices": ["xla:0"],
+        "process_group_backends": [],
+        "compile_backends": [],
+        "processes": 1,
+        "collectives": {"xm.all_reduce": 3},
+    }
+    document = {
+        "runs": [{"label": "migrated", "timed_out": False, "returncode": 0, "what_ran": ran}],
+        "errors": [],
+    }
+    assert corpus._explain(document) == ["migrated ran on xla:0 (1 process, xm.all_reduce x3)"]

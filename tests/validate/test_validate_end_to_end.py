@@ -60,6 +60,9 @@ def test_dropped_gradient_all_reduce_in_a_2_process_run(migrated_examples, tmp_p
         "ranks: rank 0 diverges first, at step 0 (gradients before the first step (4 tensors) "
         "[rank 0]); rank 1 from step 0"
     ) in table
+    # What ran: both ranks, through gloo, and the all-reduce the wrong program no longer makes.
+    assert "ran on cpu; process group cpu:gloo; torch.compile none; 2 processes recorded" in table
+    assert "collectives torch.distributed.all_reduce x" in table
     assert "torchrun, 2 processes" in table and table.rstrip().endswith(
         "result: DIVERGE (4 items match, 7 diverge)"
     )

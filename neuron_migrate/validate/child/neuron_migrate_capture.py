@@ -58,6 +58,38 @@ FLUSH_EVERY = 256
 # tensor is also looked at by every mark_step. Reading every 32 steps bounds both.
 XLA_FLUSH_EVERY = 32
 TOP_K = 5
+# What a program runs its collectives through: counted per call, under these names.
+DIST_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "barrier",
+)
+XM_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "reduce_gradients",
+    "collective_permute",
+    "collective_broadcast",
+    "mesh_reduce",
+    "send",
+    "recv",
+    "rendezvous",
+)
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 _recorder: Recorder | None = None
@@ -87,6 +119,7 @@ def install() -> None:
         {
             "torch": _recorder.on_torch,
             "torch_xla": _recorder.on_torch_xla,
+            "torch_xla.core.xla_model": _recorder.on_xla_model,
             "transformers.generation.utils": _recorder.on_transformers_generation,
             "transformers.modeling_utils": _recorder.on_transformers_modeling,
         }
@@ -95,10 +128,18 @@ def install() -> None:
     for name in list(watcher.callbacks):
         if name in sys.modules:
             watcher.callbacks.pop(name)(sys.modules[name])
+    # Last in, first out: this runs after the recorder's own exit handlers.
+    atexit.register(_recorder.write_status)
 
 
 class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Calls back once a watched module has finished executing (so its API is complete)."""
+    """Calls back once a watched module has finished executing (so its API is complete).
+
+    A callback is spent when the module executes, not when its spec is found: programs and
+    libraries look modules up without importing them (transformers calls
+    `importlib.util.find_spec("torch")` at import to see what is installed), and a callback spent
+    on such a look-up would miss the import that follows.
+    """
 
     def __init__(self, callbacks):
         self.callbacks = dict(callbacks)
@@ -117,11 +158,16 @@ class _ImportWatcher(importlib.abc.MetaPathFinder):
         loader = spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        callback = self.callbacks.pop(name)
+        if getattr(loader.exec_module, "_neuron_migrate_watched", False):
+            return spec
         original = loader.exec_module
+        watcher = self
 
         def exec_module(module):
             original(module)
+            callback = watcher.callbacks.pop(name, None)
+            if callback is None:
+                return
             try:
                 callback(module)
             except Exception:  # the capture must never break the program
@@ -130,6 +176,7 @@ class _ImportWatcher(importlib.abc.MetaPathFinder):
                         f"capture hook for {name} failed: {traceback.format_exc(limit=3)}"
                     )
 
+        exec_module._neuron_migrate_watched = True  # type: ignore[attr-defined]
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
@@ -167,10 +214,17 @@ class Recorder:
         self.inference_dtypes: set[str] = set()  # of the modules behind generate() / --forward
         self.dropout_calls = 0
         self.compile: Any = None
+        # What the program really ran on (a MATCH means nothing if the migrated side ran on XLA).
+        self.devices: set[str] = set()  # of the losses; the other tensors' are read at exit
+        self.process_group_backends: set[str] = set()
+        self.compile_backends: set[str] = set()
+        self.collectives: dict[str, int] = {}
+        self.ddp_models = 0
         self.rank: int | None = None
         self.world_size: int | None = None
         self.exception: str | None = None
         self.written = False
+        self.status_written = False
         self.torch: Any = None
         self.xla_to_cpu: Any = None  # torch_xla's read-back of many tensors in one transfer
         self.host_random: Any = None
@@ -196,6 +250,8 @@ class Recorder:
             self._patch_autocast,
             self._patch_dropout,
             self._add_forward_hook,
+            self._watch_distributed,
+            self._watch_compile,
             self._start_compile_stats,
             self._patch_excepthook,
         ):
@@ -273,6 +329,77 @@ class Recorder:
                 self.on_forward
             )
 
+    def _count_calls(self, module, names, prefix: str) -> None:
+        """Counts calls of `module.<name>` (outside a torch.compile trace, which must not see it)."""
+        recorder = self
+        torch = self.torch
+        compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        for name in names:
+            original = getattr(module, name, None)
+            if original is None or getattr(original, "_neuron_migrate_counted", False):
+                continue
+
+            def make(original, key):
+                @functools.wraps(original)
+                def counted(*args, **kwargs):
+                    if not compiling():
+                        recorder.collectives[key] = recorder.collectives.get(key, 0) + 1
+                    return original(*args, **kwargs)
+
+                counted._neuron_migrate_counted = True  # type: ignore[attr-defined]
+                return counted
+
+            setattr(module, name, make(original, f"{prefix}.{name}"))
+
+    def _watch_distributed(self, torch) -> None:
+        dist = torch.distributed
+        if not dist.is_available():
+            return
+        self._count_calls(dist, DIST_COLLECTIVES, "torch.distributed")
+        recorder = self
+        original_init = dist.init_process_group
+
+        @functools.wraps(original_init)
+        def init_process_group(*args, **kwargs):
+            result = original_init(*args, **kwargs)
+            recorder._note_backend()
+            return result
+
+        dist.init_process_group = init_process_group
+        ddp = torch.nn.parallel.DistributedDataParallel
+        original_ddp_init = ddp.__init__
+
+        @functools.wraps(original_ddp_init)
+        def ddp_init(module, *args, **kwargs):
+            original_ddp_init(module, *args, **kwargs)
+            recorder.ddp_models += 1  # its gradient all-reduce runs in C++, past the counters
+
+        ddp.__init__ = ddp_init
+
+    def _watch_compile(self, torch) -> None:
+        recorder = self
+        original_compile = torch.compile
+
+        @functools.wraps(original_compile)
+        def compile(*args, **kwargs):
+            backend = kwargs.get("backend", "inductor")
+            name = backend if isinstance(backend, str) else getattr(backend, "__name__", None)
+            recorder.compile_backends.add(str(name or type(backend).__name__))
+            return original_compile(*args, **kwargs)
+
+        torch.compile = compile
+
+    def _note_backend(self) -> None:
+        try:
+            dist = self.torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                backend = str(dist.get_backend())
+                if backend == "undefined":  # one backend per device type: "cpu:gloo,cuda:nccl"
+                    backend = str(dist.get_backend_config())
+                self.process_group_backends.add(backend)
+        except Exception as exc:  # a backend the program registered itself, half set up
+            self.notes.append(f"process-group backend unreadable: {exc}")
+
     def _start_compile_stats(self, torch) -> None:
         if self.config.get("compile_stats"):
             self.compile = _CompileStats(torch, self)
@@ -303,6 +430,9 @@ class Recorder:
             return result
 
         torch_xla.sync = sync
+
+    def on_xla_model(self, xm) -> None:
+        self._count_calls(xm, XM_COLLECTIVES, "xm")
 
     def on_transformers_generation(self, module) -> None:
         mixin = module.GenerationMixin
@@ -345,6 +475,7 @@ class Recorder:
         import multiprocessing.util
 
         multiprocessing.util.Finalize(self, self.write, exitpriority=100)
+        multiprocessing.util.Finalize(self, self.write_status, exitpriority=99)
 
     def _patch_autocast(self, torch) -> None:
         autocast = torch.amp.autocast_mode.autocast
@@ -412,7 +543,9 @@ class Recorder:
         self.backward_calls += 1
         if tensor.numel() != 1:
             return
-        xla = tensor.device.type == "xla"
+        device = tensor.device
+        xla = device.type == "xla"
+        self.devices.add(str(device))
         if len(self.losses) >= FLUSH_EVERY and not xla:
             self.flush_losses()  # earlier steps: long computed, reading costs no graph
         self.loss_dtypes.append(self._effective_dtype(tensor))
@@ -461,6 +594,7 @@ class Recorder:
     def on_generate(self, model, prompt, out, forced: bool = False) -> None:
         torch = self.torch
         self._note_module_dtype(model)
+        self.devices.add(str(out.sequences.device))
         record = {"sequences": out.sequences.detach().cpu()}
         encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
         if isinstance(prompt, torch.Tensor) and not encoder_decoder:
@@ -510,6 +644,7 @@ class Recorder:
         dist = self.torch.distributed
         if dist.is_available() and dist.is_initialized():
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self._note_backend()
 
     def _name_params(self, optimizer) -> list:
         """(name, param) for the optimizer's params, named through the module tree that holds them."""
@@ -550,6 +685,28 @@ class Recorder:
 
     # -- writing --------------------------------------------------------------------------
 
+    def write_status(self) -> None:
+        """`<out>/processes/<pid>.json` for every process the capture started in, recorded or not:
+        so that a program with no capture is told apart from one that computed nothing."""
+        if self.status_written or os.getpid() != self.pid:
+            return
+        self.status_written = True
+        status = {
+            "pid": os.getpid(),
+            "argv": sys.argv,
+            "torch_imported": "torch" in sys.modules,
+            "attached": self.torch is not None,
+            "backward_calls": self.backward_calls,
+            "optimizer_steps": self.optimizer_steps,
+        }
+        try:
+            directory = os.path.join(self.config["out"], "processes")
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, f"{os.getpid()}.json"), "w") as handle:
+                json.dump(status, handle)
+        except OSError as exc:
+            sys.stderr.write(f"neuron-migrate capture: could not write its status: {exc}\n")
+
     def write(self) -> None:
         if self.written or os.getpid() != self.pid or self.torch is None:
             return
@@ -572,7 +729,12 @@ class Recorder:
         tensors = {}
         items: dict[str, dict] = {}
 
-        def put(key, tensor, effective=None):
+        devices = set(self.devices)
+        self._note_backend()
+
+        def put(key, tensor, effective=None, own=True):
+            if own:  # the program's tensor, on the device it computed on
+                devices.add(str(tensor.device))
             cpu = tensor.detach().cpu()
             items[key] = {
                 "dtype": _dtype_name(cpu.dtype),
@@ -582,7 +744,7 @@ class Recorder:
             tensors[key] = cpu.clone().contiguous()
 
         if self.loss_values:
-            put("loss", torch.tensor(self.loss_values, dtype=torch.float64), "float64")
+            put("loss", torch.tensor(self.loss_values, dtype=torch.float64), "float64", own=False)
         for name, grad in self.grads:
             put(f"grad/{name}", grad)
         for name, param in self.initial:
@@ -594,10 +756,10 @@ class Recorder:
         for i, record in enumerate(self.generate):
             for key in ("sequences", "top_values", "top_indices", "logits"):
                 if key in record:
-                    put(f"generate/{i}/{key}", record[key])
+                    put(f"generate/{i}/{key}", record[key], own=False)
         if self.layers is not None:
             for key, tensor in self.layers.tensors().items():
-                put(key, tensor)
+                put(key, tensor, own=False)
         param_dtypes = sorted(
             {items[k]["effective_dtype"] for k in items if k.startswith("param/")}
         )
@@ -647,6 +809,13 @@ class Recorder:
             "upcast": self.upcast.summary() if self.upcast else None,
             "layers": self.layers.manifest() if self.layers else None,
             "compile": compile_stats,
+            "ran_on": {
+                "devices": sorted(devices),
+                "process_group_backends": sorted(self.process_group_backends),
+                "compile_backends": sorted(self.compile_backends),
+                "collectives": dict(sorted(self.collectives.items())),
+                "ddp_models": self.ddp_models,
+            },
             "xla_metrics": xla,
             "exception": self.exception,
             "notes": self.notes,
