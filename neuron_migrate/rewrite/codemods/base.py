@@ -40,8 +40,7 @@ S = TypeVar("S")
 def star_import_todo(module: str) -> str:
     """The TODO at `from <old-stack module> import *`, whose names no rewrite can follow."""
     return (
-        f"`from {module} import *` hides which of its names this file uses, so none of them is migrated: "
-        "import each by name and migrate again"
+        f"`from {module} import *` hides the names it brings, so none is migrated: import each by name and migrate again"
     )
 
 
