@@ -31,7 +31,7 @@ from neuron_migrate.rewrite.codemods.base import (
 
 OPTIMUM = "optimum.neuron"
 # The TODO for the Neuron platform query, which torch_neuronx, NxD and NxD Inference each export.
-PLATFORM_TARGET = '`{name}()` names the Neuron platform this runs on (`"trn1"`, `"trn2"`, ...): ask the device (`torch.accelerator.current_accelerator()`) or your own configuration instead'
+PLATFORM_TARGET = '`{name}()` named the Neuron platform (`"trn2"`, ...): ask `torch.accelerator.current_accelerator()` or your own config'
 
 
 @dataclass
