@@ -321,10 +321,8 @@ class _ImportRemover(Transformer):
         names = ", ".join(f"`{name}`" for name in dict.fromkeys(old))
         tested = ", ".join(f"`{name}`" for name in flags)
         message = (
-            f"the old-stack import of {names} stays (it is still used) and fails natively: the `except` branch "
-            f"then sets {tested} as on a machine without the old stack, so migrated code that depends on {tested} "
-            f"never runs; finish the TODOs on the remaining uses of {names} so the import can go (migrating again "
-            f"then resolves the guard), or set {tested} from `torch.accelerator.is_available()`"
+            f"{names} stays imported and fails natively, so {tested} is false: finish the TODOs on {names}, "
+            f"or set it from `torch.accelerator`"
         )
         return add_todos(node, [("NM012", message)])  # type: ignore[return-value]
 

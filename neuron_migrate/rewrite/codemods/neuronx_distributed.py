@@ -190,7 +190,7 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
         f"{NXD}.parallel_layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
         f"{NXD}.modules.qkv_linear": "use separate q/k/v `nn.Linear` sharded with `ColwiseParallel()`; replicate KV heads if fewer than `tp_size`",
-        f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build the mesh instead: `init_device_mesh(device_type, (world // tp, tp), mesh_dim_names=("dp", "tp"))`',
+        f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build `mesh = init_device_mesh(device_type, (world // tp, tp))` with axes ("dp", "tp")',
         # Utilities with a plain counterpart (the family's advice below would be wrong for them).
         f"{NXD}.parallel_layers.parallel_state.rmsg": "`{name}(msg)`: prefix the message with `dist.get_rank()` in an f-string",
         f"{NXD}.parallel_layers.utils.get_local_world_size": '`{name}()` is the number of processes on this host: `int(os.environ["LOCAL_WORLD_SIZE"])` under torchrun',
@@ -224,17 +224,17 @@ class NeuronxDistributed(Codemod):
             for name, rows in AS_LIST.items()
         },
         **{
-            name: f"`{{name}}()` -> `{rows.format(mesh='mesh')}` ({KINDS[dim]} ranks, {MESH_BUILT})"
+            name: f"`{{name}}()` -> `{rows.format(mesh='mesh')}` ({KINDS[dim]} ranks)"
             for name, (dim, rows) in REPLICA_GROUPS.items()
         },
-        IS_INITIALIZED: f"`{{name}}()` -> `mesh is not None`, with `mesh = None` at module level ({MESH_BUILT})",
+        IS_INITIALIZED: "`{name}()` -> `mesh is not None`, with `mesh = None` at module level",
         **{
             f"{STATE}.get_pipeline_model_parallel_{query}": f'`{{name}}()` -> `mesh["pp"].{native}` with pipeline stages, '
             f"`{alone}` without"
             for query, native, alone in (("size", "size()", 1), ("rank", "get_local_rank()", 0))
         },
         f"{NXD}.parallel_layers.mappings": "express the region mapping as a DTensor layout (`SequenceParallel()`, or `redistribute`)",
-        f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": '`{name}(logits, target)`: `F.cross_entropy` on `DTensor.from_local(logits, mesh["tp"], [Shard(-1)])` under `loss_parallel()`',
+        f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": '`{name}(logits, target)`: `F.cross_entropy` of the DTensor logits under `loss_parallel()`',
         f"{NXD}.parallel_layers.layer_norm.LayerNorm": "`{name}`: use `nn.LayerNorm` (with sequence parallelism, sharded by `SequenceParallel()`)",
         f"{NXD}.parallel_layers.random": "seed with `torch.manual_seed(seed)`: DTensor random ops keep shards consistent",
         f"{NXD}.parallel_layers.grads": "clip all gradients, sharded and not: on a partly sharded model, sum the shards' squared norms over `mesh[\"tp\"]`",
@@ -249,7 +249,7 @@ class NeuronxDistributed(Codemod):
         ),
         f"{NXD}.optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(model, mp_policy=...)`",
         f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)` (ZeRO-style sharding of optimizer state)",
-        f"{NXD}.trainer.initialize_parallel_model": "use `from_pretrained(id, distributed_config=DistributedConfig(...))`, else `parallelize_module` + `fully_shard`",
+        f"{NXD}.trainer.initialize_parallel_model": "use `DistributedConfig` in `from_pretrained`, else `parallelize_module` + `fully_shard`",
         f"{NXD}.trainer.neuronx_distributed_config": "use `DistributedConfig(tp_size=..., fsdp_size=...)` for transformers, else a `DeviceMesh` + `fully_shard`",
         **dict.fromkeys(
             (f"{NXD}.save_checkpoint", f"{NXD}.trainer.save_checkpoint", f"{NXD}.trainer.checkpoint.save_checkpoint"),
@@ -265,7 +265,7 @@ class NeuronxDistributed(Codemod):
                 f"{NXD}.initialize_parallel_optimizer",
                 f"{NXD}.neuronx_distributed_config",
             ),
-            "use `DistributedConfig(tp_size=..., fsdp_size=...)` for transformers, else `parallelize_module` + `fully_shard` on a `DeviceMesh`",
+            "use `DistributedConfig` for transformers, else `parallelize_module` + `fully_shard`",
         ),
         f"{NXD}.trainer": "use FSDP2 / DTensor on a `DeviceMesh`, or `transformers.Trainer` with `DistributedConfig`",
         f"{NXD}.lightning": "use Lightning's FSDP/DDP strategy on the `neuron` device (not verified on TorchNeuron)",
@@ -281,8 +281,8 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` or `model.gradient_checkpointing_enable()`",
         NXD: "`{name}` is neuronx-distributed API: rewrite with DTensor, FSDP2, `torch.distributed.pipelining` and DCP",
         # transformers-neuronx and NxD Inference
-        "transformers_neuronx": '`{name}` -> `AutoModelForCausalLM.from_pretrained(id, device_map="neuron")`, `generate` with a static cache',
-        "neuronx_distributed_inference": '`{name}` (NxD Inference) -> a transformers model, `device_map="neuron"`, `generate` with a static cache',
+        "transformers_neuronx": '`{name}` -> `AutoModelForCausalLM.from_pretrained(id, device_map="neuron")`, static cache',
+        "neuronx_distributed_inference": '`{name}` (NxD Inference) -> a transformers model, `device_map="neuron"`, static cache',
         # Inf1
         "torch_neuron": INF1,
     }
@@ -336,7 +336,7 @@ class NeuronxDistributed(Codemod):
             return
         written = code_of(call.func)
         self.todo(
-            f"`{written}` -> `nn.{layer.native}` sharded by `{style}` in a `parallelize_module` plan",
+            f"`{written}` -> `nn.{layer.native}` sharded by `{style}` in a plan",
             explains=(written,),
         )
 
@@ -357,7 +357,7 @@ class NeuronxDistributed(Codemod):
         )
         n = code_of(microbatches.value) if microbatches is not None else "1"
         self.todo(
-            f"`{written}`: stage `{model}` {where} with `torch.distributed.pipelining`, `Schedule1F1B(n_microbatches={n})`",
+            f"`{written}`: stage `{model}` {where} with `torch.distributed.pipelining` (`n_microbatches={n}`)",
             explains=(written,),
         )
 

@@ -57,7 +57,7 @@ DYNAMIC_BATCH = ("torch_neuronx.dynamic_batch",)
 # this tail: what the file holds is the weights now.
 TORCHSCRIPT_WORD = re.compile(r"torch ?script", re.IGNORECASE)
 WEIGHTS_NOW = " (its weights now: a compiled model is no TorchScript file)"
-LOAD_TODO = "a compiled model cannot be loaded from a file: rebuild it, `load_state_dict(torch.load(path))`, then `torch.compile(model, dynamic=False)`"
+LOAD_TODO = "a compiled model cannot be loaded: rebuild it, `load_state_dict(torch.load(path))`, then `torch.compile` it"
 TENSOR_FACTORIES = (
     "torch.rand",
     "torch.randn",
@@ -487,7 +487,7 @@ class NeuronxTrace(Codemod):
         if source is None or not owner or not (owner == source or owner.startswith(source + ".")):
             return False
         self.todo(
-            f"`{target}` would hold a compiled wrapper of `{source}` itself: keep the compiled module in a variable of its own and call that"
+            f"`{target}` would hold a compiled `{source}` inside itself: keep it in a variable of its own"
         )
         return True
 
@@ -515,7 +515,7 @@ class NeuronxTrace(Codemod):
             return updated_node.args[0].value
         if name in DATA_PARALLEL and updated_node.args:
             self.todo(
-                "`torch_neuronx.DataParallel`: run one process per NeuronCore (`torchrun --nproc_per_node=<cores>`), each with its share of the batch"
+                "`torch_neuronx.DataParallel`: run one process per NeuronCore (`torchrun --nproc_per_node=<cores>`)"
             )
             return updated_node.args[0].value
         if name in DYNAMIC_BATCH and updated_node.args:
@@ -550,7 +550,7 @@ class NeuronxTrace(Codemod):
                 isinstance(saved, cst.Name) and saved.value in self._loop_traces
             ):
                 self.todo(
-                    f"`{code_of(saved)}` may be compiled natively, no TorchScript: save the compiled module's weights (`torch.save(module.state_dict(), ...)`)"
+                    f"`{code_of(saved)}` may be compiled natively, no TorchScript: save the compiled module's `state_dict()`"
                 )
             return call
         source = self._traced.get(self._place(traced))

@@ -40,4 +40,4 @@ AS_LIST = {
 }
 
 # Where the mesh comes from: the advice of every TODO about NxD's groups.
-MESH_BUILT = "`mesh` from `init_device_mesh` where `initialize_model_parallel` ran"
+MESH_BUILT = "`mesh` from `init_device_mesh`"

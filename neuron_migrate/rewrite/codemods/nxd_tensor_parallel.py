@@ -245,7 +245,7 @@ def _blocker(
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
             return f"`from {node.module} import *` hides which NxD names the file uses"
         if _reads_gradient(node, parents.get(id(node))):
-            return "a gradient is read (`.grad`): natively a sharded parameter's gradient is a DTensor"
+            return "a gradient is read (`.grad`), a DTensor natively"
         if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
             reason = found.state_dicts.blocker(node, parents.get(id(node)))
             if reason is not None:
@@ -290,7 +290,7 @@ def _blocker(
         return "`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks"
     found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
     if found.sequence_norms and not found.reduces_sequence_gradients:
-        return "sequence-parallel norms or biases are never all-reduced (`allreduce_sequence_parallel_gradients`)"
+        return "sequence-parallel norms or biases are never all-reduced"
     return _unseen_module_blocker(tree, path) or (_sibling_blocker(tree, path) if program is None else None)
 
 
@@ -384,7 +384,7 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         if len(call.args) < 2 and not {"vocab_parallel_logits", "target"} <= {k.arg for k in call.keywords}:
             return f"`{short}` is called without logits and targets"
         if smoothing is not None and ast.unparse(smoothing) not in ("0", "0.0"):
-            return f"`{short}(label_smoothing=...)`: NxD's backward does not match its forward with smoothing"
+            return f"`{short}(label_smoothing=...)` is inconsistent in NxD"
         return None
     if qualified in MAPPING_NAMES:
         return _mapping_blocker(short, MAPPINGS[MAPPING_NAMES[qualified]], call, found)
@@ -509,7 +509,7 @@ def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
                 or _installed(top)
             ):
                 continue
-            return f"`{module}` is neither next to this file nor installed: if it uses NxD, migrate the two together"
+            return f"`{module}` is not next to this file nor installed: if it uses NxD, migrate both"
     return None
 
 
@@ -738,7 +738,7 @@ class NxdTensorParallel(Codemod):
         """The TODO on the statement that sets NxD's groups up: why the file stays as it is."""
         if self._blocked is not ALREADY_LEFT:
             whole = "file" if self.ctx.mesh_program is None else "program"
-            self.todo(f"this {whole}'s NxD code is not migrated to a `DeviceMesh`: {self._blocked}")
+            self.todo(f"this {whole}'s NxD stays: {self._blocked}")
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
         call = updated_node.value

@@ -147,7 +147,7 @@ def _config_blocker(call: ast.Call, statement: ast.AST | None, plan: TrainerPlan
         elif option in CONFIG_IGNORED:
             continue
         elif CONFIG_DEFAULTS.get(option) != value:
-            return f"`neuronx_distributed_config({option}={value})` has no native counterpart here"
+            return f"`neuronx_distributed_config({option}={value})` has no native counterpart"
         if not _plain(keyword.value):
             return f"`neuronx_distributed_config({option}=...)` is computed where it is passed"
     return None

@@ -16,8 +16,7 @@ from neuron_migrate.rewrite.codemods.base import (
 )
 
 PROBE_TODO = (
-    "{strings} {names} {packages}, absent natively: a lookup of {them} takes its not-installed path; "
-    "ask `torch.accelerator.is_available()` instead"
+    "{strings} {names} {packages}, absent natively: test `torch.accelerator.is_available()` instead of {them}"
 )
 
 

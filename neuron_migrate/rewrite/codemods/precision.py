@@ -216,8 +216,8 @@ class PrecisionPolicy:
         name = self.codemod.qualify(original.func)
         if name in DEVICE_LOADERS:
             self.codemod.todo(
-                f"`{self.variable}=1` made float tensors {self.dtype} on the device, this loader does not: "
-                f"cast float batch tensors with `.to(torch.{self.dtype})`"
+                f"`{self.variable}=1` made batches' float tensors {self.dtype}, this loader does not: "
+                f"cast them with `.to(torch.{self.dtype})`"
             )
             return call
         if name in DEVICE_FACTORIES or name in VALUE_FACTORIES:
@@ -318,7 +318,7 @@ class PrecisionPolicy:
         if qualified not in FLOAT32:
             self.codemod.todo(
                 f"`{self.variable}=1` stored float32 as {self.dtype}: if `{code_of(dtype)}` is a float dtype, "
-                "pass the narrower one here where the numbers depend on it"
+                "pass the narrower one here"
             )
             return call
         self._explain_here()
@@ -352,7 +352,7 @@ class PrecisionPolicy:
         transformers = qualified.startswith("transformers.") and TRANSFORMERS_MODEL.match(owner)
         if not transformers or not self.unconditional or any(a.star for a in call.args):
             self._todo(
-                f"pass `dtype=torch.{dtype}` (diffusers: `torch_dtype=`) or cast `.to(torch.{dtype})`"
+                f"pass `dtype=torch.{dtype}` (`torch_dtype=` in diffusers)"
             )
             return call
         torch = self.codemod.ctx.torch()

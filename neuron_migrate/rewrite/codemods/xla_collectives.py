@@ -190,9 +190,9 @@ class XlaCollectives(Codemod):
         *(f"{XM}.{op}" for op in REDUCE_OPS),
     )
     manual: ClassVar[dict[str, str]] = {
-        f"{XM}.all_gather": "use `dist.all_gather(parts, x, group=group)` then `torch.cat(parts, dim=dim)` (concatenated along `dim`, 0 by default)",
+        f"{XM}.all_gather": "`{name}`: use `dist.all_gather(parts, x, group=group)`, then `torch.cat(parts, dim=dim)`",
         f"{XM}.all_gather_bucketized": "use `dist.all_gather_into_tensor` per tensor",
-        f"{XM}.reduce_scatter": "use `dist.reduce_scatter(out, list(x.chunk(shard_count, dim=scatter_dim)), group=group)`, then `out.mul_(scale)`",
+        f"{XM}.reduce_scatter": "use `dist.reduce_scatter(out, list(x.chunk(n, dim=scatter_dim)), group=group)`, then `out.mul_(scale)`",
         f"{XM}.reduce_scatter_bucketized": "use `dist.reduce_scatter_tensor` per tensor",
         f"{XM}.all_to_all": "use `dist.all_to_all_single(out, x)`",
         f"{XM}.collective_permute": "use `dist.send`/`dist.recv` (or `dist.batch_isend_irecv`)",
@@ -304,8 +304,7 @@ class XlaCollectives(Codemod):
             return self.ctx.group(expr(self._rank(early)))
         if name in (*LOCAL_RANK, *RANK, *IS_MASTER) and id(original_node) in self._own_environment:
             self.todo(
-                f"`{old}()` is read before this function sets `LOCAL_RANK`/`RANK`: pass it its worker's "
-                "index from what starts it (a spawn argument)",
+                f"`{old}()` is read before `LOCAL_RANK`/`RANK` are set here: pass the worker's index in (a spawn argument)",
                 explains=(old,),
             )
             return updated_node
@@ -480,8 +479,7 @@ class XlaCollectives(Codemod):
             test = f"{torch}.accelerator.is_available()"
             module = f"{torch}.get_device_module({torch}.accelerator.current_accelerator())"
         self.todo(
-            f"the CPU fallback has no device generator, so `{old}` seeds nothing there: "
-            "give random ops their own `torch.Generator` if CPU runs must reproduce"
+            f"`{old}` seeds nothing on the CPU fallback: give random ops a `torch.Generator` if CPU runs must reproduce"
         )
         self.changed(f"`{old}(seed)` -> the accelerator's `manual_seed(seed)` (its generator only)")
         return self._guarded(line, test, f"{module}.manual_seed({value})")

@@ -41,8 +41,8 @@ SWITCH_IN_COMMAND = re.compile(
 # A command that starts a Python process, which a precision switch in its environment reached.
 STARTS_PYTHON = re.compile(r"(?<![\w.-])(?:python3?|torchrun|accelerate|deepspeed)(?![\w.-])|\w\.py\b")
 
-REMOTE_TODO = "XLA variables kept for the remote job: migrate its `entry_point` script{precision}, then drop them"
-REMOTE_PRECISION = " (cast to torch.{dtype} for `{variable}=1`)"
+REMOTE_TODO = "XLA variables kept for the remote job: migrate its `entry_point`{precision}, then drop them"
+REMOTE_PRECISION = " (`{variable}=1`: cast to {dtype})"
 CHILDREN_ONLY_TODO = (
     "`{variable}` only reached child processes, natively a no-op: cast to torch.{dtype} in their scripts where data moves to the device"
 )
@@ -65,10 +65,10 @@ def _read_in(source: str, variable: str) -> bool:
 # neuronx-distributed reads the switches itself (its fp32-master optimizers, layer norms and
 # trainer choose their dtypes by them), so they stay while its code does.
 NXD_PRECISION_TODO = (
-    "`{variable}` is read by NxD too: keep it while this file uses NxD; once native, drop it and cast (`model.to(device, torch.{dtype})`)"
+    "`{variable}` is read by NxD too: keep it while this file uses NxD, then drop it and cast to torch.{dtype}"
 )
 CHILD_PRECISION_TODO = (
-    "`{variable}` set the precision of the process started here, natively a no-op: cast to torch.{dtype} in that process's script"
+    "`{variable}` set this child process's precision, natively a no-op: cast to torch.{dtype} in its script"
 )
 
 

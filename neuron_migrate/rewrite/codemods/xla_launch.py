@@ -38,8 +38,7 @@ XLA_INIT_METHODS = ("xla://", "pjrt://")
 TORCHRUN_VARIABLES = frozenset({"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "GROUP_RANK"})
 TORCHRUN_PROBES = ("torch.distributed.is_torchelastic_launched", "torch.distributed.elastic.utils.distributed.is_torchelastic_launched")
 SPAWN_BESIDE_TORCHRUN = (
-    "`{call}` runs only where torchrun did not start this script: remove it and its import, launch with "
-    "torchrun, or call `{fn}(0, ...)` in a group of one"
+    "`{call}` runs only without torchrun: remove it and its import, or call `{fn}(0, ...)` in a group of one"
 )
 
 RUN_ON_EACH_PROCESS = '''\
@@ -65,8 +64,7 @@ def {name}(fn, *args):
 
 PARENT_ONLY = {
     ParentOnly.BEFORE: (
-        "ran once in the parent before the workers; now every rank runs it: if once, put it after "
-        "`init_process_group()` under `if dist.get_rank() == 0:`"
+        "ran once in the parent, now on every rank: if once, run it on rank 0 after `init_process_group()`"
     ),
     ParentOnly.AFTER: (
         'ran once in the parent after the workers; now every rank runs it: if once, guard it with `if int(os.environ.get("RANK", 0)) == 0:`'
@@ -74,8 +72,7 @@ PARENT_ONLY = {
 }
 PARENT_ONLY_SEVERAL = {
     ParentOnly.BEFORE: (
-        "this and what follows up to the spawn ran once in the parent; now every rank runs them: run "
-        "once-only work under `if dist.get_rank() == 0:`"
+        "this and what follows up to the spawn ran once in the parent, now on every rank: run once-only work on rank 0"
     ),
     ParentOnly.AFTER: (
         "this and what follows ran once in the parent after the workers; now every rank runs them: guard "
@@ -452,8 +449,7 @@ class XlaLaunch(Codemod):
         ]
         if ranks:
             self.todo(
-                f"`init_process_group(\"xla\", {', '.join(ranks)})`: a native group waits for these ranks: drop them "
-                "under torchrun, in one process pass `rank=0, world_size=1`"
+                f"`{', '.join(ranks)}`: a native group waits for these ranks: drop them under torchrun"
             )
             return updated_node
         rename = xla_backend and self.ctx.target.neuron

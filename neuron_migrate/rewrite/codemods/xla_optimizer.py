@@ -141,8 +141,7 @@ class XlaOptimizer(Codemod):
     triggers = (*OPTIMIZER_STEP, *REDUCE_GRADIENTS, SYNCFREE)
     manual: ClassVar[dict[str, str]] = {
         OPTIMIZER_STEP[0]: (
-            "`{name}` averaged gradients before stepping: make the step a statement of its own "
-            "(not in a lambda, comprehension or loop test), then migrate again"
+            "`{name}` averaged gradients: make the step a statement of its own, then migrate again"
         ),
     }
 

@@ -190,7 +190,7 @@ HELPERS = {
     TO_CPU: ("to_cpu", TO_CPU_FUNCTION),
 }
 
-TRACE_ADVICE = "wrap the steps in `torch.profiler.profile(on_trace_ready=tensorboard_trace_handler(logdir))`, `prof.step()` each step"
+TRACE_ADVICE = "profile the steps with `torch.profiler.profile(on_trace_ready=tensorboard_trace_handler(logdir))`"
 
 
 @dataclass(frozen=True)
@@ -296,8 +296,8 @@ class XlaUtils(Codemod):
         CHECKPOINT: "`{name}`: use `functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=True)`, bound before any patch",
         f"{XSER}.save": 'use `torch.save(obj, path)` under `if int(os.environ.get("LOCAL_RANK", 0)) == 0:`',
         XSER_LOAD: '`{name}`: load what `torch.save` wrote with `torch.load(path, map_location="cpu", weights_only=False)`',
-        f"{XP}.trace": f"`{{name}}` traced a profiler server: {TRACE_ADVICE}",
-        f"{XP}.trace_detached": f"`{{name}}` traced a profiler server: {TRACE_ADVICE}",
+        f"{XP}.trace": f"`{{name}}`: {TRACE_ADVICE}",
+        f"{XP}.trace_detached": f"`{{name}}`: {TRACE_ADVICE}",
     }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -411,8 +411,7 @@ class XlaUtils(Codemod):
             '`xser.load(path)` -> `torch.load(path, map_location="cpu", weights_only=False)`'
         )
         self.todo(
-            "`torch.load` cannot read `xser.load`'s format: convert old checkpoints once on the old stack "
-            "with `torch.save(xser.load(path), new_path)`"
+            "convert old `xser` checkpoints once on the old stack: `torch.save(xser.load(path), new_path)`"
         )
         torch = self.ctx.torch()
         return expr(f'{torch}.load({code_of(path.value)}, map_location="cpu", weights_only=False)')

@@ -140,7 +140,7 @@ MODEL_LOADER_KEYWORDS = (
     Keyword("load_in_4bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_4bit=True)` (bitsandbytes needs CUDA)"),
 )
 ADAMW_KEYWORDS = (
-    Keyword("correct_bias", values=_off(True), why="torch's AdamW always corrects the bias: keep transformers 4's AdamW in your code for `correct_bias=False`"),
+    Keyword("correct_bias", values=_off(True), why="torch's AdamW always corrects the bias: keep transformers 4's AdamW in your code for it"),
     Keyword("no_deprecation_warning", drop=True, why="torch's AdamW warns of nothing"),
 )
 

@@ -35,7 +35,7 @@ REDUCE_SCATTER = "torch_xla._XLAC._xla_spmd_reduce_scatter"
 TODO_LIMIT = 130  # a TODO names the placements in one line a person reads at a glance (with its prefix, 160)
 
 MANUAL_REGION = (
-    "manual sharding: run the region on local shards with `local_map(fn, out_placements, in_placements, device_mesh=mesh)`"
+    "run the region on local shards with `local_map(fn, out_placements, in_placements, device_mesh=mesh)`"
 )
 
 
@@ -105,7 +105,7 @@ class XlaSpmd(Codemod):
         **{f"{module}.disable_manual_sharding": MANUAL_REGION for module in SPMD_MODULES},
         **{f"{module}.get_global_mesh": "use the `DeviceMesh` variable itself (from `init_device_mesh`)" for module in SPMD_MODULES},
         **{f"{module}.set_global_mesh": "keep the `DeviceMesh` in a variable and pass it where the global mesh was read" for module in SPMD_MODULES},
-        REDUCE_SCATTER: "use `dist.reduce_scatter_tensor(out, x, group=mesh.get_group(axis))` or a DTensor `redistribute`",
+        REDUCE_SCATTER: "use `dist.reduce_scatter_tensor(out, x, group=mesh.get_group(axis))`",
     }
 
     def __init__(self, ctx: MigrationContext) -> None:
@@ -264,7 +264,7 @@ class XlaSpmd(Codemod):
         if not identity_ids(_ast(ids.value), self.ctx.imports.resolve_dotted, self._facts):
             self.todo(
                 f"`{code_of(ids.value)}` may order devices unlike `init_device_mesh`: "
-                "use `DeviceMesh(device_type, torch.tensor(ids).reshape(shape), mesh_dim_names=...)`",
+                "use `DeviceMesh(device_type, torch.tensor(ids).reshape(shape))`",
                 explains=(code_of(call.func),),
             )
             return call
