@@ -63,7 +63,7 @@ PIPELINE = (
     "`{name}` cuts the model into pipeline stages: use `torch.distributed.pipelining` and `Schedule1F1B` on a \"pp\" mesh axis"
 )
 INFERENCE = (
-    "`{name}` (NxD inference): shard with `parallelize_module`, `torch.compile(model, dynamic=False)`, warm up each bucket"
+    "`{name}`: NxD inference: `parallelize_module`, `torch.compile(dynamic=False)`, warm each bucket"
 )
 TP_PLAN = 'shard plain `nn.Linear`/`nn.Embedding` layers with `parallelize_module(model, mesh["tp"], plan)`'
 
@@ -72,7 +72,7 @@ def _layer_advice(name: str) -> str:
     """What replaces an NxD parallel layer, both of its layouts spelled out (NxD's default first)."""
     layer = LAYERS[name]
     default, other = layer.switch_default, not layer.switch_default
-    return f"`nn.{layer.native}` + `{layer.styles[default]}` (`{layer.switch}={other}`: `{layer.styles[other]}`)"
+    return f"`nn.{layer.native}` + `{layer.styles[default]}` (other if `{layer.switch}={other}`)"
 
 
 class NeuronxDistributed(Codemod):
@@ -248,9 +248,9 @@ class NeuronxDistributed(Codemod):
             '`{name}` is ZeRO-1: `fully_shard(model, mesh=mesh["dp"])`, clip with `clip_grad_norm_`, then a plain optimizer steps',
         ),
         f"{NXD}.optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(model, mp_policy=...)`",
-        f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)` (ZeRO-style sharding of optimizer state)",
+        f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)`",
         f"{NXD}.trainer.initialize_parallel_model": "use `DistributedConfig` in `from_pretrained`, else `parallelize_module` + `fully_shard`",
-        f"{NXD}.trainer.neuronx_distributed_config": "use `DistributedConfig(tp_size=..., fsdp_size=...)` for transformers, else a `DeviceMesh` + `fully_shard`",
+        f"{NXD}.trainer.neuronx_distributed_config": "use `DistributedConfig` for transformers, else a `DeviceMesh` + `fully_shard`",
         **dict.fromkeys(
             (f"{NXD}.save_checkpoint", f"{NXD}.trainer.save_checkpoint", f"{NXD}.trainer.checkpoint.save_checkpoint"),
             "use DCP `torch.distributed.checkpoint.save` of `get_state_dict(model, optimizer)`",
@@ -278,7 +278,7 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.modules.lora": "`{name}` is NxD's LoRA: use `peft.get_peft_model(model, peft.LoraConfig(r=lora_rank, ...))` on the plain model",
         f"{NXD}.modules.moe.moe_fused_tkg._convert_torch_dtype_to_nki_dtype": "`{name}`: native experts run in the torch dtype itself",
         f"{NXD}.modules.moe": "use transformers' expert parallelism (`DistributedConfig(ep_size=...)`) or your own experts sharded with DTensor",
-        f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` or `model.gradient_checkpointing_enable()`",
+        f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)`",
         NXD: "`{name}` is neuronx-distributed API: rewrite with DTensor, FSDP2, `torch.distributed.pipelining` and DCP",
         # transformers-neuronx and NxD Inference
         "transformers_neuronx": '`{name}` -> `AutoModelForCausalLM.from_pretrained(id, device_map="neuron")`, static cache',

@@ -283,8 +283,7 @@ class XlaCollectives(Codemod):
             return expr(self.ctx.env_world_size_expr())
         if name in (*WORLD_SIZE, *LOCAL_WORLD_SIZE) and self.ctx.facts.uses(*SPMD):
             self.todo(
-                f"`{old}()` counted all devices of one SPMD process: natively one device per process "
-                "under torchrun; size per-process values (batch sizes) by the local device",
+                f"`{old}()` counted all devices of one SPMD process: natively one per process; size batches by the local device",
                 explains=(old,),
             )
             return updated_node

@@ -201,7 +201,7 @@ class XlaEnv(Codemod):
         dtype = PRECISION[variable]
         if value is None or value not in TRUE_VALUES:
             if value is None:
-                self.todo(f"`{variable}` is set from a non-literal value: choose the dtype explicitly (`model.to(device, torch.{dtype})`, float inputs, or `torch.autocast`)")
+                self.todo(f"`{variable}` is set from a non-literal value: cast explicitly (`model.to(device, torch.{dtype})`, float inputs) or use `torch.autocast`")
             return
         if not self._reads_switches():
             if not self.launches:  # else each launch that inherits it says so

@@ -174,14 +174,14 @@ class XlaFsdp(Codemod):
     triggers = (FSDP_PACKAGE, ZERO_MODULE)
     manual: ClassVar[dict[str, str]] = {
         FSDP_PACKAGE: "`{name}` is torch_xla FSDP: use FSDP2 `fully_shard(submodule)` on each block, then on the root module",
-        FSDP_CLASSES[0]: "use `torch.distributed.fsdp.fully_shard(module, mp_policy=MixedPrecisionPolicy(...))`, which shards in place",
+        FSDP_CLASSES[0]: "use `fully_shard(module, mp_policy=MixedPrecisionPolicy(...))` (`torch.distributed.fsdp`)",
         FSDP_CLASSES[1]: "use `torch.distributed.fsdp.fully_shard(module, reshard_after_forward=...)`, which shards in place",
         f"{FSDP_PACKAGE}.checkpoint_module": "use `checkpoint_wrapper(module)` (`torch.distributed.algorithms._checkpoint`) before `fully_shard`",
         f"{FSDP_PACKAGE}.consolidate_sharded_model_checkpoints": "save with `dcp.save`, or a full `get_model_state_dict(model, options=...)` on rank 0",
         f"{FSDP_PACKAGE}.transformer_auto_wrap_policy": "no FSDP2 wrap policies: `fully_shard(m)` each submodule of the listed classes, then the model",
         f"{FSDP_PACKAGE}.size_based_auto_wrap_policy": "FSDP2 has no wrap policies: `fully_shard(m)` the large submodules (`min_num_params`), then the root",
         f"{FSDP_PACKAGE}.wrap": "FSDP2 has no auto-wrap: call `fully_shard` on each submodule the policy selected, then on the root",
-        f"{FSDP_PACKAGE}.utils.consolidate_sharded_model_checkpoints": "save FSDP2 checkpoints with `torch.distributed.checkpoint`, or a full `get_model_state_dict`",
+        f"{FSDP_PACKAGE}.utils.consolidate_sharded_model_checkpoints": "save with DCP, or a full `get_model_state_dict`",
         ZERO: "use torch's `ZeroRedundancyOptimizer`; average and clip gradients before `step()`",
         ZERO_MODULE: "`{name}` is torch_xla's ZeRO-1: use `torch.distributed.optim.ZeroRedundancyOptimizer`",
     }

@@ -434,8 +434,8 @@ class OptimumInference(RenamingCodemod):
     manual: ClassVar[dict[str, str]] = {
         f"{OPTIMUM}.NeuronModelForSeq2SeqLM": 'use `AutoModelForSeq2SeqLM` with `generate(..., cache_implementation="static")` on the `neuron` device',
         f"{OPTIMUM}.NeuronWhisperForConditionalGeneration": 'use `WhisperForConditionalGeneration` with `cache_implementation="static"` on `neuron`',
-        f"{OPTIMUM}.NeuronSentenceTransformers": "use `sentence_transformers.SentenceTransformer(model_id, device=...)`, inputs padded to a fixed length",
-        f"{OPTIMUM}.NeuronModelForEmbedding": "use `AutoModel.from_pretrained(...)` with its pooling, `torch.compile(dynamic=False)`, fixed-length inputs",
+        f"{OPTIMUM}.NeuronSentenceTransformers": "use `SentenceTransformer(model_id, device=...)`, inputs padded to a fixed length",
+        f"{OPTIMUM}.NeuronModelForEmbedding": "use `AutoModel` with its pooling, `torch.compile(dynamic=False)`, fixed-length inputs",
         f"{OPTIMUM}.NeuronTracedModel": "use the transformers model class, compiled with `torch.compile(dynamic=False)`",
         f"{OPTIMUM}.NeuronModelForCausalLM.get_neuron_config": "the shapes go to the generation config now (`max_cache_len`, `prefill_chunk_size`)",
         f"{OPTIMUM}.utils.synchronize_hub_cache": "the optimum-neuron Hub cache of compiled models has no native counterpart; drop the call",
@@ -779,7 +779,7 @@ class OptimumInference(RenamingCodemod):
         given = f"`{'tensor_parallel_size' if 'tensor_parallel_size' in options else 'num_cores'}={code_of(tp_expr)}`"
         if not shardable:
             self.todo(
-                f"{given}: loads whole on one device; if its class has a `base_model_tp_plan`, pass `distributed_config=DistributedConfig(tp_size={code_of(tp_expr)})` under torchrun"
+                f"{given}: now loads whole on one device; if its class has a `base_model_tp_plan`, pass `DistributedConfig(tp_size={code_of(tp_expr)})`"
             )
             return [make_arg("device_map", device)]
         if self.ctx.notebook:
