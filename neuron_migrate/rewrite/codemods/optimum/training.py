@@ -404,7 +404,7 @@ class OptimumTraining(RenamingCodemod):
 
     WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
 
-    # TODO(neuron-migrate NM020): `zero_1=True`: ZeRO-1 optimizer-state sharding has no ...
+    # TODO(neuron-migrate NM020): `zero_1=True` was removed: shard with FSDP2 (`DistributedConfig(fsdp_size=...)`) ...
     args = SFTConfig(output_dir="out")
     model = AutoModelForCausalLM.from_pretrained(
         model_id, distributed_config=DistributedConfig(tp_size=2, fsdp_size=WORLD_SIZE // 2), dtype=torch.bfloat16
