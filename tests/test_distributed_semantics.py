@@ -653,7 +653,7 @@ def test_parent_process_code_around_spawn_is_guarded_or_flagged() -> None:
         '    print("done")\n'
     )
     lines = migrated.splitlines()
-    flagged = [lines[i + 1].strip() for i, line in enumerate(lines) if "TODO(neuron-migrate NM005): this ran once" in line]
+    flagged = [lines[i + 1].strip() for i, line in enumerate(lines) if "TODO(neuron-migrate NM005): ran once in the parent" in line]
     assert flagged == ["os.makedirs(out, exist_ok=True)"]  # `out = sys.argv[1]` is the same everywhere
     assert migrated.count("if RANK == 0:\n        print(") == 2
 

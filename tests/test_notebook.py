@@ -233,7 +233,7 @@ def test_shell_lines_that_configure_or_launch_old_stack_work() -> None:
     # The kernel runs no torch code; the script the line runs is not in the notebook: a TODO says
     # where the dtype goes, as for the same switch in a `subprocess.run(env=...)`.
     todo, command = sources[2].split("\n")
-    assert todo.startswith("# TODO(neuron-migrate NM009): `XLA_USE_BF16` set the precision of the process started here")
+    assert todo.startswith("# TODO(neuron-migrate NM009): `XLA_USE_BF16` set this child process's precision")
     assert command == "!NEURON_CC_FLAGS='--model-type=transformer' torchrun --nproc_per_node=2 train.py"
     assert sources[3].startswith("# (removed: ahead-of-time `optimum-cli export neuron`")
     result = outcome.result  # type: ignore[attr-defined]
@@ -262,7 +262,7 @@ def test_precision_set_in_magics_and_shell_lines_becomes_a_dtype_policy_where_it
     cast = "torch.ones(1, device=torch.accelerator.current_accelerator(check_available=True) or torch.device(\"cpu\"), dtype=torch.bfloat16)"
     assert cast in sources[1] and cast in sources[2]
     assert sources[3] == "!torchrun --nproc_per_node=1 train_bf16.py"  # its script casts now
-    assert sources[4].startswith("# TODO(neuron-migrate NM009): `XLA_USE_BF16` set the precision of the process started here")
+    assert sources[4].startswith("# TODO(neuron-migrate NM009): `XLA_USE_BF16` set this child process's precision")
     result = outcome.result  # type: ignore[attr-defined]
     assert [(m.code, m.cell) for m in result.manual] == [("NM009", 5)]
     # The migrated kernel and script compute in bf16, as torch_xla did.
@@ -289,7 +289,7 @@ def test_kernel_switch_sets_no_dtype_where_the_kernel_never_loads_the_old_stack(
     new, outcome = rewrite(nbformat.writes(build(cells)))
     sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
     assert sources[1] == prepare
-    assert sources[2].startswith("# TODO(neuron-migrate NM009): `XLA_USE_BF16` set the precision of the process started here")
+    assert sources[2].startswith("# TODO(neuron-migrate NM009): `XLA_USE_BF16` set this child process's precision")
     result = outcome.result  # type: ignore[attr-defined]
     assert [(m.code, m.cell) for m in result.manual] == [("NM009", 3)]
 
@@ -350,7 +350,7 @@ def test_xla_variables_leave_a_continued_command_whole() -> None:
     new, outcome = rewrite(nbformat.writes(build(cells)))
     sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
     # train.py is not in the notebook: a TODO above each line says where its dtype goes now.
-    todo = "# TODO(neuron-migrate NM009): `XLA_USE_BF16` set the precision of the process started here"
+    todo = "# TODO(neuron-migrate NM009): `XLA_USE_BF16` set this child process's precision"
     assert all(source.startswith(todo) for source in sources)
     commands = [source.split("\n", 1)[1] for source in sources]
     assert commands[0] == "!torchrun --nproc_per_node=2 train.py \\\n    --epochs 1"
@@ -418,7 +418,7 @@ def test_a_model_sharded_over_neuroncores_loads_whole_in_a_kernel() -> None:
     source = "".join(json.loads(new)["cells"][1]["source"])
     assert "DistributedConfig(" not in source.replace("`distributed_config=DistributedConfig(tp_size=2)`", "")
     assert "device_map=" in source
-    assert source.startswith("# TODO(neuron-migrate NM021): `num_cores=2`: this model ran sharded over NeuronCores from this one process")
+    assert source.startswith("# TODO(neuron-migrate NM021): `num_cores=2`: a notebook cannot shard this model")
     assert [m.code for m in outcome.result.manual] == ["NM021"]  # type: ignore[attr-defined]
 
 

@@ -275,7 +275,7 @@ def test_a_todo_quoting_code_that_spans_lines_is_one_comment() -> None:
     result = rewrite_source(source, "multi.py", Options())
     assert result.error is None
     todo = next(line for line in result.migrated.splitlines() if "TODO(neuron-migrate NM023)" in line)
-    assert '`compiler_args=[ f"--temp-dir={WORK}", "--auto-cast=none", ]`' in todo
+    assert "`compiler_args=`" in todo and todo.count("TODO(") == 1
     assert rewrite_source(result.migrated, "multi.py", Options()).migrated == result.migrated
 
 

@@ -393,7 +393,7 @@ def test_training_arguments_of_one_function_say_nothing_about_a_parameter_elsewh
         """
     )
     run, load = migrated.split("def load")
-    assert "TODO(neuron-migrate NM020): the model-parallel sizes `tensor_parallel_size=tp_size`" in run
+    assert "TODO(neuron-migrate NM020): `tensor_parallel_size=tp_size` no longer shard" in run
     assert "tp_size" not in load
 
 

@@ -299,7 +299,7 @@ class _ImportRemover(Transformer):
             # Natively the package is never there: the `except` branch runs, as on any machine
             # without it. Whether the question meant "an accelerator?" only a person can say.
             names = ", ".join(f"`{name}`" for name in dict.fromkeys(probed))
-            message = f"{names} is never installed natively: `except` runs (ask `torch.accelerator.is_available()` for an accelerator)"
+            message = f"{names} is absent natively, so `except` runs; for an accelerator ask `torch.accelerator.is_available()`"
             self._guard_removed.pop()
             return add_todos(updated_node, [("NM015", message)])  # type: ignore[return-value]
         removed_import = self._guard_removed.pop()
@@ -349,14 +349,12 @@ class _ImportRemover(Transformer):
             return node
         names = ", ".join(f"`{name}`" for name in dict.fromkeys(old))
         if not flags:  # the handler stops or falls back itself (`raise SystemExit(...)`)
-            message = f"{names} is still used, so its old-stack import stays and fails natively: the `except` branch always runs until those uses are migrated"
+            message = f"{names} is still used, so its old-stack import stays and fails natively: `except` always runs until those uses are migrated"
             return add_todos(node, [("NM012", message)])  # type: ignore[return-value]
         tested = ", ".join(f"`{name}`" for name in flags)
         message = (
-            f"the old-stack import of {names} stays (it is still used) and fails natively: the `except` branch "
-            f"then sets {tested} as on a machine without the old stack, so migrated code that depends on {tested} "
-            f"never runs; finish the TODOs on the remaining uses of {names} so the import can go (migrating again "
-            f"then resolves the guard), or set {tested} from `torch.accelerator.is_available()`"
+            f"{names} stays imported and fails natively, so {tested} is false: finish the TODOs on {names}, "
+            f"or set it from `torch.accelerator`"
         )
         return add_todos(node, [("NM012", message)])  # type: ignore[return-value]
 

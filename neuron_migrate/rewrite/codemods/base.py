@@ -40,8 +40,7 @@ S = TypeVar("S")
 def star_import_todo(module: str) -> str:
     """The TODO at `from <old-stack module> import *`, whose names no rewrite can follow."""
     return (
-        f"`from {module} import *` hides which of its names this file uses, so none of them is migrated: "
-        "import each by name and migrate again"
+        f"`from {module} import *` hides the names it brings, so none is migrated: import each by name and migrate again"
     )
 
 
@@ -298,13 +297,12 @@ class FileFacts:
         """What to tell a person where ranks and collectives may run without a process group."""
         if self.inits_process_group_sometimes:
             return (
-                "the process group is created only on some runs (its `init_process_group` is under a "
-                "condition): on the others, when several processes run (torchrun), ranks, sizes and "
-                "collectives act as one process; create it for every run"
+                "`init_process_group` runs only on some runs: create the process group on every run, or the "
+                "others act as one process"
             )
         return (
-            "no process group is created in this file: when it runs as several processes (torchrun), "
-            "call `dist.init_process_group()` at start-up, or ranks, sizes and collectives act as one process"
+            "no process group is created here: under torchrun call `dist.init_process_group()` at start-up, "
+            "or it acts as one process"
         )
 
 

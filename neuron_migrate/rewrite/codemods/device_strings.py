@@ -28,30 +28,23 @@ OTHER_DEVICE_CHECKS = (
 DEVICE_KEYWORDS = ("device", "map_location")
 
 FLAG_COMPARED = (
-    '`"xla"` here is a mode name, not a device, and was left as is: check that the code it selects '
-    'works without the XLA runtime, and accept `"neuron"` where it chooses Trainium'
+    '`"xla"` here is a mode name, left as is: check that what it selects runs without XLA; accept `"neuron"` for Trainium'
 )
 FLAG_ASSIGNED = (
-    '`{name} = "xla"` is not only a device here (it is compared as a string, or never reaches '
-    "`torch.device`, `.to` or `device=`), so it was left as is: where it selects Trainium, use "
-    '`"neuron"` (or `torch.accelerator.current_accelerator()`) and migrate the XLA-only code it switches on'
+    '`{name} = "xla"` is more than a device here, left as is: use `"neuron"` where it selects Trainium, migrate what it switches on'
 )
 FLAG_DEFAULT = (
-    '`{name}="xla"` default left as is, as it is not seen only as a device here; natively "xla" is no '
-    'device: default to `"neuron"` or the current accelerator'
+    '`{name}="xla"` default left as is: natively no device is "xla": default to `"neuron"` or the current accelerator'
 )
 FLAG_OPTION = (
-    '`"xla"` is a command-line option value and was left as is: offer `"neuron"`, or map `xla` to '
-    "the native device where the option becomes one"
+    '`"xla"` is a command-line option value, left as is: offer `"neuron"`, or map `xla` to the native device'
 )
 FLAG_DEVICE_TYPE = (
-    '`"xla"` is never a device type natively, so this test never matches; it was left as is: test '
-    'for `"neuron"` if this branch is for Trainium, and migrate what it does'
+    '`"xla"` is never a native device type, so this test never matches: test for `"neuron"` if it means Trainium'
 )
 
 FLAG_DEVICE_TEXT = (
-    '{test}: no native device is named "xla", so that part never matches; test for "neuron" where Trainium is '
-    "meant, and migrate what it runs"
+    '{test}: no native device is named "xla", so it never matches: test for "neuron" where Trainium is meant'
 )
 
 

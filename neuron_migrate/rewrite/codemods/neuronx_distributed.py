@@ -54,41 +54,25 @@ LOCAL_WORLD_SIZE = (f"{NXD}.parallel_layers.utils.get_local_world_size",)
 INF1_TRACE = ("torch.neuron.trace", "torch_neuron.trace")
 KINDS = {"tp": "tensor-parallel", "dp": "data-parallel"}
 PIPELINE_MODEL = (f"{NXD}.pipeline.NxDPPModel", f"{NXD}.pipeline.model.NxDPPModel")
-INF1 = "Inf1 torch-neuron (the `torch.neuron` trace API of Inferentia 1) is out of scope for TorchNeuron, which runs on Trn2/Trn3 only and owns the `torch.neuron` namespace; keep this code on the Inf1 stack or rewrite it for the `neuron` device with `torch.compile(model, dynamic=False)`"
+INF1 = "Inf1 code: keep it on the Inf1 stack, or port it to `torch.compile(model, dynamic=False)` on `neuron`"
 
 ROOTS = (NXD, "transformers_neuronx", "neuronx_distributed_inference", "torch_neuron")
 
 # Worked TODOs: what a person writes instead, spelled out with this program's own values.
 PIPELINE = (
-    "`{name}` cuts the model into pipeline stages (at `transformer_layer_cls` boundaries or `pipeline_cuts`) and "
-    "runs microbatches through them: natively build a (\"pp\", \"dp\", \"tp\") mesh, cut the plain model at the same "
-    "layers with `torch.distributed.pipelining.pipeline(model, mb_args=(one_microbatch,), split_spec={\"layers.<k>\": "
-    "SplitPoint.BEGINNING, ...})`, take this rank's stage with `pipe.build_stage(mesh[\"pp\"].get_local_rank(), device, "
-    "group=mesh[\"pp\"].get_group())`, and drive it with `Schedule1F1B(stage, n_microbatches=<num_microbatches>, "
-    "loss_fn=...)` (NxD's default schedule; `ScheduleGPipe` for all-forward-then-backward): `run_train(**batch)` "
-    "becomes `schedule.step(**batch)` on the first stage and `schedule.step(target=labels, losses=losses)` on the last; "
-    "transformers models: `DistributedConfig(pp_size=...)`"
+    "`{name}` cuts the model into pipeline stages: use `torch.distributed.pipelining` and `Schedule1F1B` on a \"pp\" mesh axis"
 )
 INFERENCE = (
-    "`{name}` is NxD Core's inference path (traced buckets of a sharded model, loaded as one `NxDModel`), which "
-    "TorchNeuron replaces: shard the same model with `parallelize_module(model, mesh[\"tp\"], plan)` (or load it with "
-    "`from_pretrained(..., distributed_config=DistributedConfig(tp_size=...))`), load its full weights "
-    "(`set_model_state_dict` shards them; `shard_checkpoint` goes), compile it with `torch.compile(model, "
-    "backend=\"neuron\", dynamic=False, fullgraph=True)`, call it once per bucket with that bucket's example inputs "
-    "(each `ModelBuilder.add(..., example_inputs=[...])`) to compile every shape before serving, and pad requests "
-    "to the nearest bucket so no new shape compiles"
+    "`{name}`: NxD inference: `parallelize_module`, `torch.compile(dynamic=False)`, warm each bucket"
 )
-TP_PLAN = 'build the model from `nn.Linear`/`nn.Embedding` and shard it with `torch.distributed.tensor.parallel.parallelize_module(model, mesh["tp"], plan)`; for transformers models pass `distributed_config=DistributedConfig(tp_size=...)` to `from_pretrained`'
+TP_PLAN = 'shard plain `nn.Linear`/`nn.Embedding` layers with `parallelize_module(model, mesh["tp"], plan)`'
 
 
 def _layer_advice(name: str) -> str:
     """What replaces an NxD parallel layer, both of its layouts spelled out (NxD's default first)."""
     layer = LAYERS[name]
     default, other = layer.switch_default, not layer.switch_default
-    return (
-        f"use `nn.{layer.native}` sharded by `{layer.styles[default]}` in a tensor-parallel plan where "
-        f"`{layer.switch}={default}` (NxD's default), by `{layer.styles[other]}` where `{layer.switch}={other}`: {TP_PLAN}"
-    )
+    return f"`nn.{layer.native}` + `{layer.styles[default]}` (other if `{layer.switch}={other}`)"
 
 
 class NeuronxDistributed(Codemod):
@@ -130,6 +114,66 @@ class NeuronxDistributed(Codemod):
 
     ## Fix safety
     Not a fix: the TODOs say what to write. Imports stay while code uses them.
+
+    ## By hand
+    - Parallel layers: build the model from `nn.Linear`/`nn.Embedding` and shard it with
+      `parallelize_module(model, mesh["tp"], plan)`, or pass
+      `distributed_config=DistributedConfig(tp_size=...)` to `from_pretrained` for transformers
+      models. NxD's defaults (`gather_output=True`, `input_is_parallel=False`) are the styles with
+      `Replicate()` layouts.
+    - `parallel_state` queries: build `mesh = init_device_mesh(device_type, (dist.get_world_size()
+      // tp, tp), mesh_dim_names=("dp", "tp"))` where `initialize_model_parallel` ran; its rows,
+      runs of consecutive ranks, are the tensor-parallel groups. A `DeviceMesh` has nothing of its
+      own to tear down. Pipeline queries are those of a ("pp", "dp", "tp") mesh when the model is
+      cut into `torch.distributed.pipelining` stages, 1 and 0 when it is not.
+    - `NxDPPModel`: build a ("pp", "dp", "tp") mesh, cut the plain model at the same layers with
+      `pipe = pipeline(model, mb_args=(one_microbatch,), split_spec={"<layer path>":
+      SplitPoint.BEGINNING, ...})`, take this rank's stage with `pipe.build_stage(
+      mesh["pp"].get_local_rank(), device, group=mesh["pp"].get_group())` and drive it with
+      `Schedule1F1B(stage, n_microbatches=..., loss_fn=...)` (NxD's default schedule;
+      `ScheduleGPipe` runs all forwards first): `run_train(**batch)` becomes
+      `schedule.step(**batch)` on the first stage and `schedule.step(target=labels, losses=losses)`
+      on the last. transformers models: `DistributedConfig(pp_size=...)`.
+    - `NeuronZero1Optimizer` sharded the optimizer state over the data-parallel ranks, averaged
+      the gradients, clipped their norm in `step()` (`max_norm` 1.0 by default) and stepped fp32
+      copies of lower-precision parameters: shard the model with `fully_shard(model,
+      mesh=mesh["dp"])`, clip with `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`
+      before a plain optimizer steps, and keep fp32 parameters with
+      `MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)` where the
+      model ran in bf16. Checkpoints: DCP of `get_state_dict(model, optimizer)`, `set_state_dict`
+      after loading.
+    - NxD's inference path (`ModelBuilder`, `NxDModel`, `trace`, `shard_checkpoint`): shard the
+      same model with `parallelize_module` (or load it with `distributed_config=`), load its full
+      weights (`set_model_state_dict` shards them), compile it with `torch.compile(model,
+      backend="neuron", dynamic=False, fullgraph=True)`, call it once per bucket with that bucket's
+      example inputs, and pad requests to the nearest bucket so no new shape compiles.
+    - `nki_flash_attn_func(q, k, v)` is causal unless `causal=False`: `enable_gqa=True` where `k`
+      and `v` have fewer heads, `dropout_p=` and `scale=` for the kernel's `dropout_p` and
+      `softmax_scale`; with the kernel's default `transpose_nki_inputs=True` the inputs came as
+      (batch, heads, head_dim, seq): give SDPA `q.transpose(-1, -2)`, and the same for `k`, `v`.
+    - `parallel_cross_entropy` charged a target outside the vocabulary (-100) the log-sum-exp of
+      the shifted logits, where `F.cross_entropy` under `loss_parallel()` gives 0: mask such
+      targets out. NxD's `LayerNorm` had its parameters summed over the tensor-parallel ranks by
+      `allreduce_sequence_parallel_gradients`; `SequenceParallel(sequence_dim=...,
+      use_local_output=True)` sums them in backward. `clip_grad_norm_` refuses a mix of DTensor
+      and plain parameters: count replicated parameters once.
+    - LoRA: `peft.get_peft_model(model, peft.LoraConfig(r=..., lora_alpha=..., lora_dropout=...,
+      target_modules=[...]))`, `merge_and_unload()` to fold the adapters in, then shard; NxD's
+      `lora_rank` (default 16) is peft's `r` (default 8: pass it). Quantization: keep the model in
+      bfloat16, or quantize the plain model with torchao before sharding it
+      (`quantize_(model, Int8WeightOnlyConfig())`, `Float8WeightOnlyConfig()` for fp8) once torchao
+      is verified on the `neuron` device.
+    - `set_random_seed(seed)` seeded `random`, NumPy and torch; DTensor keeps the random ops of
+      shards consistent itself. `rmsg(msg)` prefixed a message with this process's ranks
+      (`mesh.get_coordinate()` gives the mesh position). `get_logger` printed on rank 0 only.
+      `requires_init_pg_override()` was true on torch 2.0 alone. `get_platform_lnc()` is
+      `NEURON_LOGICAL_NC_CONFIG` if set, else 2 on Trn2/Trn3.
+    - transformers-neuronx and NxD Inference: `AutoModelForCausalLM.from_pretrained(id,
+      dtype=torch.bfloat16, device_map="neuron")` (or `distributed_config=` under torchrun) and
+      `generate` with `cache_implementation="static"`, `max_cache_len=<n_positions>` and
+      `CompileConfig(backend="neuron", dynamic=False)`; `to_neuron()` and `sample()` go.
+    - Inf1's torch-neuron (`torch.neuron.trace`) is out of scope for TorchNeuron, which runs on
+      Trn2/Trn3 only and owns the `torch.neuron` namespace.
     """
 
     code = "NM024"
@@ -145,76 +189,71 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.RowParallelLinear": _layer_advice("RowParallelLinear"),
         f"{NXD}.parallel_layers.layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
         f"{NXD}.parallel_layers.ParallelEmbedding": _layer_advice("ParallelEmbedding"),
-        f"{NXD}.modules.qkv_linear": "use separate q/k/v `nn.Linear` sharded with `ColwiseParallel()`; replicate KV heads yourself when `num_key_value_heads < tp_size`",
-        f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build the mesh instead: `mesh = init_device_mesh(device_type, (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))` (`torch.distributed.device_mesh`); pipeline stages need `torch.distributed.pipelining`',
+        f"{NXD}.modules.qkv_linear": "use separate q/k/v `nn.Linear` sharded with `ColwiseParallel()`; replicate KV heads if fewer than `tp_size`",
+        f"{NXD}.parallel_layers.parallel_state.initialize_model_parallel": 'build `mesh = init_device_mesh(device_type, (world // tp, tp))` with axes ("dp", "tp")',
         # Utilities with a plain counterpart (the family's advice below would be wrong for them).
-        f"{NXD}.parallel_layers.parallel_state.rmsg": "`{name}(msg)` prefixes a log message with this process's ranks: use an f-string with `dist.get_rank()` (and `mesh.get_coordinate()` for the mesh position)",
+        f"{NXD}.parallel_layers.parallel_state.rmsg": "`{name}(msg)`: prefix the message with `dist.get_rank()` in an f-string",
         f"{NXD}.parallel_layers.utils.get_local_world_size": '`{name}()` is the number of processes on this host: `int(os.environ["LOCAL_WORLD_SIZE"])` under torchrun',
-        f"{NXD}.parallel_layers.utils.requires_init_pg_override": "`{name}()` is `torch.__version__.startswith(\"2.0\")` (torch 2.0 needed an `init_method` for the XLA process group): always False natively; keep the branch for newer torch",
+        f"{NXD}.parallel_layers.utils.requires_init_pg_override": "`{name}()` is `torch.__version__.startswith(\"2.0\")`: always False natively",
         f"{NXD}.parallel_layers.utils.divide": "`{name}(a, b)` is `a // b` after checking that `b` divides `a` exactly",
-        f"{NXD}.kernels.flash_attn.nki_flash_attn_func": "`{name}(q, k, v)` is NKI flash attention, causal unless `causal=False` is passed: use `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)` (`enable_gqa=True` where `k` and `v` have fewer heads than `q`; `dropout_p=` and `scale=` for the kernel's `dropout_p` and `softmax_scale`), which takes (batch, heads, seq, head_dim) tensors and returns that layout, as the kernel did; with the kernel's default `transpose_nki_inputs=True` the inputs came as (batch, heads, head_dim, seq): give SDPA `q.transpose(-1, -2)`, and the same for `k` and `v`",
+        f"{NXD}.kernels.flash_attn.nki_flash_attn_func": "`{name}(q, k, v)`: use `F.scaled_dot_product_attention(q, k, v, is_causal=True)` (inputs (batch, heads, seq, dim))",
         **dict.fromkeys(
             (f"{NXD}.utils.model_utils.get_platform_target", "neuronx_distributed_inference.models.config.get_platform_target"),
             PLATFORM_TARGET,
         ),
-        f"{NXD}.utils.tensor_capture": "`{name}` captures intermediate tensors of a model for debugging: record them natively with forward hooks (`module.register_forward_hook(lambda m, args, out: captured.append(out.detach()))`)",
-        f"{NXD}.parallel_layers.parallel_state.destroy_model_parallel": "`{name}()` tore the model-parallel groups down: a `DeviceMesh` has nothing of its own to tear down, its groups end with the process group (`dist.destroy_process_group()`)",
+        f"{NXD}.utils.tensor_capture": "`{name}`: capture intermediate tensors with `module.register_forward_hook(...)` instead",
+        f"{NXD}.parallel_layers.parallel_state.destroy_model_parallel": "`{name}()`: a `DeviceMesh`'s groups end with `dist.destroy_process_group()`",
         "neuronx_distributed_inference.models.config.get_platform_lnc": '`{name}()` is the logical NeuronCore configuration: `NEURON_LOGICAL_NC_CONFIG` if set, else 2 on Trn2/Trn3 and 1 before',
         f"{NXD}.utils.model_utils.get_platform_lnc": '`{name}()` is the logical NeuronCore configuration: `NEURON_LOGICAL_NC_CONFIG` if set, else 2 on Trn2/Trn3 and 1 before',
         f"{NXD}.parallel_layers.utils.is_torch_version_greater_than_2": "`{name}()` is `torch.__version__.startswith(\"2\")`",
-        f"{NXD}.parallel_layers.utils.is_pjrt_device": '`{name}()` tests `PJRT_DEVICE == "NEURON"`, never set natively: test the device type (`device.type == "neuron"`) instead',
-        f"{NXD}.utils.logger.get_logger": "`{name}` is `logging.getLogger(name)` printing to stdout on rank 0 only: use `logging.getLogger(name)` and log under `if dist.get_rank() == 0:`",
-        f"{NXD}.utils.random.set_random_seed": "`{name}(seed)` seeds `random`, NumPy and torch: use `random.seed(seed)`, `np.random.seed(seed)` and `torch.manual_seed(seed)` (DTensor keeps the random ops of shards consistent itself)",
-        f"{NXD}.utils.tensor_utils.cumsum": "`{name}(x)` is a cumulative sum along dim 0 computed with matrix products (faster on Neuron): use `torch.cumsum(x, dim=0)`",
+        f"{NXD}.parallel_layers.utils.is_pjrt_device": '`{name}()` tests `PJRT_DEVICE == "NEURON"`, never set natively: test `device.type == "neuron"`',
+        f"{NXD}.utils.logger.get_logger": "`{name}`: use `logging.getLogger(name)` and log under `if dist.get_rank() == 0:`",
+        f"{NXD}.utils.random.set_random_seed": "`{name}(seed)`: use `random.seed(seed)`, `np.random.seed(seed)` and `torch.manual_seed(seed)`",
+        f"{NXD}.utils.tensor_utils.cumsum": "`{name}(x)`: use `torch.cumsum(x, dim=0)`",
         f"{NXD}.utils.cpu_mode": '`{name}()` is `int(os.environ.get("NXD_CPU_MODE", "0")) > 0`, an NxD switch: test the device type instead',
         f"{NXD}.lightning.NeuronTQDMProgressBar": "use Lightning's `TQDMProgressBar` (`lightning.pytorch.callbacks`), which it extends",
         f"{NXD}.lightning.progress_bar.NeuronTQDMProgressBar": "use Lightning's `TQDMProgressBar` (`lightning.pytorch.callbacks`), which it extends",
         f"{NXD}.lightning.NeuronTensorBoardLogger": "use Lightning's `TensorBoardLogger` (`lightning.pytorch.loggers`), which it extends",
         f"{NXD}.lightning.logger.NeuronTensorBoardLogger": "use Lightning's `TensorBoardLogger` (`lightning.pytorch.loggers`), which it extends",
-        "neuronx_distributed_inference.utils.distributed.get_tp_group": '`{name}(config)` is the tensor-parallel process group: `mesh["tp"].get_group()` of the `DeviceMesh` the model is sharded on',
+        "neuronx_distributed_inference.utils.distributed.get_tp_group": '`{name}(config)` -> `mesh["tp"].get_group()` of the model\'s `DeviceMesh`',
         f"{NXD}.parallel_layers.parallel_state": 'ask the `DeviceMesh` instead: `mesh["tp"].get_local_rank()`, `mesh["dp"].size()`, `mesh["tp"].get_group()`',
-        **{name: f'`{{name}}()` -> `mesh["{dim}"].{query}`: {MESH_BUILT}' for name, (dim, query) in MESH_QUERIES.items()},
+        **{name: f'`{{name}}()` -> `mesh["{dim}"].{query}` ({MESH_BUILT})' for name, (dim, query) in MESH_QUERIES.items()},
         **{
-            name: f'`{{name}}()` -> `mesh["{MESH_QUERIES[name][0]}"].get_group()`; with `as_list=True` it lists the ranks '
-            f"of each group: `{REPLICA_GROUPS[rows][1].format(mesh='mesh')}`: {MESH_BUILT}"
+            name: f'`{{name}}()` -> `mesh["{MESH_QUERIES[name][0]}"].get_group()`; `as_list=True`: '
+            f"`{REPLICA_GROUPS[rows][1].format(mesh='mesh')}`"
             for name, rows in AS_LIST.items()
         },
         **{
-            name: f"`{{name}}()` lists the ranks of each {KINDS[dim]} group: `{rows.format(mesh='mesh')}`: {MESH_BUILT}"
+            name: f"`{{name}}()` -> `{rows.format(mesh='mesh')}` ({KINDS[dim]} ranks)"
             for name, (dim, rows) in REPLICA_GROUPS.items()
         },
-        IS_INITIALIZED: f"`{{name}}()` -> `mesh is not None`, with `mesh = None` at module level: {MESH_BUILT}",
+        IS_INITIALIZED: "`{name}()` -> `mesh is not None`, with `mesh = None` at module level",
         **{
-            f"{STATE}.get_pipeline_model_parallel_{query}": f'`{{name}}()` -> `mesh["pp"].{native}` of a ("pp", "dp", "tp") mesh '
-            f"when the model is cut into `torch.distributed.pipelining` stages, `{alone}` when it is not"
+            f"{STATE}.get_pipeline_model_parallel_{query}": f'`{{name}}()` -> `mesh["pp"].{native}` with pipeline stages, '
+            f"`{alone}` without"
             for query, native, alone in (("size", "size()", 1), ("rank", "get_local_rank()", 0))
         },
-        f"{NXD}.parallel_layers.mappings": "express the region mapping as a DTensor layout: `SequenceParallel()` in the plan or `dtensor.redistribute(mesh, [Shard(...)/Replicate()])`",
-        f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": '`{name}(logits, target)` is each token\'s loss from logits split across the vocabulary, and a target outside it (-100) costs the log-sum-exp of the shifted logits: `F.cross_entropy(DTensor.from_local(logits, mesh["tp"], [Shard(-1)]), target, reduction="none")` under `loss_parallel()` gives 0 there instead, so mask such targets out before you rely on it',
-        f"{NXD}.parallel_layers.layer_norm.LayerNorm": "`{name}` is `nn.LayerNorm` whose parameters `allreduce_sequence_parallel_gradients` sums over the tensor-parallel ranks: with sequence parallelism shard an `nn.LayerNorm` with `SequenceParallel(sequence_dim=..., use_local_output=True)`, which sums them in backward; without it use `nn.LayerNorm`",
+        f"{NXD}.parallel_layers.mappings": "express the region mapping as a DTensor layout (`SequenceParallel()`, or `redistribute`)",
+        f"{NXD}.parallel_layers.loss_functions.parallel_cross_entropy": '`{name}(logits, target)`: `F.cross_entropy` of the DTensor logits under `loss_parallel()`',
+        f"{NXD}.parallel_layers.layer_norm.LayerNorm": "`{name}`: use `nn.LayerNorm` (with sequence parallelism, sharded by `SequenceParallel()`)",
         f"{NXD}.parallel_layers.random": "seed with `torch.manual_seed(seed)`: DTensor random ops keep shards consistent",
-        f"{NXD}.parallel_layers.grads": "clip the norm of all gradients, sharded and not: `torch.nn.utils.clip_grad_norm_` needs every parameter a DTensor (it refuses a mix with plain tensors), so on a model sharded only in part sum the squared norms of the local shards over `mesh[\"tp\"]` (and count replicated parameters once) before scaling",
-        f"{NXD}.parallel_layers.checkpointing": "use `torch.distributed.checkpoint.save/load` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
-        f"{NXD}.parallel_layers.save": "use `torch.distributed.checkpoint.save` (DCP) of the DTensor state dict, or `save_pretrained` for transformers models",
-        f"{NXD}.parallel_layers.load": "use `torch.distributed.checkpoint.load` (DCP) into the DTensor state dict, or `from_pretrained` for transformers models",
-        f"{NXD}.parallel_layers": f"use plain modules sharded by a DTensor plan: {TP_PLAN}",
+        f"{NXD}.parallel_layers.grads": "clip all gradients, sharded and not: on a partly sharded model, sum the shards' squared norms over `mesh[\"tp\"]`",
+        f"{NXD}.parallel_layers.checkpointing": "use DCP `torch.distributed.checkpoint.save/load` of the DTensor state dict, or `save_pretrained`",
+        f"{NXD}.parallel_layers.save": "use DCP `torch.distributed.checkpoint.save` of the DTensor state dict, or `save_pretrained`",
+        f"{NXD}.parallel_layers.load": "use DCP `torch.distributed.checkpoint.load` into the DTensor state dict, or `from_pretrained`",
+        f"{NXD}.parallel_layers": TP_PLAN,
         f"{NXD}.pipeline": PIPELINE,
         **dict.fromkeys(
             (f"{NXD}.optimizer.NeuronZero1Optimizer", f"{NXD}.optimizer.zero_redundancy_optimizer.NeuronZero1Optimizer"),
-            "`{name}` is torch_xla's ZeRO-1 over the data-parallel ranks: it shards the optimizer state, averages the "
-            "gradients over those ranks and clips their norm in `step()` (`grad_clipping=True`, `max_norm` 1.0 by default), "
-            "stepping fp32 copies of lower-precision parameters: natively shard the model with FSDP2 "
-            '`fully_shard(model, mesh=mesh["dp"])` (which averages the gradients), clip with '
-            "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` before a plain `optimizer_class(model.parameters(), ...)` "
-            "steps, and keep fp32 parameters with `MixedPrecisionPolicy(param_dtype=torch.bfloat16)` where the model ran in bf16",
+            '`{name}` is ZeRO-1: `fully_shard(model, mesh=mesh["dp"])`, clip with `clip_grad_norm_`, then a plain optimizer steps',
         ),
-        f"{NXD}.optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`",
-        f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)` (ZeRO-style sharding of optimizer state)",
-        f"{NXD}.trainer.initialize_parallel_model": "use `AutoModel...from_pretrained(id, distributed_config=DistributedConfig(tp_size=..., fsdp_size=...))` for transformers models, else `parallelize_module` + `fully_shard`",
-        f"{NXD}.trainer.neuronx_distributed_config": "use `DistributedConfig(tp_size=..., fsdp_size=...)` for transformers models, else a `DeviceMesh` + `parallelize_module` + `fully_shard`",
+        f"{NXD}.optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(model, mp_policy=...)`",
+        f"{NXD}.trainer.initialize_parallel_optimizer": "use `torch.optim.AdamW` on a model sharded with FSDP2 `fully_shard(...)`",
+        f"{NXD}.trainer.initialize_parallel_model": "use `DistributedConfig` in `from_pretrained`, else `parallelize_module` + `fully_shard`",
+        f"{NXD}.trainer.neuronx_distributed_config": "use `DistributedConfig` for transformers, else a `DeviceMesh` + `fully_shard`",
         **dict.fromkeys(
             (f"{NXD}.save_checkpoint", f"{NXD}.trainer.save_checkpoint", f"{NXD}.trainer.checkpoint.save_checkpoint"),
-            "use `torch.distributed.checkpoint.save` (DCP) of the model and optimizer state dicts (`torch.distributed.checkpoint.state_dict.get_state_dict`)",
+            "use DCP `torch.distributed.checkpoint.save` of `get_state_dict(model, optimizer)`",
         ),
         **dict.fromkeys(
             (f"{NXD}.load_checkpoint", f"{NXD}.trainer.load_checkpoint", f"{NXD}.trainer.checkpoint.load_checkpoint"),
@@ -226,24 +265,24 @@ class NeuronxDistributed(Codemod):
                 f"{NXD}.initialize_parallel_optimizer",
                 f"{NXD}.neuronx_distributed_config",
             ),
-            "use `DistributedConfig(tp_size=..., fsdp_size=...)` in `from_pretrained` for transformers models, else a `DeviceMesh` + `parallelize_module` + FSDP2 `fully_shard` with `torch.optim.AdamW`",
+            "use `DistributedConfig` for transformers, else `parallelize_module` + `fully_shard`",
         ),
-        f"{NXD}.trainer": "use FSDP2 (`fully_shard`) / DTensor (`parallelize_module`) on a `DeviceMesh`, or `transformers.Trainer` with `DistributedConfig`",
+        f"{NXD}.trainer": "use FSDP2 / DTensor on a `DeviceMesh`, or `transformers.Trainer` with `DistributedConfig`",
         f"{NXD}.lightning": "use Lightning's FSDP/DDP strategy on the `neuron` device (not verified on TorchNeuron)",
         f"{NXD}.utils.model_utils": 'for meta-device init use `torch.device("meta")` + `model.to_empty(device=...)`',
         **dict.fromkeys(
             (f"{NXD}.trace", *(f"{NXD}.{name}" for name in ("ModelBuilder", "NxDModel", "BaseNxDModel", "TorchScriptNxDModel", "shard_checkpoint", "NxDParallelState", "convert_nxd_model_to_torchscript_model"))),
             INFERENCE,
         ),
-        f"{NXD}.quantization": "`{name}` belongs to neuronx-distributed's quantization (quantized parallel layers, their dtypes and configs): keep the model in bfloat16, or quantize the plain model with torchao before sharding it (`torchao.quantization.quantize_(model, Int8WeightOnlyConfig())` for int8 weights, `Float8WeightOnlyConfig()` for fp8) once torchao is verified on the `neuron` device",
-        f"{NXD}.modules.lora": "`{name}` is NxD's LoRA: use peft on the plain model (`peft.get_peft_model(model, peft.LoraConfig(r=..., lora_alpha=..., lora_dropout=..., target_modules=[...]))`, `merge_and_unload()` to fold the adapters in), then shard it; NxD's `lora_rank` (default 16) is peft's `r` (default 8: pass it), and `lora_alpha`, `lora_dropout`, `target_modules`, `bias` and `use_rslora` keep their names",
-        f"{NXD}.modules.moe.moe_fused_tkg._convert_torch_dtype_to_nki_dtype": "`{name}` maps a torch dtype to an NKI dtype for NxD's fused MoE kernel: native experts run in the torch dtype itself",
+        f"{NXD}.quantization": "`{name}` is NxD quantization: keep the model in bfloat16, or quantize the plain model with torchao",
+        f"{NXD}.modules.lora": "`{name}` is NxD's LoRA: use `peft.get_peft_model(model, peft.LoraConfig(r=lora_rank, ...))` on the plain model",
+        f"{NXD}.modules.moe.moe_fused_tkg._convert_torch_dtype_to_nki_dtype": "`{name}`: native experts run in the torch dtype itself",
         f"{NXD}.modules.moe": "use transformers' expert parallelism (`DistributedConfig(ep_size=...)`) or your own experts sharded with DTensor",
-        f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` or `model.gradient_checkpointing_enable()`",
-        NXD: "`{name}` is neuronx-distributed API: rewrite with DTensor (`init_device_mesh`, `parallelize_module`), FSDP2 (`fully_shard`), `torch.distributed.pipelining` and DCP, or `DistributedConfig` for transformers models",
+        f"{NXD}.utils.activation_checkpoint": "use `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)`",
+        NXD: "`{name}` is neuronx-distributed API: rewrite with DTensor, FSDP2, `torch.distributed.pipelining` and DCP",
         # transformers-neuronx and NxD Inference
-        "transformers_neuronx": '`{name}` (transformers-neuronx) -> `AutoModelForCausalLM.from_pretrained(id, dtype=torch.bfloat16, device_map="neuron")` (or `distributed_config=DistributedConfig(tp_size=...)` under torchrun) and `generate` with `cache_implementation="static"`, `max_cache_len=<n_positions>` and `CompileConfig(backend="neuron", dynamic=False)`; `to_neuron()` and `sample()` go',
-        "neuronx_distributed_inference": '`{name}` (NxD Inference) -> a plain transformers model: `from_pretrained(..., device_map="neuron")` or `distributed_config=DistributedConfig(tp_size=...)` under torchrun, and `generate` with a static cache and `CompileConfig(backend="neuron", dynamic=False)`',
+        "transformers_neuronx": '`{name}` -> `AutoModelForCausalLM.from_pretrained(id, device_map="neuron")`, static cache',
+        "neuronx_distributed_inference": '`{name}` (NxD Inference) -> a transformers model, `device_map="neuron"`, static cache',
         # Inf1
         "torch_neuron": INF1,
     }
@@ -297,7 +336,7 @@ class NeuronxDistributed(Codemod):
             return
         written = code_of(call.func)
         self.todo(
-            f"`{written}` as called here -> `nn.{layer.native}` sharded by `{style}` in a tensor-parallel plan: {TP_PLAN}",
+            f"`{written}` -> `nn.{layer.native}` sharded by `{style}` in a plan",
             explains=(written,),
         )
 
@@ -317,15 +356,8 @@ class NeuronxDistributed(Codemod):
             else "where NxD's partitioner cut it"
         )
         n = code_of(microbatches.value) if microbatches is not None else "1"
-        runs = "one microbatch" if n == "1" else f"{n} microbatches"
         self.todo(
-            f"`{written}` cut `{model}` into pipeline stages {where} and ran {runs} through them: "
-            f'natively build a ("pp", "dp", "tp") mesh, cut the plain model at the same layers with '
-            f"`pipe = torch.distributed.pipelining.pipeline({model}, mb_args=(one_microbatch,), "
-            f'split_spec={{"<layer path>": SplitPoint.BEGINNING, ...}})`, take this rank\'s stage with '
-            f'`pipe.build_stage(mesh["pp"].get_local_rank(), device, group=mesh["pp"].get_group())` and drive it with '
-            f"`Schedule1F1B(stage, n_microbatches={n}, loss_fn=...)` (NxD's schedule): `run_train(**batch)` becomes "
-            "`schedule.step(**batch)` on the first stage and `schedule.step(target=labels, losses=losses)` on the last",
+            f"`{written}`: stage `{model}` {where} with `torch.distributed.pipelining` (`n_microbatches={n}`)",
             explains=(written,),
         )
 

@@ -57,7 +57,7 @@ DYNAMIC_BATCH = ("torch_neuronx.dynamic_batch",)
 # this tail: what the file holds is the weights now.
 TORCHSCRIPT_WORD = re.compile(r"torch ?script", re.IGNORECASE)
 WEIGHTS_NOW = " (its weights now: a compiled model is no TorchScript file)"
-LOAD_TODO = "a compiled model cannot be loaded from a file: rebuild the model from its class, `load_state_dict(torch.load(path))` with weights saved by `torch.save(model.state_dict(), path)`, then `torch.compile(model, dynamic=False)`"
+LOAD_TODO = "a compiled model cannot be loaded: rebuild it, `load_state_dict(torch.load(path))`, then `torch.compile` it"
 TENSOR_FACTORIES = (
     "torch.rand",
     "torch.randn",
@@ -255,7 +255,27 @@ class NeuronxTrace(Codemod):
     Neuron copies host tensors into a graph). Inputs must be on the model's device: Neuron copies host tensors into compiled graphs itself,
     other devices do not. `--auto-cast` compiler options become a TODO to cast explicitly.
     A `torch.jit.load` of a file this script did not save gets a TODO: the model must be
-    rebuilt from its Python class.
+    rebuilt from its Python class, given `load_state_dict(torch.load(path))` with weights
+    saved by `torch.save(model.state_dict(), path)`, then compiled with `torch.compile(model,
+    dynamic=False)`; a compiled model is no TorchScript graph and cannot be saved as one (save
+    the compiled module's weights), nor read as one (`.graph`, `.code`:
+    `torch._dynamo.explain(model)(*inputs)` describes the compiled graphs). The traced graph
+    tracked no gradients and returned host tensors; the compiled model tracks gradients (use
+    `torch.inference_mode()` where it only predicts) and returns device tensors.
+    `torch_neuronx.trace` compiled on the spot, `torch.compile` only on the first call: the
+    example inputs' shapes are compiled by a warm-up call (`model(*example)` for a tuple,
+    `model(example)` for one tensor), and a line that only traced now compiles nothing. A
+    compiled model stored as an attribute of the module it compiles (`model.neuron =
+    torch.compile(model)`) makes the module its own submodule: `state_dict()` recurses without
+    end and a forward calling it never returns. `torch_neuronx.DataParallel` ran one model copy
+    per NeuronCore in one process; `dynamic_batch` split batches into traced-size pieces, where
+    natively each new batch size compiles anew. `neuronxcc.nki` kernels no longer compile from
+    Neuron 2.28 and TorchNeuron does not run them on `neuron` tensors: port them to the
+    standalone `nki` package (`import nki`, `import nki.language as nl`) following the NKI
+    kernel migration guide. NeuronPerf benchmarked the TorchScript files of
+    `torch_neuronx.trace`, which the migrated code no longer writes. `torch_neuronx.analyze`
+    reported operator support; unsupported ops fall back to the CPU natively
+    (`torch_neuronx.get_fallback_ops()`).
     """
 
     code = "NM023"
@@ -264,22 +284,22 @@ class NeuronxTrace(Codemod):
     triggers = ROOTS
     markers = ROOTS  # also reached by `importlib.import_module("torch_neuronx")` or `import *`
     manual: ClassVar[dict[str, str]] = {
-        "neuronxcc.nki": "`{name}` is the compiler's `neuronxcc.nki` namespace, whose kernels Neuron 2.28 and later no longer compile and which TorchNeuron does not run on `neuron` tensors: port the kernel to the standalone `nki` package (`import nki`, `import nki.language as nl`, following the NKI kernel migration guide) and call it as TorchNeuron's NKI integration describes",
-        "torch_neuronx.xla_impl": "torch_neuronx XLA internals (custom ops, NKI via `nki_jit`) have no automatic migration; NKI kernels need the native NKI integration",
+        "neuronxcc.nki": "`{name}` (`neuronxcc.nki`) no longer compiles: port the kernel to the standalone `nki` package",
+        "torch_neuronx.xla_impl": "torch_neuronx XLA internals (custom ops, `nki_jit`) have no automatic migration; NKI needs the native integration",
         **dict.fromkeys(
             ("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
-            "NKI kernels through `nki_jit` need the native NKI integration of TorchNeuron; rewrite the kernel call by hand",
+            "NKI kernels through `nki_jit` need TorchNeuron's native NKI integration; rewrite the kernel call by hand",
         ),
-        "torch_neuronx.analyze": "`torch_neuronx.analyze` reported operator support for tracing; run the model eagerly on the `neuron` device (unsupported ops fall back to CPU, see `torch_neuronx.get_fallback_ops()`)",
+        "torch_neuronx.analyze": "`torch_neuronx.analyze` reported operator support: run the model eagerly on the `neuron` device instead",
         "torch_neuronx.replace_weights": "swap weights with `model.load_state_dict(weights)` on the compiled model's original module",
         "torch_neuronx.experimental": "experimental torch_neuronx API with no native counterpart",
         "torch_neuronx.xla": "torch_neuronx's XLA initialization is gone: the `neuron` device needs no set-up",
-        "neuronperf": "`{name}` is NeuronPerf, which benchmarks Neuron-compiled artifacts (the TorchScript files of `torch_neuronx.trace`) that the migrated code no longer writes: time the compiled model itself, e.g. `torch.utils.benchmark.Timer` around calls on fixed-shape inputs",
-        "torch_neuronx.testing": "`{name}` compares tensors for tests: use `torch.testing.assert_close(actual, expected, rtol=..., atol=...)` (or `torch.allclose`)",
+        "neuronperf": "`{name}` (NeuronPerf) benchmarks traced artifacts: time the compiled model with `torch.utils.benchmark.Timer`",
+        "torch_neuronx.testing": "`{name}`: use `torch.testing.assert_close(actual, expected, rtol=..., atol=...)`",
         "torch_neuronx.utils.get_platform_target": PLATFORM_TARGET,
-        "torch_neuronx.xla_impl.data_parallel": "`{name}` is torch_neuronx's `DataParallel`, one model copy per NeuronCore in this process: natively run one process per core (`torchrun --nproc_per_node=<cores>`), each with its share of the batch",
-        "torch_neuronx.utils": "`{name}` is a torch_neuronx utility with no native counterpart known to this tool: replace it with plain PyTorch or your own code",
-        "torch_neuronx": "`{name}` is torch_neuronx (XLA stack) API with no automatic migration; use the `neuron` device and `torch.compile`",
+        "torch_neuronx.xla_impl.data_parallel": "`{name}`: run one process per NeuronCore (`torchrun --nproc_per_node=<cores>`), each with its share of the batch",
+        "torch_neuronx.utils": "`{name}` is a torch_neuronx utility with no known native counterpart: replace it with plain PyTorch",
+        "torch_neuronx": "`{name}` is torch_neuronx API with no automatic migration: use the `neuron` device and `torch.compile`",
     }
 
     def __init__(self, ctx: Any) -> None:
@@ -356,7 +376,7 @@ class NeuronxTrace(Codemod):
         base = original_node.value
         if original_node.attr.value in TORCHSCRIPT_ONLY and isinstance(base, cst.Name) and self._maybe_trace(base.value):
             self.todo(
-                f"`{code_of(original_node)}` belongs to a TorchScript module; `{base.value}` is compiled natively (`torch.compile`), which has no TorchScript graph or code: remove what reads it (`torch._dynamo.explain(model)(*inputs)` describes the compiled graphs)"
+                f"`{code_of(original_node)}` is TorchScript-only; `{base.value}` is compiled natively: remove what reads it"
             )
         return updated_node
 
@@ -467,7 +487,7 @@ class NeuronxTrace(Codemod):
         if source is None or not owner or not (owner == source or owner.startswith(source + ".")):
             return False
         self.todo(
-            f"`{target}` would hold `{compiled}`, natively `torch.compile({source})`: a wrapper that calls `{source}` itself, so `{source}` becomes its own submodule (`state_dict()` recurses without end) and a forward that calls `self.{target.rpartition('.')[2]}` never returns; keep the compiled module in a variable of its own and call that"
+            f"`{target}` would hold a compiled `{source}` inside itself: keep it in a variable of its own"
         )
         return True
 
@@ -495,12 +515,12 @@ class NeuronxTrace(Codemod):
             return updated_node.args[0].value
         if name in DATA_PARALLEL and updated_node.args:
             self.todo(
-                "`torch_neuronx.DataParallel` ran one model copy per NeuronCore in this process; natively run one process per core (`torchrun --nproc_per_node=<cores>`), each with its share of the batch"
+                "`torch_neuronx.DataParallel`: run one process per NeuronCore (`torchrun --nproc_per_node=<cores>`)"
             )
             return updated_node.args[0].value
         if name in DYNAMIC_BATCH and updated_node.args:
             self.todo(
-                "`dynamic_batch` split batches into traced-size pieces; natively each new batch size compiles anew, so pad or split batches to the size used at warm-up"
+                "`dynamic_batch` split batches into traced-size pieces: pad or split batches to the warm-up size, or each size compiles anew"
             )
             return updated_node.args[0].value
         if name in JIT_SAVE and len(updated_node.args) >= 2:
@@ -530,13 +550,13 @@ class NeuronxTrace(Codemod):
                 isinstance(saved, cst.Name) and saved.value in self._loop_traces
             ):
                 self.todo(
-                    f"`{code_of(saved)}` may be a model compiled natively, which is no TorchScript graph and cannot be saved as one: save the weights of the module that was compiled (`torch.save(module.state_dict(), {code_of(path)})`)"
+                    f"`{code_of(saved)}` may be compiled natively, no TorchScript: save the compiled module's `state_dict()`"
                 )
             return call
         source = self._traced.get(self._place(traced))
         if source is None or self.ctx.binding_key(source.split(".")[0]) is None:
             self.todo(
-                f"`{traced}` is compiled natively, not a TorchScript graph that can be saved: save the weights of the module that was compiled (`torch.save(module.state_dict(), {code_of(path)})`)"
+                f"`{traced}` is compiled natively, no TorchScript: save the compiled module's weights (`torch.save(module.state_dict(), {code_of(path)})`)"
             )
             return call
         self._saved[code_of(path)] = (source, self._place(source))
@@ -547,7 +567,7 @@ class NeuronxTrace(Codemod):
         if not self._loaded_here(path):
             # Whoever reads the file elsewhere reads a TorchScript module no more.
             self.todo(
-                f"`{_short(path)}` now holds `{source}`'s weights, not TorchScript: its loader must build the model and `load_state_dict(torch.load(...))`"
+                f"`{_short(path)}` now holds weights, not TorchScript: its loader builds the model, then `load_state_dict(torch.load(...))`"
             )
         return cst.parse_expression(
             f"{self.ctx.torch()}.save({source}.state_dict(), {code_of(path)})"
@@ -655,8 +675,7 @@ class NeuronxTrace(Codemod):
         moved = f"{source}.to({self._device()}){frozen}" + (".forward" if owner else "")
         if not frozen:
             self.todo(
-                "the traced graph tracked no gradients, the compiled model does: call it under "
-                "`torch.inference_mode()` where it only predicts (not where this file trains it)"
+                "the compiled model tracks gradients: call it under `torch.inference_mode()` where it only predicts"
             )
         compiled = cst.parse_expression(self._compile(moved))
         if isinstance(compiled, cst.Call) and len(code_of(compiled)) > 88:
@@ -670,14 +689,13 @@ class NeuronxTrace(Codemod):
         )
         if _HOST_ONLY.search(self.ctx.source):
             self.todo(
-                "the compiled model returns tensors on its device, where the traced model returned host "
-                "tensors: move its outputs to the host (`.cpu()`) before NumPy reads them (`.numpy()`, `np.`)"
+                "the compiled model returns device tensors, not host ones: call `.cpu()` on its outputs before NumPy reads them"
             )
         if target is None and original is self._discarded:
             return self._compile_now(compiled, example.value)
         if target is None:
             self.todo(
-                "warm the compiled model up once on the example inputs: the first call compiles for their shapes, as `torch_neuronx.trace` did"
+                "warm the compiled model up once on the example inputs so their shapes compile, as `torch_neuronx.trace` did"
             )
             return compiled
         # `m = trace(m, ...)`: `m` is the compiled wrapper from here on; the module it compiled
@@ -697,7 +715,7 @@ class NeuronxTrace(Codemod):
         kind = _example_kind_of(example, self._tree)
         if kind == "":
             self.todo(
-                f"the traced model is dropped here: `torch_neuronx.trace` compiled on the spot, `torch.compile` only on the first call, so this line now compiles nothing (a timer around it measures nothing): call the compiled model on `{code_of(example)}` here"
+                f"this line now compiles nothing (`torch.compile` waits for the first call): call the compiled model on `{code_of(example)}` here"
             )
             return compiled
         self.changed("a dropped `torch_neuronx.trace(...)` -> a compiled call on the example, which compiles")
@@ -734,7 +752,7 @@ class NeuronxTrace(Codemod):
         kind = _example_kind_of(example, self._tree)
         if kind == "":
             self.todo(
-                f"warm `{compiled}` up once on `{text}`, as `torch_neuronx.trace` compiled for its shapes: `{compiled}(*{text})` if it is a tuple of tensors, `{compiled}({text})` if it is one tensor"
+                f"warm `{compiled}` up once on `{text}` (`{compiled}(*{text})` if it is a tuple) so its shapes compile"
             )
             return
         # The inputs move to the model's device: only Neuron copies host tensors into a graph.
@@ -766,7 +784,7 @@ class NeuronxTrace(Codemod):
         )
         if flags is None:
             self.todo(
-                f"`compiler_args={code_of(options.value)}` were neuronx-cc flags: a `--auto-cast` in them becomes an explicit dtype (`model.to(torch.bfloat16)`) or `torch.autocast`"
+                "`compiler_args=` were neuronx-cc flags: turn any `--auto-cast` into a dtype (`model.to(torch.bfloat16)`) or `torch.autocast`"
             )
             return
         values = flag_values([str(f) for f in flags])
@@ -780,7 +798,7 @@ class NeuronxTrace(Codemod):
                 "fp8_e4m3": "float8_e4m3fn",
             }.get(str(cast_type), str(cast_type))
             self.todo(
-                f"neuronx-cc `--auto-cast {cast}` computed in {cast_type}: cast explicitly (`model.to(torch.{dtype})` and the inputs) or wrap calls in `torch.autocast(device_type=..., dtype=torch.{dtype})`"
+                f"neuronx-cc `--auto-cast {cast}` computed in {cast_type}: cast explicitly (`model.to(torch.{dtype})`) or use `torch.autocast`"
             )
         self.changed(f"dropped `compiler_args={code_of(options.value)}` (neuronx-cc flags)")
 
@@ -788,4 +806,4 @@ class NeuronxTrace(Codemod):
 def _short(node: cst.BaseExpression) -> str:
     """`node` as code, where it is short enough to quote in a TODO line."""
     code = code_of(node)
-    return code if len(code) <= 40 and "\n" not in code else "the file"
+    return code if len(code) <= 32 and "\n" not in code else "the file"

@@ -35,7 +35,7 @@ LOAD_DEFAULTS = {"load_xser": "False", "sharded": "True"}
 # Receivers whose state holds no parameters: learning-rate schedulers.
 SCHEDULER_MODULES = ("torch.optim.lr_scheduler.", "transformers.")
 
-DTENSOR_STATE = "natively the state dict would hold DTensors, not NxD's per-rank shards"
+DTENSOR_STATE = "it would hold DTensors"
 
 
 def _options_blocker(call: ast.Call, short: str, parameters: tuple[str, ...], defaults: dict[str, str]) -> str | None:

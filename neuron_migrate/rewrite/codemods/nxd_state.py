@@ -40,7 +40,4 @@ AS_LIST = {
 }
 
 # Where the mesh comes from: the advice of every TODO about NxD's groups.
-MESH_BUILT = (
-    'build `mesh = init_device_mesh(device_type, (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))` '
-    "where `initialize_model_parallel` ran (its rows, runs of consecutive ranks, are the tensor-parallel groups)"
-)
+MESH_BUILT = "`mesh` from `init_device_mesh`"

@@ -183,8 +183,8 @@ REWRITTEN = (*CLIP[2:],)  # names outside NxD this codemod rewrites in a migrate
 
 # What makes DTensor parameters behave differently from NxD's local shards in the rest of a file.
 NOT_WITH_DTENSORS_CALLS = {
-    "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` without the data-parallel `groups=` all-reduces every gradient over all processes, tensor-parallel shards included",
-    "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` without the data-parallel `groups=` all-reduces gradients over all processes, tensor-parallel shards included",
+    "torch_xla.core.xla_model.optimizer_step": "`xm.optimizer_step` without data-parallel `groups=` all-reduces tensor-parallel shards too",
+    "torch_xla.core.xla_model.reduce_gradients": "`xm.reduce_gradients` without data-parallel `groups=` all-reduces tensor-parallel shards too",
     "torch.nn.parallel.DistributedDataParallel": "DDP over tensor-parallel DTensor parameters needs a data-parallel mesh dimension",
     "torch.distributed.fsdp.fully_shard": "FSDP2 with tensor parallelism needs the 2-D mesh wired by hand",
     "torch.nn.utils.clip_grad_value_": "`clip_grad_value_` cannot mix DTensor and plain parameters",
@@ -245,19 +245,13 @@ def _blocker(
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
             return f"`from {node.module} import *` hides which NxD names the file uses"
         if _reads_gradient(node, parents.get(id(node))):
-            return (
-                "a gradient is read (`.grad`): a sharded parameter's gradient is a DTensor natively, whose arithmetic "
-                "runs collectives that every rank must join (NxD's was this rank's slice, a plain tensor)"
-            )
+            return "a gradient is read (`.grad`), a DTensor natively"
         if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
             reason = found.state_dicts.blocker(node, parents.get(id(node)))
             if reason is not None:
                 return reason
         if _marks_sequence_parallel(node):
-            return (
-                f"a parameter is marked `{SEQUENCE_MARK}` by hand for NxD's gradient all-reduce; natively only "
-                "the norms and layers sharded with `SequenceParallel`/`RowwiseParallel` reduce their gradients"
-            )
+            return f"a parameter is marked `{SEQUENCE_MARK}` by hand for NxD's gradient all-reduce"
         if not isinstance(node, ast.Name | ast.Attribute):
             continue
         dotted = ast_dotted_name(node)
@@ -288,10 +282,7 @@ def _blocker(
     if program is not None and not program.builds_mesh:
         pass  # the program's own script builds the mesh
     elif builds != 1 or not surely:
-        return (
-            "the file does not call `initialize_model_parallel` or `neuronx_distributed_config` once on every run: "
-            "the mesh that replaces NxD's process groups would be built elsewhere"
-        )
+        return "`initialize_model_parallel` or `neuronx_distributed_config` is not called once on every run"
     reason = uses_blocker(tree, source, trainer)
     if reason is not None:
         return reason
@@ -299,10 +290,7 @@ def _blocker(
         return "`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks"
     found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
     if found.sequence_norms and not found.reduces_sequence_gradients:
-        return (
-            "sequence-parallel norms or biases are never all-reduced (`allreduce_sequence_parallel_gradients`), "
-            "so their copies drift apart on each rank; natively DTensor reduces them in backward"
-        )
+        return "sequence-parallel norms or biases are never all-reduced"
     return _unseen_module_blocker(tree, path) or (_sibling_blocker(tree, path) if program is None else None)
 
 
@@ -396,7 +384,7 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         if len(call.args) < 2 and not {"vocab_parallel_logits", "target"} <= {k.arg for k in call.keywords}:
             return f"`{short}` is called without logits and targets"
         if smoothing is not None and ast.unparse(smoothing) not in ("0", "0.0"):
-            return f"`{short}(label_smoothing=...)`: NxD's backward does not match its forward with smoothing"
+            return f"`{short}(label_smoothing=...)` is inconsistent in NxD"
         return None
     if qualified in MAPPING_NAMES:
         return _mapping_blocker(short, MAPPINGS[MAPPING_NAMES[qualified]], call, found)
@@ -521,10 +509,7 @@ def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
                 or _installed(top)
             ):
                 continue
-            return (
-                f"`{module}` is neither next to this file nor installed here: if it uses neuronx-distributed, "
-                "it needs the NxD state that migrating this file alone would remove: migrate the two together"
-            )
+            return f"`{module}` is not next to this file nor installed: if it uses NxD, migrate both"
     return None
 
 
@@ -651,6 +636,16 @@ class NxdTensorParallel(Codemod):
     and the model code reads; if any of them is left, all are, and a file migrated without the
     others it shares NxD's state with is left too, as is one importing a module that is neither
     next to it nor installed (a folder put on `sys.path`), which may read that state unseen.
+    A file's NxD code moves as a whole. The mesh replaces NxD's process groups only where
+    `initialize_model_parallel` or `neuronx_distributed_config` runs once on every run.
+    Sequence-parallel norms and biases NxD never all-reduced
+    (`allreduce_sequence_parallel_gradients`) drifted apart on each rank, while DTensor reduces
+    them in backward; a parameter marked `sequence_parallel_enabled` by hand has no native
+    counterpart, where only the layers sharded with `SequenceParallel`/`RowwiseParallel` reduce
+    their gradients. `xm.optimizer_step` or `xm.reduce_gradients` without the data-parallel
+    `groups=` all-reduced every gradient over all processes, tensor-parallel shards included.
+    NxD's ZeRO-1 kept float32 master weights of low-precision parameters, which FSDP2 would step
+    in low precision.
     What is left gets NM024's TODOs, and the report says why. A migrated
     program gives the losses and gradients of its one-process run under `torchrun`, clipped
     gradients, sequence parallelism, every region mapping and the loss of ignored targets
@@ -742,8 +737,8 @@ class NxdTensorParallel(Codemod):
     def _left_to_a_person(self) -> None:
         """The TODO on the statement that sets NxD's groups up: why the file stays as it is."""
         if self._blocked is not ALREADY_LEFT:
-            whole = "a file's NxD code moves" if self.ctx.mesh_program is None else "the files of one NxD program move"
-            self.todo(f"not migrated to a `DeviceMesh` because {self._blocked}; {whole} as a whole")
+            whole = "file" if self.ctx.mesh_program is None else "program"
+            self.todo(f"this {whole}'s NxD stays: {self._blocked}")
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
         call = updated_node.value

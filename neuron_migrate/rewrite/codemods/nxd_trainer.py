@@ -147,7 +147,7 @@ def _config_blocker(call: ast.Call, statement: ast.AST | None, plan: TrainerPlan
         elif option in CONFIG_IGNORED:
             continue
         elif CONFIG_DEFAULTS.get(option) != value:
-            return f"`neuronx_distributed_config({option}={value})` has no native counterpart here"
+            return f"`neuronx_distributed_config({option}={value})` has no native counterpart"
         if not _plain(keyword.value):
             return f"`neuronx_distributed_config({option}=...)` is computed where it is passed"
     return None
@@ -199,8 +199,7 @@ def uses_blocker(tree: ast.AST, source: str, plan: TrainerPlan) -> str | None:
             return f"`{short}` is given `{first}`, not the file's configuration"
     if plan.zero1 != "False" and any(word in source for word in ("bfloat16", "float16", ".half(", "XLA_USE_BF16", "XLA_DOWNCAST_BF16")):
         return (
-            "ZeRO-1 kept float32 master weights of low-precision parameters; sharded natively with FSDP2, "
-            "they would be stepped in low precision"
+            "ZeRO-1 kept float32 master weights of low-precision parameters, which FSDP2 would step in low precision"
         )
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):

@@ -16,9 +16,7 @@ from neuron_migrate.rewrite.codemods.base import (
 )
 
 PROBE_TODO = (
-    "{strings} {names} {packages}, which a native install does not have: code that looks "
-    "{them} up (`find_spec`, `import_module`, a version check, `sys.modules`) now takes its not-installed "
-    "path; ask `torch.accelerator.is_available()` or the device type instead"
+    "{strings} {names} {packages}, absent natively: test `torch.accelerator.is_available()` instead of {them}"
 )
 
 

@@ -216,9 +216,8 @@ class PrecisionPolicy:
         name = self.codemod.qualify(original.func)
         if name in DEVICE_LOADERS:
             self.codemod.todo(
-                f"`{self.variable}=1` stored the float tensors of these batches as {self.dtype} on the "
-                f"device, and the loader that replaces this moves them unchanged: cast the float ones "
-                f"(`.to(torch.{self.dtype})`) where they are used, leave integer ones (ids, labels) alone"
+                f"`{self.variable}=1` made batches' float tensors {self.dtype}, this loader does not: "
+                f"cast them with `.to(torch.{self.dtype})`"
             )
             return call
         if name in DEVICE_FACTORIES or name in VALUE_FACTORIES:
@@ -259,9 +258,8 @@ class PrecisionPolicy:
             return call
         if kind is None:
             self.codemod.todo(
-                f"`{self.variable}=1` stored `{receiver}` as {self.dtype} on the device if it holds "
-                f"floats: if so, move it with `.to({code_of(device)}, torch.{self.dtype})`; integer "
-                "tensors (token ids, labels) stay as they are"
+                f"`{self.variable}=1` stored `{receiver}` as {self.dtype} if it holds floats: if so, "
+                f"move it with `.to({code_of(device)}, torch.{self.dtype})`"
             )
             return call
         cast = expr(self.cast())
@@ -299,9 +297,8 @@ class PrecisionPolicy:
                 return call
             if kind is None:
                 self.codemod.todo(
-                    f"`{self.variable}=1` stored this tensor as {self.dtype} on the device if "
-                    f"{VALUE_WORDS.get(name, 'its data are floats')}: if so, pass "
-                    f"`dtype=torch.{self.dtype}`; integer tensors stay as they are"
+                    f"`{self.variable}=1` stored this tensor as {self.dtype} if "
+                    f"{VALUE_WORDS.get(name, 'its data are floats')}: if so, pass `dtype=torch.{self.dtype}`"
                 )
                 return call
         self._explain_here()
@@ -320,9 +317,8 @@ class PrecisionPolicy:
             return call
         if qualified not in FLOAT32:
             self.codemod.todo(
-                f"`{self.variable}=1` stored float tensors in a narrower type on the device "
-                f"(float32 as {self.dtype}): if `{code_of(dtype)}` is a float dtype, this tensor had "
-                "that narrower type there; pass it here where the numbers depend on it"
+                f"`{self.variable}=1` stored float32 as {self.dtype}: if `{code_of(dtype)}` is a float dtype, "
+                "pass the narrower one here"
             )
             return call
         self._explain_here()
@@ -349,14 +345,14 @@ class PrecisionPolicy:
                 and string_value(given.value) != dtype
             ):
                 self._todo(
-                    f"it asks for `{code_of(given.value)}` here, while `{self.variable}=1` ran it in {dtype}: pass `dtype=torch.{dtype}` to keep that"
+                    f"it asks for `{code_of(given.value)}` here: pass `dtype=torch.{dtype}` to keep {dtype}"
                 )
             return call
         qualified = self.codemod.qualify(func.value) or ""
         transformers = qualified.startswith("transformers.") and TRANSFORMERS_MODEL.match(owner)
         if not transformers or not self.unconditional or any(a.star for a in call.args):
             self._todo(
-                f"pass the dtype explicitly (`dtype=torch.{dtype}` where the policy applies, `torch_dtype=` for diffusers) or cast the model with `.to(torch.{dtype})`"
+                f"pass `dtype=torch.{dtype}` (`torch_dtype=` in diffusers)"
             )
             return call
         torch = self.codemod.ctx.torch()
@@ -368,10 +364,7 @@ class PrecisionPolicy:
         )
 
     def _todo(self, advice: str) -> None:
-        self.codemod.todo(
-            f"`{self.variable}=1` made this model {self.dtype} on the device, but a loaded model keeps "
-            f"the dtype of its checkpoint or config: {advice}"
-        )
+        self.codemod.todo(f"`{self.variable}=1` made this model {self.dtype}: {advice}")
 
     # -- functions that set the flag ----------------------------------------------------------------
     def leave_function(self, name: str, node: cst.FunctionDef) -> cst.FunctionDef:

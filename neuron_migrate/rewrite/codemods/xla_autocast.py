@@ -132,8 +132,8 @@ class XlaAutocast(Codemod):
             return [a.with_changes(value=bf16) if a is dtype else a for a in args]
         if only_bf16 and self.qualify(dtype.value) != "torch.bfloat16":
             self.todo(
-                f"on Trainium torch_xla's autocast turned itself off for `{code_of(dtype.value)}` (only "
-                "bfloat16 was supported); this now autocasts to it: check the numerics, or use `torch.bfloat16`"
+                f"this now autocasts to `{code_of(dtype.value)}`, which torch_xla skipped on Trainium: "
+                "check the numerics, or use `torch.bfloat16`"
             )
         return args
 

@@ -173,6 +173,11 @@ class XlaCollectives(Codemod):
     in place: it becomes a loop over `tensors`, with a TODO to confirm it is a list. In a file
     that creates no process group, collectives run only once one exists (torch_xla skipped them
     in a single process) and a TODO says where ranks fall back to a single process.
+    `xm.all_gather` concatenated along `dim` within each replica group, and `xm.reduce_scatter`
+    reduced over its replica groups, scaled by `scale` and kept this rank's slice along
+    `scatter_dim`; the `*_tensor` forms of `torch.distributed` split along dim 0 only. Under
+    SPMD one process drove every device, where natively each process has one. On the CPU
+    fallback the device has no generator of its own, so a device seed seeds nothing there.
     `torch.save` is given the CPU copy `xm.save` wrote (`to_cpu`, a function added to the file).
     """
 
@@ -185,24 +190,23 @@ class XlaCollectives(Codemod):
         *(f"{XM}.{op}" for op in REDUCE_OPS),
     )
     manual: ClassVar[dict[str, str]] = {
-        f"{XM}.all_gather": "returns the concatenation over processes along `dim` (0 by default), within each of its replica `groups` if given; use `parts = [torch.empty_like(x) for _ in range(group_size)]`, `dist.all_gather(parts, x, group=group)` and `torch.cat(parts, dim=dim)` (`dist.all_gather_into_tensor` concatenates along dim 0 only), with `group` the process group of this rank's replica group",
+        f"{XM}.all_gather": "`{name}`: use `dist.all_gather(parts, x, group=group)`, then `torch.cat(parts, dim=dim)`",
         f"{XM}.all_gather_bucketized": "use `dist.all_gather_into_tensor` per tensor",
-        f"{XM}.reduce_scatter": "reduces over the processes of its replica `groups` (all if none), multiplies by `scale` and keeps this rank's slice along `scatter_dim` (`shard_count` slices): use `dist.reduce_scatter(out, list(x.chunk(shard_count, dim=scatter_dim)), op=..., group=group)` and `out.mul_(scale)` (`dist.reduce_scatter_tensor` splits along dim 0 only)",
+        f"{XM}.reduce_scatter": "use `dist.reduce_scatter(out, list(x.chunk(n, dim=scatter_dim)), group=group)`, then `out.mul_(scale)`",
         f"{XM}.reduce_scatter_bucketized": "use `dist.reduce_scatter_tensor` per tensor",
         f"{XM}.all_to_all": "use `dist.all_to_all_single(out, x)`",
         f"{XM}.collective_permute": "use `dist.send`/`dist.recv` (or `dist.batch_isend_irecv`)",
         f"{XM}.collective_broadcast": "use `dist.broadcast(t, src=0)` for each tensor",
         f"{XM}.send": "use `dist.send(tensor, dst)`",
         f"{XM}.recv": "use `dist.recv(tensor, src)`",
-        f"{XM}.all_reduce": "`{name}` returns a new tensor (a list is reduced in place); use `dist.all_reduce(t, op=...)` on a clone, with `group=dist.new_group(ranks)` for replica `groups=`",
-        f"{XM}.rendezvous": "`{name}(tag, payload)` returned every process's payload; use `replies = [None] * dist.get_world_size()` and `dist.all_gather_object(replies, payload)`",
+        f"{XM}.all_reduce": "`{name}` returns a new tensor: use `dist.all_reduce(t, op=...)` on a clone (`group=dist.new_group(ranks)` for `groups=`)",
+        f"{XM}.rendezvous": "`{name}(tag, payload)`: use `replies = [None] * dist.get_world_size()`, `dist.all_gather_object(replies, payload)`",
         f"{XM}.do_on_ordinals": "run the function under `if dist.get_rank() in ordinals:` followed by `dist.barrier()`",
         f"{XM}.is_master_ordinal": "use `int(os.environ.get(\"LOCAL_RANK\", 0)) == 0` (local) or `dist.get_rank() == 0` (global)",
         f"{XM}.master_print": "use `print(...)` under `if dist.get_rank() == 0:`",
         f"{XM}.save": "use `torch.save` under `if int(os.environ.get(\"LOCAL_RANK\", 0)) == 0:`",
         **{
-            seeding: "`{name}` seeded the device's generator only, not the host's: use "
-            "`torch.get_device_module(device).manual_seed(seed)` (`torch.neuron.manual_seed(seed)` on Trainium)"
+            seeding: "`{name}` seeded only the device's generator: use `torch.get_device_module(device).manual_seed(seed)`"
             for seeding in MANUAL_SEED
         },
         "torch_xla.distributed.xla_multiprocessing.create_optimized_replica_groups": "replica groups become `dist.new_group(ranks)`",
@@ -279,9 +283,7 @@ class XlaCollectives(Codemod):
             return expr(self.ctx.env_world_size_expr())
         if name in (*WORLD_SIZE, *LOCAL_WORLD_SIZE) and self.ctx.facts.uses(*SPMD):
             self.todo(
-                f"`{old}()` counts devices, and under SPMD one process drives them all: there is no native "
-                "single-process SPMD; shard with DTensor under torchrun, one device per process, and size "
-                "per-process values (batch sizes) by the local device",
+                f"`{old}()` counted all devices of one SPMD process: natively one per process; size batches by the local device",
                 explains=(old,),
             )
             return updated_node
@@ -301,9 +303,7 @@ class XlaCollectives(Codemod):
             return self.ctx.group(expr(self._rank(early)))
         if name in (*LOCAL_RANK, *RANK, *IS_MASTER) and id(original_node) in self._own_environment:
             self.todo(
-                f"`{old}()` is the ordinal torch_xla's runtime gave this process, while this function writes the "
-                "launcher's rank variables (`LOCAL_RANK`, `RANK`) itself, so they are not set yet where it is read: "
-                "pass the function its worker's index from what starts it (a spawn argument), as torch_xla's runtime knew it",
+                f"`{old}()` is read before `LOCAL_RANK`/`RANK` are set here: pass the worker's index in (a spawn argument)",
                 explains=(old,),
             )
             return updated_node
@@ -478,9 +478,7 @@ class XlaCollectives(Codemod):
             test = f"{torch}.accelerator.is_available()"
             module = f"{torch}.get_device_module({torch}.accelerator.current_accelerator())"
         self.todo(
-            "on the CPU fallback the device has no generator of its own (it draws from the host's, which "
-            f"`{old}` left alone), so nothing is seeded there: give the random ops a `torch.Generator` of "
-            "their own if a CPU run must reproduce per-device seeding"
+            f"`{old}` seeds nothing on the CPU fallback: give random ops a `torch.Generator` if CPU runs must reproduce"
         )
         self.changed(f"`{old}(seed)` -> the accelerator's `manual_seed(seed)` (its generator only)")
         return self._guarded(line, test, f"{module}.manual_seed({value})")
@@ -607,7 +605,7 @@ class XlaCollectives(Codemod):
         name = code_of(tensors)
         self.todo(
             f"`xm.all_reduce` reduced the tensors of `{name}` in place; "
-            "if it is one tensor, the old call did nothing (its result was dropped): delete this"
+            "if it is one tensor, the old call did nothing: delete this"
         )
         return [], [self.ctx.unused_name("tensor")], name
 

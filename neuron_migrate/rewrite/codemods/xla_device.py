@@ -66,7 +66,9 @@ class XlaDevice(Codemod):
     An `"xla"` that is a mode name (`if args.device == "xla":`, `choices=["cpu", "xla"]`, a
     `device_type = "xla"` that only selects code paths) is left as it is, with a TODO, as is a
     test of a device's text (`str(device).startswith("xla")`, `"xla" in str(device)`), which no
-    native device passes.
+    native device passes. A variable set to `"xla"` that is compared as a string, or never
+    reaches `torch.device`, `.to` or `device=`, is left as well: where it selects Trainium, use
+    `"neuron"` (or `torch.accelerator.current_accelerator()`) and migrate the code it switches on.
 
     ## Why
     TorchNeuron registers Trainium as the PyTorch device `neuron`; there is no `xla` device.
@@ -108,7 +110,7 @@ class XlaDevice(Codemod):
     markers = ("'xla", '"xla')
     needs_old_stack_import = False  # "xla" device strings only mean torch_xla
     manual: ClassVar[dict[str, str]] = {
-        "torch_xla.core.xla_model.get_xla_supported_devices": "lists XLA device strings; use `range(torch.accelerator.device_count())` or one device per process under torchrun",
+        "torch_xla.core.xla_model.get_xla_supported_devices": "lists XLA device strings; use `range(torch.accelerator.device_count())`",
         "torch_xla.core.xla_model.xla_real_devices": "maps XLA devices to runtime devices; there is no native equivalent",
         "torch_xla.devices": "lists XLA devices; use one device per process under torchrun",
         "torch_xla.real_devices": "maps XLA devices to runtime devices; there is no native equivalent",
@@ -172,7 +174,7 @@ class XlaDevice(Codemod):
             if value is not None and (value == "tpu" or is_xla_string(value) or value.startswith("xla")):
                 self.todo(
                     f'Lightning\'s `{keyword}="{value}"` runs on torch_xla: use `accelerator="auto"` and a '
-                    'native strategy (`"ddp"`, `"fsdp"`), launched with torchrun'
+                    'native strategy (`"ddp"`, `"fsdp"`) under torchrun'
                 )
                 return
 

@@ -41,24 +41,15 @@ SWITCH_IN_COMMAND = re.compile(
 # A command that starts a Python process, which a precision switch in its environment reached.
 STARTS_PYTHON = re.compile(r"(?<![\w.-])(?:python3?|torchrun|accelerate|deepspeed)(?![\w.-])|\w\.py\b")
 
-REMOTE_TODO = (
-    "this environment configures a remote job, not this program: its XLA variables are left for "
-    "that job; migrate the job's own script (its `entry_point`){precision} and drop them once it runs natively"
-)
-REMOTE_PRECISION = (
-    ", where `{variable}=1` becomes explicit casts where data moves to the device (`model.to(device, "
-    "torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`),"
-)
+REMOTE_TODO = "XLA variables kept for the remote job: migrate its `entry_point`{precision}, then drop them"
+REMOTE_PRECISION = " (`{variable}=1`: cast to {dtype})"
 CHILDREN_ONLY_TODO = (
-    "`{variable}` reached only the processes this program starts (it runs no PyTorch/XLA itself); natively "
-    "it does nothing: cast in their scripts, where data moves to the device (`model.to(device, "
-    "torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded with `from_pretrained`)"
+    "`{variable}` only reached child processes, natively a no-op: cast to torch.{dtype} in their scripts where data moves to the device"
 )
 # A module of a program that switches the whole process to bf16 but moves nothing to the device
 # itself: no cast here can carry the policy, and a flag nothing reads would drop it silently.
 ELSEWHERE_TODO = (
-    "`{variable}=1` put the whole process in {dtype} on the device; this file moves no data there: "
-    "cast where the program does (`.to(device, torch.{dtype})`)"
+    "`{variable}=1` put the process in {dtype}; this file moves no data: cast where the program does (`.to(device, torch.{dtype})`)"
 )
 # What the policy acts on in a file: a move to the device, a device argument, a loaded model.
 _MOVES = (".to(", "device=", ".cuda(", "xla_device", "from_pretrained", "DeviceLoader", "ParallelLoader")
@@ -74,15 +65,10 @@ def _read_in(source: str, variable: str) -> bool:
 # neuronx-distributed reads the switches itself (its fp32-master optimizers, layer norms and
 # trainer choose their dtypes by them), so they stay while its code does.
 NXD_PRECISION_TODO = (
-    "`{variable}` is read by neuronx-distributed too (its optimizers, norms and trainer choose their dtypes by it): "
-    "keep it while this file uses NxD; once that code is native, delete it and build the model in float32, "
-    "then `model.to(device, torch.{dtype})` and cast float inputs where they move"
+    "`{variable}` is read by NxD too: keep it while this file uses NxD, then drop it and cast to torch.{dtype}"
 )
 CHILD_PRECISION_TODO = (
-    "`{variable}` set the precision of the process started here ({dtype} on the device); natively it "
-    "does nothing: cast in the script that process runs, where data moves to the device "
-    "(`model.to(device, torch.{dtype})`, float inputs, and `dtype=torch.{dtype}` for models loaded "
-    "with `from_pretrained`)"
+    "`{variable}` set this child process's precision, natively a no-op: cast to torch.{dtype} in its script"
 )
 
 
@@ -144,6 +130,9 @@ class XlaEnv(Codemod):
     the switch for its process but moves nothing to the device itself (a helper that other files
     call) gets a TODO: the casts belong where the program moves data. The `environment=`
     of a remote job (a SageMaker estimator) configures that job and is left as it is, with a TODO.
+    neuronx-distributed reads the switches itself (its optimizers, norms and trainer choose their
+    dtypes by them): a file that uses NxD keeps them until that code is native, then builds the
+    model in float32 and casts it and its float inputs where they move.
     `XLA_FLAGS` is left alone in files that do not use PyTorch/XLA (JAX and TensorFlow read it
     too). `NEURON_*` runtime variables are kept. Compare runs with `neuron-migrate validate`, which
     judges bf16 runs against their noise floor.
@@ -212,7 +201,7 @@ class XlaEnv(Codemod):
         dtype = PRECISION[variable]
         if value is None or value not in TRUE_VALUES:
             if value is None:
-                self.todo(f"{variable} was set from a non-literal value; choose the dtype explicitly (`model.to(device, torch.{dtype})` and float inputs, or `torch.autocast`)")
+                self.todo(f"`{variable}` is set from a non-literal value: cast explicitly (`model.to(device, torch.{dtype})`, float inputs) or use `torch.autocast`")
             return
         if not self._reads_switches():
             if not self.launches:  # else each launch that inherits it says so

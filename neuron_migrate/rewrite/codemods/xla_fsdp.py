@@ -159,7 +159,13 @@ class XlaFsdp(Codemod):
     lower precision (`torch.bfloat16`, `.half()`, a `dtype=` load, a bf16 switch, a dtype named
     by a string) keeps the torch_xla call with a TODO, and the added class refuses parameters that
     are not float32. So does a file that does not create the process group for every run: native
-    ZeRO needs one, where torch_xla's also ran in a single process without.
+    ZeRO needs one, where torch_xla's also ran in a single process without. By hand,
+    `compute_dtype` and `fp32_reduce_scatter` become
+    `mp_policy=MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` (buffers are no longer
+    cast) and sharding groups `mesh=`; a full checkpoint is `get_model_state_dict(model,
+    options=StateDictOptions(full_state_dict=True, cpu_offload=True))` on rank 0; a
+    `fully_shard` module has no `clip_grad_norm_`, while
+    `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` sees the whole sharded norm.
     """
 
     code = "NM014"
@@ -167,16 +173,16 @@ class XlaFsdp(Codemod):
     summary = "torch_xla FSDP -> FSDP2 `fully_shard`; torch_xla ZeRO-1 -> native `ZeroRedundancyOptimizer`"
     triggers = (FSDP_PACKAGE, ZERO_MODULE)
     manual: ClassVar[dict[str, str]] = {
-        FSDP_PACKAGE: "`{name}` is torch_xla FSDP: shard natively with FSDP2 `torch.distributed.fsdp.fully_shard(submodule)` on each block, then on the root module",
-        FSDP_CLASSES[0]: "use `torch.distributed.fsdp.fully_shard(module, reshard_after_forward=...)`, which shards in place and returns `module`; `compute_dtype`/`fp32_reduce_scatter` -> `mp_policy=MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` (buffers are no longer cast), sharding groups -> `mesh=`, auto-wrap -> call `fully_shard` on each matching submodule first",
-        FSDP_CLASSES[1]: "use `torch.distributed.fsdp.fully_shard(module, reshard_after_forward=...)`, which shards in place and returns `module`",
-        f"{FSDP_PACKAGE}.checkpoint_module": "use `checkpoint_wrapper(module)` from `torch.distributed.algorithms._checkpoint.checkpoint_wrapper` before `fully_shard`",
-        f"{FSDP_PACKAGE}.consolidate_sharded_model_checkpoints": "sharded FSDP2 checkpoints are saved with `torch.distributed.checkpoint.save({'model': get_model_state_dict(model)}, checkpoint_id=dir)`; a full one with `get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))` on rank 0 (`torch.distributed.checkpoint.state_dict`)",
-        f"{FSDP_PACKAGE}.transformer_auto_wrap_policy": "FSDP2 has no wrap policies: call `fully_shard(m)` on each submodule of the listed classes (`for m in model.modules(): if isinstance(m, tuple(classes)): fully_shard(m)`), then `fully_shard(model)`",
-        f"{FSDP_PACKAGE}.size_based_auto_wrap_policy": "FSDP2 has no wrap policies: call `fully_shard(m)` on the submodules to shard on their own (the policy picked those holding at least `min_num_params` parameters not yet wrapped), then on the root",
-        f"{FSDP_PACKAGE}.wrap": "auto-wrap policies have no FSDP2 counterpart: call `fully_shard` on each submodule the policy selected (e.g. `for m in model.modules(): if isinstance(m, Block): fully_shard(m)`), then on the root",
-        f"{FSDP_PACKAGE}.utils.consolidate_sharded_model_checkpoints": "save FSDP2 checkpoints with `torch.distributed.checkpoint`, or a full state dict with `get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))`",
-        ZERO: "use `torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=..., **defaults)` and average the gradients before `step()` (or wrap the model in DDP); torch_xla's `step()` also clipped the gradient norm to `max_norm` (1.0) unless `grad_clipping=False`",
+        FSDP_PACKAGE: "`{name}` is torch_xla FSDP: use FSDP2 `fully_shard(submodule)` on each block, then on the root module",
+        FSDP_CLASSES[0]: "use `fully_shard(module, mp_policy=MixedPrecisionPolicy(...))` (`torch.distributed.fsdp`)",
+        FSDP_CLASSES[1]: "use `torch.distributed.fsdp.fully_shard(module, reshard_after_forward=...)`, which shards in place",
+        f"{FSDP_PACKAGE}.checkpoint_module": "use `checkpoint_wrapper(module)` (`torch.distributed.algorithms._checkpoint`) before `fully_shard`",
+        f"{FSDP_PACKAGE}.consolidate_sharded_model_checkpoints": "save with `dcp.save`, or a full `get_model_state_dict(model, options=...)` on rank 0",
+        f"{FSDP_PACKAGE}.transformer_auto_wrap_policy": "no FSDP2 wrap policies: `fully_shard(m)` each submodule of the listed classes, then the model",
+        f"{FSDP_PACKAGE}.size_based_auto_wrap_policy": "FSDP2 has no wrap policies: `fully_shard(m)` the large submodules (`min_num_params`), then the root",
+        f"{FSDP_PACKAGE}.wrap": "FSDP2 has no auto-wrap: call `fully_shard` on each submodule the policy selected, then on the root",
+        f"{FSDP_PACKAGE}.utils.consolidate_sharded_model_checkpoints": "save with DCP, or a full `get_model_state_dict`",
+        ZERO: "use torch's `ZeroRedundancyOptimizer`; average and clip gradients before `step()`",
         ZERO_MODULE: "`{name}` is torch_xla's ZeRO-1: use `torch.distributed.optim.ZeroRedundancyOptimizer`",
     }
 
@@ -247,18 +253,14 @@ class XlaFsdp(Codemod):
             return call
         if not self.ctx.facts.distributed:
             self.todo(
-                "native `ZeroRedundancyOptimizer` needs a process group, which this file does not create for every "
-                "run (torch_xla's ZeRO-1 also ran in a single process without one): create it with "
-                "`dist.init_process_group()` at start-up, then migrate again"
+                "`ZeroRedundancyOptimizer` needs a process group on every run: call `dist.init_process_group()` "
+                "at start-up, then migrate again"
             )
             return call
         sign = self._lower_precision()
         if sign is not None:
             self.todo(
-                f"this file may keep its parameters in lower precision ({sign}): torch_xla's ZeRO-1 then stepped "
-                "float32 copies of them (`optimizer_dtype`, fp32 master weights) and cast the result back, while "
-                "native `ZeroRedundancyOptimizer` steps the parameters themselves, losing every update below half "
-                "a bf16 step; keep the parameters in float32 (`torch.autocast` for bf16 compute), then migrate again"
+                f"parameters may be {sign}: native ZeRO steps them as they are: keep them float32, then migrate again"
             )
             return call
         kept = [
@@ -356,14 +358,12 @@ class XlaFsdp(Codemod):
     def _wrapper_method(self, method: str) -> None:
         if method == "get_shard_metadata":
             self.todo(
-                "FSDP2 has no shard metadata: save sharded checkpoints with `torch.distributed.checkpoint.save("
-                "{'model': get_model_state_dict(model)}, checkpoint_id=dir)` and load them with `dcp.load` + "
-                "`set_model_state_dict` (`torch.distributed.checkpoint.state_dict`)"
+                "FSDP2 has no shard metadata: save with `dcp.save({'model': get_model_state_dict(model)}, checkpoint_id=dir)`, "
+                "load with `dcp.load`"
             )
         elif method == "clip_grad_norm_":
             self.todo(
-                "if this is the FSDP wrapper's `clip_grad_norm_(max_norm)`, a `fully_shard` module has none: use "
-                "`torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, which sees the whole sharded norm"
+                "if this is FSDP's `clip_grad_norm_(max_norm)`: use `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`"
             )
 
     def _uses_fsdp(self) -> bool:

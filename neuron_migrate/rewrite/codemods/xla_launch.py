@@ -39,11 +39,7 @@ XLA_INIT_METHODS = ("xla://", "pjrt://")
 TORCHRUN_VARIABLES = frozenset({"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "GROUP_RANK"})
 TORCHRUN_PROBES = ("torch.distributed.is_torchelastic_launched", "torch.distributed.elastic.utils.distributed.is_torchelastic_launched")
 SPAWN_BESIDE_TORCHRUN = (
-    "`{call}` is under a test of whether torchrun started this script, so it runs where torchrun did not, to "
-    "start the workers itself: natively only torchrun starts them, and the torch_xla import this line needs fails "
-    "at start-up: remove it and its import, then launch with `torchrun --nproc_per_node=<processes>` so the "
-    "torchrun branch runs, or, for one process, create a group of one "
-    "(`dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)`) and call `{fn}(0, ...)` here"
+    "`{call}` runs only without torchrun: remove it and its import, or call `{fn}(0, ...)` in a group of one"
 )
 
 RUN_ON_EACH_PROCESS = '''\
@@ -69,26 +65,19 @@ def {name}(fn, *args):
 
 PARENT_ONLY = {
     ParentOnly.BEFORE: (
-        "this ran once, in the parent process, before the workers were started; under torchrun "
-        "every rank runs it: if it must run once, move it below `dist.init_process_group()`, under "
-        "`if dist.get_rank() == 0:`, followed by `dist.barrier()`"
+        "ran once in the parent, now on every rank: if once, run it on rank 0 after `init_process_group()`"
     ),
     ParentOnly.AFTER: (
-        "this ran once, in the parent process, after every worker had finished; under torchrun every "
-        'rank runs it: if it must run once, guard it with `if int(os.environ.get("RANK", 0)) == 0:`'
+        'ran once in the parent after the workers; now every rank runs it: if once, guard it with `if int(os.environ.get("RANK", 0)) == 0:`'
     ),
 }
-
-# The same, said once for the statements from here to the spawn (or from the spawn to here).
 PARENT_ONLY_SEVERAL = {
     ParentOnly.BEFORE: (
-        "this and the statements after it up to the spawn ran once, in the parent process, before the "
-        "workers started; under torchrun every rank runs them: what must run once goes below "
-        "`dist.init_process_group()`, under `if dist.get_rank() == 0:`, followed by `dist.barrier()`"
+        "this and what follows up to the spawn ran once in the parent, now on every rank: run once-only work on rank 0"
     ),
     ParentOnly.AFTER: (
-        "this and the statements after it ran once, in the parent process, after every worker had "
-        'finished; under torchrun every rank runs them: guard what must run once with `if int(os.environ.get("RANK", 0)) == 0:`'
+        "this and what follows ran once in the parent after the workers; now every rank runs them: guard "
+        "once-only work with a `RANK == 0` test"
     ),
 }
 
@@ -151,7 +140,13 @@ class XlaLaunch(Codemod):
     every rank; a `print` is kept to rank 0; anything else gets a TODO (if it must run once,
     run it on rank 0 once the process group exists, then `dist.barrier()`). In a notebook,
     `notebook_launcher` forks the kernel: no cell may use the accelerator before it (the
-    report says so).
+    report says so). A spawn under a test of whether torchrun started the script ran only where
+    torchrun did not, to start the workers itself: natively only torchrun starts them and the
+    torch_xla import it needs fails, so it gets a TODO: launch with torchrun
+    (`--nproc_per_node=<processes>`), or for one process create a group of one
+    (`dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)`) and call the
+    worker function with rank 0. An `init_process_group("xla", rank=..., world_size=...)` passed
+    ranks the XLA group ignored and a native group waits for.
     """
 
     code = "NM005"
@@ -160,8 +155,8 @@ class XlaLaunch(Codemod):
     triggers = (*SPAWN, *INIT_PROCESS_GROUP)
     markers = XLA_INIT_METHODS
     manual: ClassVar[dict[str, str]] = {
-        "torch_xla.distributed.xla_multiprocessing.MpModelWrapper": "shares the model across spawned processes; under torchrun each process builds its own model",
-        "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor": "serialized per-process work; use `dist.barrier()` around rank-ordered work instead",
+        "torch_xla.distributed.xla_multiprocessing.MpModelWrapper": "shared the model across spawned processes; under torchrun each builds its own",
+        "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor": "use `dist.barrier()` around rank-ordered work instead",
         "torch_xla.distributed.xla_backend": "registers the `xla` process group, which native PyTorch does not need",
     }
 
@@ -357,9 +352,8 @@ class XlaLaunch(Codemod):
         backend = arg_value(call, 0, "backend")
         if any(a is not backend or string_value(a.value) != "neuron" for a in call.args):
             self.todo(
-                f"`{code_of(call)}`: the launch now creates the process group first, as torch_xla's "
-                "launcher joined the processes for every run: pass these arguments to the "
-                "`init_process_group` of the entry point"
+                f"`{code_of(call)}`: the launch now creates the process group first: pass these arguments to "
+                "the entry point's `init_process_group`"
             )
         pin = [self._pinned_inits[id(call)]] if id(call) in self._pinned_inits else []
         self.changed("`init_process_group(...)` runs only where the launch has not created the group")
@@ -376,7 +370,7 @@ class XlaLaunch(Codemod):
         if nprocs is not None and isinstance(nprocs.value, cst.Name) and self._read_elsewhere(nprocs.value.value):
             name = nprocs.value.value
             self.todo(
-                f"`{name}` no longer sets the process count (torchrun's `--nproc_per_node` does): where it counts the workers, use `{self.ctx.dist()}.get_world_size()`"
+                f"`{name}` no longer sets the process count (`torchrun --nproc_per_node` does): to count workers use `{self.ctx.dist()}.get_world_size()`"
             )
         single = self._single_process(call)
         if single == "True":
@@ -479,9 +473,7 @@ class XlaLaunch(Codemod):
         ]
         if ranks:
             self.todo(
-                f"`init_process_group(\"xla\", {', '.join(ranks)})`: the XLA group ignored these (its ranks are XLA's "
-                "ordinals), a native group waits for them: under torchrun drop them (it sets RANK and WORLD_SIZE), "
-                "in one process pass `rank=0, world_size=1`"
+                f"`{', '.join(ranks)}`: a native group waits for these ranks: drop them under torchrun"
             )
             return updated_node
         rename = xla_backend and self.ctx.target.neuron

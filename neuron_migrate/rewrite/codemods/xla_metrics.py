@@ -57,10 +57,10 @@ class XlaMetrics(Codemod):
     summary = "XLA metrics reports and profiler servers removed; traces -> `record_function`"
     triggers = (MET, XP, "torch_xla.test.test_utils", "torch_xla._XLAC._xla_metrics_report")
     manual: ClassVar[dict[str, str]] = {
-        MET: "XLA runtime metrics are gone; count compiles with `torch._dynamo.utils.counters` or `TORCH_LOGS=recompiles`",
+        MET: "XLA metrics are gone: count compiles with `torch._dynamo.utils.counters` or `TORCH_LOGS=recompiles`",
         XP: "use `torch.profiler.profile(...)` for traces",
-        f"{MET}.executed_fallback_ops": "lists the ops torch_xla ran on the CPU; there is no native counterpart, remove the check (graph breaks show with `torch._dynamo.explain`)",
-        f"{XP}.start_server": "`{name}` served traces to TensorBoard; record them with `torch.profiler.profile(on_trace_ready=torch.profiler.tensorboard_trace_handler(log_dir))`",
+        f"{MET}.executed_fallback_ops": "lists ops torch_xla ran on the CPU: remove the check (see `torch._dynamo.explain`)",
+        f"{XP}.start_server": "`{name}`: record traces with `torch.profiler.profile(on_trace_ready=tensorboard_trace_handler(log_dir))`",
         "torch_xla._XLAC": "private torch_xla runtime call; no native equivalent",
     }
 

@@ -141,9 +141,7 @@ class XlaOptimizer(Codemod):
     triggers = (*OPTIMIZER_STEP, *REDUCE_GRADIENTS, SYNCFREE)
     manual: ClassVar[dict[str, str]] = {
         OPTIMIZER_STEP[0]: (
-            "`{name}` averaged gradients across processes just before stepping, which cannot be "
-            "placed inside a lambda, a comprehension or a loop test: make the step a statement of "
-            "its own, then migrate again"
+            "`{name}` averaged gradients: make the step a statement of its own, then migrate again"
         ),
     }
 
@@ -163,8 +161,7 @@ class XlaOptimizer(Codemod):
         kind = self._synced.averaged.get(id(call))
         if kind is None and self.ctx.facts.uses(*FSDP):
             self.todo(
-                "this file shards a model with FSDP: if this optimizer steps FSDP-sharded parameters, drop "
-                "the added average (FSDP averaged them in `backward()`, and all-reducing shards is wrong)"
+                "this file uses FSDP: if this optimizer steps FSDP-sharded parameters, drop the added gradient average"
             )
         return kind
 
@@ -178,16 +175,13 @@ class XlaOptimizer(Codemod):
         facts = self.ctx.facts
         if facts.inits_process_group_sometimes and not facts.distributed:
             self.todo(
-                "the process group is created only on some runs (its `init_process_group` is under a "
-                "condition): on the others, when several processes run, gradients are not averaged; "
-                "create it for every run"
+                "`init_process_group` runs only on some runs: create the process group on every run, or gradients are not averaged"
             )
         elif not facts.distributed and facts.uses(*MULTI_PROCESS_SIGNS):
             # Under torchrun, torch_xla joined the processes without a process group; natively
             # the average needs one, and without it silently does nothing.
             self.todo(
-                "this file runs as several processes but creates no process group: call "
-                "`dist.init_process_group()` at start-up (torchrun provides the rendezvous), or gradients are not averaged"
+                "several processes but no process group: call `dist.init_process_group()` at start-up, or gradients are not averaged"
             )
         if groups is None:
             name = self.ctx.unused_name("average_gradients")

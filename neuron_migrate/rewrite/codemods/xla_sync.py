@@ -86,10 +86,10 @@ class XlaSync(Codemod):
     summary = "`mark_step`/`sync` go, step closures become calls, `torch_xla.step()` unwraps"
     triggers = (*MARK_STEP, *WAIT_DEVICE_OPS, *STEP_CLOSURE, *STEP_CONTEXT, *EAGER_TOGGLES, *COMPILE)
     manual: ClassVar[dict[str, str]] = {
-        "torch_xla.core.xla_model.mark_step": "`{name}` is used as a value (a callback?); eager execution needs no step boundary, remove it",
-        "torch_xla.sync": "`{name}` is used as a value (a callback?); eager execution needs no step boundary, remove it",
+        "torch_xla.core.xla_model.mark_step": "`{name}` is used as a value (a callback?): eager execution needs no step boundary, remove it",
+        "torch_xla.sync": "`{name}` is used as a value (a callback?): eager execution needs no step boundary, remove it",
         "torch_xla.core.xla_model.optimization_barrier_": "no native equivalent; remove it and check the memory behaviour",
-        "torch_xla.core.xla_model.unlazy": "no native equivalent: tensors are already materialized in eager mode; remove it",
+        "torch_xla.core.xla_model.unlazy": "no native equivalent (eager tensors are already materialized); remove it",
     }
 
     fences = TimerFences()

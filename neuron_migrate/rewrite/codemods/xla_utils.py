@@ -190,10 +190,7 @@ HELPERS = {
     TO_CPU: ("to_cpu", TO_CPU_FUNCTION),
 }
 
-TRACE_ADVICE = (
-    "native code profiles in the process itself: wrap the steps in `with torch.profiler.profile("
-    "on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir)) as prof:` and call `prof.step()` each step"
-)
+TRACE_ADVICE = "profile the steps with `torch.profiler.profile(on_trace_ready=tensorboard_trace_handler(logdir))`"
 
 
 @dataclass(frozen=True)
@@ -274,7 +271,13 @@ class XlaUtils(Codemod):
     format (a file plus a `<path>.tensors` folder): the rewritten call gets a TODO, since such
     checkpoints must be converted once on the old stack. `xm.get_rng_state()` (a running XLA
     seed with no native counterpart), `xm.get_memory_info()`, `xp.trace` and `xp.trace_detached`
-    get a TODO.
+    get a TODO. Natively, save and restore `torch.get_rng_state()` and
+    `torch.get_device_module(device).get_rng_state()` (or use
+    `torch.random.fork_rng(device_type=...)`; `torch.initial_seed()` is the last seed set);
+    `get_memory_info()`'s `bytes_used`, `peak_bytes_used` and `bytes_limit` are
+    `torch.accelerator.memory_allocated(device)`, `max_memory_allocated(device)` and
+    `get_memory_info(device)` (free and total bytes). `xser.save(..., master_only=False)` saved
+    on every process, `global_master=True` on global rank 0 only.
     """
 
     code = "NM013"
@@ -282,19 +285,19 @@ class XlaUtils(Codemod):
     summary = "`RateTracker`, `SampleGenerator`, `test_utils`, checkpoint, `xser` -> native code"
     triggers = (*HELPERS, TEST_UTILS, CHECKPOINT, XSER_LOAD, START_SERVER)
     manual: ClassVar[dict[str, str]] = {
-        RATE_TRACKER: "torch_xla's throughput tracker; only calls are migrated (to a `RateTracker` class with the same methods): use that class here too",
-        SAMPLE_GENERATOR: "torch_xla's fake-data iterable; only calls are migrated (to a `SampleGenerator` class): use that class here too",
-        TO_CPU: "`{name}(data, convert=...)` copied the tensors in `data` to the CPU only when `convert` was true: call `.cpu()` on them under that condition",
-        f"{XM}.get_rng_state": "`{name}` returned the XLA device's running RNG seed, an integer that changes with every random op; native generators have no such integer: save and restore `torch.get_rng_state()` (and `torch.get_device_module(device).get_rng_state()`), or use `torch.random.fork_rng(device_type=...)`; `torch.initial_seed()` is the last seed set",
-        f"{XM}.get_memory_info": "`{name}` returned `bytes_used`, `bytes_limit` (and `peak_bytes_used`): use `torch.accelerator.memory_allocated(device)`, `torch.accelerator.max_memory_allocated(device)` and `torch.accelerator.get_memory_info(device)` (free and total bytes)",
-        TEST_UTILS: "`{name}` is a torch_xla test helper with no native counterpart: write this part of the test in plain Python",
-        WRITE_TO_SUMMARY: "`{name}` writes scalars with `summary_writer.add_scalar(name, value, global_step)`; its XLA runtime metrics are gone",
+        RATE_TRACKER: "torch_xla's throughput tracker: use the `RateTracker` class this file's calls were migrated to",
+        SAMPLE_GENERATOR: "torch_xla's fake-data iterable: use the `SampleGenerator` class this file's calls were migrated to",
+        TO_CPU: "`{name}(data, convert=...)`: call `.cpu()` on the tensors in `data` where `convert` is true",
+        f"{XM}.get_rng_state": "`{name}`: save and restore `torch.get_rng_state()` (and the device module's), or use `torch.random.fork_rng`",
+        f"{XM}.get_memory_info": "`{name}`: use `torch.accelerator.memory_allocated(device)` and `torch.accelerator.get_memory_info(device)`",
+        TEST_UTILS: "`{name}` is a torch_xla test helper with no native counterpart: write this part in plain Python",
+        WRITE_TO_SUMMARY: "`{name}`: use `summary_writer.add_scalar(name, value, global_step)`; XLA runtime metrics are gone",
         CLOSE_SUMMARY_WRITER: "use `writer.close()` under `if writer is not None:`",
-        CHECKPOINT: "`{name}` is torch_xla's reentrant checkpoint: use `functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=True)`, bound before the file replaces `torch.utils.checkpoint.checkpoint` (a replacement that calls it would call itself)",
-        f"{XSER}.save": 'use `torch.save(obj, path)` under `if int(os.environ.get("LOCAL_RANK", 0)) == 0:` (every process when `master_only=False`, global rank 0 when `global_master=True`)',
-        XSER_LOAD: '`{name}` read torch_xla\'s format (a file plus a `<path>.tensors` folder); load what `torch.save` wrote with `torch.load(path, map_location="cpu", weights_only=False)`',
-        f"{XP}.trace": f"`{{name}}` captured a running profiler server's activity for `duration_ms`; {TRACE_ADVICE}",
-        f"{XP}.trace_detached": f"`{{name}}` captured a running profiler server's activity from a background thread; {TRACE_ADVICE}",
+        CHECKPOINT: "`{name}`: use `functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=True)`, bound before any patch",
+        f"{XSER}.save": 'use `torch.save(obj, path)` under `if int(os.environ.get("LOCAL_RANK", 0)) == 0:`',
+        XSER_LOAD: '`{name}`: load what `torch.save` wrote with `torch.load(path, map_location="cpu", weights_only=False)`',
+        f"{XP}.trace": f"`{{name}}`: {TRACE_ADVICE}",
+        f"{XP}.trace_detached": f"`{{name}}`: {TRACE_ADVICE}",
     }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -408,9 +411,7 @@ class XlaUtils(Codemod):
             '`xser.load(path)` -> `torch.load(path, map_location="cpu", weights_only=False)`'
         )
         self.todo(
-            "`xser.load` read torch_xla's own format (a file plus a `<path>.tensors` folder); `torch.load` reads "
-            "only what `torch.save` wrote: convert older checkpoints once on the old stack with "
-            "`torch.save(xser.load(path), new_path)`"
+            "convert old `xser` checkpoints once on the old stack: `torch.save(xser.load(path), new_path)`"
         )
         torch = self.ctx.torch()
         return expr(f'{torch}.load({code_of(path.value)}, map_location="cpu", weights_only=False)')

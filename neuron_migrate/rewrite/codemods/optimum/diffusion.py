@@ -173,7 +173,7 @@ class OptimumDiffusion(RenamingCodemod):
     RENAMES: ClassVar[dict[str, tuple[str, str]]] = RENAMES
     needs_old_stack_import = False
     manual: ClassVar[dict[str, str]] = {
-        f"{OPTIMUM}.NeuronDiffusionPipelineBase": "use the diffusers pipeline class on the `neuron` device and compile its denoiser with `torch.compile(dynamic=False)`",
+        f"{OPTIMUM}.NeuronDiffusionPipelineBase": "use the diffusers pipeline on `neuron` and compile its denoiser with `torch.compile(dynamic=False)`",
     }
 
     def __init__(self, ctx: Any) -> None:
@@ -234,12 +234,12 @@ class OptimumDiffusion(RenamingCodemod):
         kept, options = self._export_options(call)
         if "export" not in options:
             self.todo(
-                "this loads Neuron-compiled artifacts, which diffusers cannot read: point it at the original diffusers checkpoint"
+                "this loads Neuron-compiled artifacts: point it at the original diffusers checkpoint"
             )
         for key, value in options.items():
             if key == "tensor_parallel_size" and literal(value) != 1:
                 self.todo(
-                    f"`tensor_parallel_size={code_of(value)}` sharded the denoiser over NeuronCores; diffusers loads it whole on one device: check that it fits, or shard `pipe.{DENOISER[pipeline]}` with `torch.distributed.tensor.parallel.parallelize_module` under `torchrun`"
+                    f"`tensor_parallel_size={code_of(value)}`: diffusers loads the denoiser whole on one device: check it fits, or shard `pipe.{DENOISER[pipeline]}`"
                 )
             elif key in NO_REWRITE:
                 self.todo(f"`{key}={code_of(value)}` was an option of optimum-neuron's export: {NO_REWRITE[key]}")
@@ -273,7 +273,7 @@ class OptimumDiffusion(RenamingCodemod):
         else:
             if any(k in options for k in LORA):
                 self.todo(
-                    "the export fused the LoRA adapters it was given into the weights: `pipe.load_lora_weights(...)` and `pipe.fuse_lora(lora_scale=...)` on the loaded pipeline"
+                    "the export fused its LoRA adapters: `pipe.load_lora_weights(...)` and `pipe.fuse_lora(lora_scale=...)` once loaded"
                 )
             self.todo(
                 f"compile the pipeline's denoiser once loaded: `pipe.{DENOISER[pipeline]}.compile(dynamic=False)`"
@@ -291,7 +291,7 @@ class OptimumDiffusion(RenamingCodemod):
         dtype = CAST_DTYPES.get(cast) if isinstance(cast, str) else None
         if mode is ... or dtype is None:
             self.todo(
-                f"the export cast operations to a lower precision (`auto_cast={code_of(options['auto_cast']) if 'auto_cast' in options else repr(mode)}`, `auto_cast_type={code_of(options['auto_cast_type']) if 'auto_cast_type' in options else repr(cast)}`): load with `torch_dtype=` for `\"all\"`, or wrap the pipeline calls in `torch.autocast(device_type=..., dtype=...)` for `\"matmul\"`"
+                f"the export autocast (`auto_cast={code_of(options['auto_cast']) if 'auto_cast' in options else repr(mode)}`): load with `torch_dtype=`, or wrap calls in `torch.autocast`"
             )
             return []
         if mode == "all":
@@ -311,7 +311,7 @@ class OptimumDiffusion(RenamingCodemod):
         nodes = [e.value for e in value.elements] if isinstance(value, cst.List | cst.Tuple) else [value]
         if "ControlNet" not in pipeline or not nodes or not all(_is_string(n) for n in nodes):
             self.todo(
-                f"`controlnet_ids={code_of(value)}` loaded ControlNets into the pipeline: pass `controlnet=ControlNetModel.from_pretrained(id)` (a list of them for several) to `from_pretrained`"
+                "`controlnet_ids=`: pass `controlnet=ControlNetModel.from_pretrained(id)` (a list for several) to `from_pretrained`"
             )
             return []
         model = self.ctx.need_from("diffusers", "ControlNetModel")
@@ -342,7 +342,7 @@ class OptimumDiffusion(RenamingCodemod):
         ):
             given = ", ".join(f"`{k}={code_of(options[k])}`" for k in LORA if k in options)
             self.todo(
-                f"{given}: the export loaded these LoRA adapters and fused them into the weights: `{pipe}.load_lora_weights(model_id, weight_name=..., adapter_name=...)` for each, `{pipe}.set_adapters(names, adapter_weights=scales)` for several, then `{pipe}.fuse_lora()`"
+                f"{given}: the export fused these LoRA adapters: `{pipe}.load_lora_weights(...)` for each, then `{pipe}.fuse_lora()`"
             )
             return
         self.ctx.insert_after(
@@ -396,11 +396,11 @@ class OptimumDiffusion(RenamingCodemod):
             else:
                 if arg.star:
                     self.todo(
-                        "export options given through `**` unpacking of a dict this tool cannot see: pass `height`/`width` to each pipeline call, drop the compiler options, and load LoRA adapters (`load_lora_weights` + `fuse_lora`) and ControlNets (`controlnet=`) with diffusers' own calls"
+                        "export options in a `**` dict this tool cannot see: pass `height`/`width` per call, drop compiler options, load LoRA/ControlNets"
                     )
                 elif arg.keyword is not None and arg.keyword.value not in DIFFUSERS_LOADING:
                     self.todo(
-                        f"`{arg.keyword.value}=` is no keyword of diffusers' `from_pretrained`, which ignores it: find what optimum-neuron did with it and do that with diffusers"
+                        f"`{arg.keyword.value}=` is no keyword of diffusers' `from_pretrained`, which ignores it: redo its effect with diffusers"
                     )
                 kept.append(arg)
         return kept, options

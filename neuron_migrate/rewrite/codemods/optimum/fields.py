@@ -37,7 +37,7 @@ TRAINING_FIELDS: dict[str, Field] = {
     ),
     "skip_cache_push": Field(
         "drop",
-        "it skipped pushing compiled artifacts to the optimum-neuron Hub cache, which the native backend does not use",
+        "it skipped pushing compiled artifacts to optimum-neuron's Hub cache, which is not used natively",
     ),
     "use_autocast": Field("drop", "natively `bf16=True` already trains under `torch.autocast`"),
     "num_local_ranks_per_step": Field(
@@ -51,12 +51,12 @@ TRAINING_FIELDS: dict[str, Field] = {
     ),
     "enable_mfu_metrics": Field(
         "todo",
-        "optimum-neuron's MFU metric has no Trainer counterpart; compute it from `train_samples_per_second` in a callback if you need it",
+        "optimum-neuron's MFU metric: compute it from `train_samples_per_second` in a callback if needed",
         False,
     ),
     "enable_efficiency_metrics": Field(
         "todo",
-        "optimum-neuron's efficiency metrics have no Trainer counterpart; add a `TrainerCallback` if you need them",
+        "optimum-neuron's efficiency metrics: add a `TrainerCallback` if you need them",
         False,
     ),
     "metrics_window_size": Field(
@@ -65,22 +65,22 @@ TRAINING_FIELDS: dict[str, Field] = {
     ),
     "zero_1": Field(
         "todo",
-        "ZeRO-1 optimizer-state sharding has no TrainingArguments switch: shard with FSDP2 (`DistributedConfig(fsdp_size=...)` in `from_pretrained`) or expect the full optimizer state on every rank",
+        "shard with FSDP2 (`DistributedConfig(fsdp_size=...)`) or expect the full optimizer state on every rank",
         False,
     ),
     "stochastic_rounding_enabled": Field(
         "todo",
-        "stochastic rounding was a Neuron runtime feature for bf16 weights; load the model in float32 and train with `bf16=True` (autocast) to keep fp32 weights instead",
+        "load the model in float32 and train with `bf16=True` (autocast)",
         False,
     ),
     "optimizer_use_master_weights": Field(
         "todo",
-        "fp32 master weights came with the ZeRO-1 optimizer; natively the optimizer updates the parameters in their own dtype, so load the model in float32 and train with `bf16=True` (autocast)",
+        "fp32 master weights came with ZeRO-1: load the model in float32 and train with `bf16=True` (autocast)",
         False,
     ),
     "optimizer_use_fp32_grad_acc": Field(
         "todo",
-        "fp32 gradient accumulation came with the ZeRO-1 optimizer; natively gradients have the parameters' dtype, so keep the parameters in float32 and train with `bf16=True` (autocast)",
+        "fp32 gradient accumulation came with ZeRO-1: keep parameters in float32 and train with `bf16=True`",
         False,
     ),
     "optimizer_save_master_weights_in_ckpt": Field(
@@ -90,27 +90,27 @@ TRAINING_FIELDS: dict[str, Field] = {
     ),
     "pipeline_parallel_num_microbatches": Field(
         "todo",
-        "transformers' pipeline parallelism (`DistributedConfig(pp_size=...)`) runs without micro-batches; for a micro-batched schedule use `torch.distributed.pipelining` (`ScheduleGPipe`, `Schedule1F1B`)",
+        "`DistributedConfig(pp_size=...)` has no micro-batches: use `torch.distributed.pipelining` for a schedule",
         -1,
     ),
     "kv_size_multiplier": Field(
         "todo",
-        "KV heads are no longer replicated for tensor parallelism: `tp_size` must divide the model's `num_key_value_heads`",
+        "KV heads are no longer replicated: `tp_size` must divide the model's `num_key_value_heads`",
         None,
     ),
     "use_xser": Field(
         "todo",
-        "checkpoints are now saved with safetensors (`save_pretrained`), not torch-xla serialization; convert old ones with `optimum-cli neuron consolidate` before loading them with `from_pretrained`",
+        "checkpoints are safetensors now: convert old ones with `optimum-cli neuron consolidate`",
         False,
     ),
     "async_save": Field(
         "todo",
-        "the Trainer saves synchronously; for asynchronous saves write a DCP checkpoint with `torch.distributed.checkpoint.async_save`",
+        "for asynchronous saves use `torch.distributed.checkpoint.async_save`",
         False,
     ),
     "fuse_qkv": Field(
         "todo",
-        "transformers keeps the q/k/v projections separate; fused QKV was an optimum-neuron kernel optimisation with no switch here",
+        "transformers keeps q/k/v projections separate; fused QKV has no switch here",
         False,
     ),
 }

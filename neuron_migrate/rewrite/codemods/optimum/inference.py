@@ -128,11 +128,11 @@ RENAMES: dict[str, tuple[str, str]] = {
 
 # What optimum-neuron's models have and transformers models do not (AttributeError natively).
 NEURON_MODEL_ONLY = {
-    "neuron_config": "`{code}` is the configuration optimum-neuron exported the model with; a transformers model has none: read the sizes from `generation_config` (`max_cache_len`, `prefill_chunk_size`) or `config`, or keep the values the model was loaded with",
-    "CHECKPOINT_DIR": "`{code}` is the folder of optimum-neuron's saved artifacts (`checkpoint`); a transformers model saves its weights at the top of the folder: remove what reads it",
+    "neuron_config": "`{code}` is optimum-neuron's export configuration: read sizes from `generation_config` or `config` instead",
+    "CHECKPOINT_DIR": "`{code}` is optimum-neuron's artifacts folder; transformers saves weights at the folder's top: remove what reads it",
     **dict.fromkeys(
         ("chunked_prefill_model", "context_encoding_model", "token_generation_model", "speculation_model"),
-        "`{code}` is one of the graphs optimum-neuron compiled; a transformers model has none: remove what reads it",
+        "`{code}` is a graph optimum-neuron compiled; a transformers model has none: remove what reads it",
     ),
 }
 PRECOMPILE_NOTE = "`neuron_parallel_compile` is gone: it extracted XLA graphs in a separate run before training; natively the training run compiles its graphs itself on the first steps, so that run was removed"
@@ -402,7 +402,24 @@ class OptimumInference(RenamingCodemod):
     gets a TODO. Padding changes nothing in the generated tokens: every architecture
     optimum-neuron exports takes `position_ids`, which `generate` derives from the attention
     mask (a model without them, such as BlenderBot, would see its positions shifted; see
-    docs/architectures.md). The first `generate` call compiles.
+    docs/architectures.md). The first `generate` call compiles. optimum-neuron generated from
+    right-padded prompts, taking each row's positions from the attention mask; transformers
+    continues every row after the last column, so a prompt padded on the right continues after
+    its pad tokens: tokenize with `padding_side="left"` (the new tokens are then `out[:,
+    inputs["input_ids"].shape[1]:]`). A `neuron_config=` the tool cannot read set the export's
+    shapes, precision and tensor parallelism: its sequence length becomes
+    `generation_config.max_cache_len`, its dtype `dtype=`, and a tensor-parallel size above 1
+    `distributed_config=DistributedConfig(tp_size=...)` under torchrun. Traced exports with
+    `auto_cast` computed in lower precision inside the compiled graph while weights, inputs and
+    outputs stayed float32, which `torch.autocast` reproduces. transformers shards a model only
+    across processes, and only one whose class has a tensor-parallel plan (`base_model_tp_plan`,
+    which encoders usually lack); a model loaded in a notebook kernel loads whole on one device.
+    A pipeline's export fixed its inputs' shapes: padding each call to them lets one compiled
+    graph serve all inputs, where each new shape otherwise compiles anew. `**` options of a
+    pipeline are passed on to the model, which rejects optimum-neuron's export options
+    (`batch_size`, `sequence_length`, `tensor_parallel_size`, compiler options). Attributes of
+    the exported model (`neuron_config`, its compiled graphs, its `checkpoint` folder) have no
+    counterpart on a transformers model.
     """
 
     code = "NM021"
@@ -416,9 +433,9 @@ class OptimumInference(RenamingCodemod):
     needs_old_stack_import = False
     manual: ClassVar[dict[str, str]] = {
         f"{OPTIMUM}.NeuronModelForSeq2SeqLM": 'use `AutoModelForSeq2SeqLM` with `generate(..., cache_implementation="static")` on the `neuron` device',
-        f"{OPTIMUM}.NeuronWhisperForConditionalGeneration": 'use `WhisperForConditionalGeneration` with a static cache (`cache_implementation="static"`) on the `neuron` device',
-        f"{OPTIMUM}.NeuronSentenceTransformers": "use `sentence_transformers.SentenceTransformer(model_id, device=...)` and pad inputs to a fixed length",
-        f"{OPTIMUM}.NeuronModelForEmbedding": "use `AutoModel.from_pretrained(...)` with the model's pooling, compiled with `torch.compile(dynamic=False)` and inputs padded to a fixed length",
+        f"{OPTIMUM}.NeuronWhisperForConditionalGeneration": 'use `WhisperForConditionalGeneration` with `cache_implementation="static"` on `neuron`',
+        f"{OPTIMUM}.NeuronSentenceTransformers": "use `SentenceTransformer(model_id, device=...)`, inputs padded to a fixed length",
+        f"{OPTIMUM}.NeuronModelForEmbedding": "use `AutoModel` with its pooling, `torch.compile(dynamic=False)`, fixed-length inputs",
         f"{OPTIMUM}.NeuronTracedModel": "use the transformers model class, compiled with `torch.compile(dynamic=False)`",
         f"{OPTIMUM}.NeuronModelForCausalLM.get_neuron_config": "the shapes go to the generation config now (`max_cache_len`, `prefill_chunk_size`)",
         f"{OPTIMUM}.utils.synchronize_hub_cache": "the optimum-neuron Hub cache of compiled models has no native counterpart; drop the call",
@@ -598,7 +615,7 @@ class OptimumInference(RenamingCodemod):
         ):
             return
         self.todo(
-            'optimum-neuron generated from right-padded prompts, taking each row\'s positions from the attention mask; transformers continues every row after the last column, so a shorter prompt padded on the right continues after its pad tokens: tokenize with `padding_side="left"` (the new tokens are then `out[:, inputs["input_ids"].shape[1]:]`)'
+            'transformers continues right-padded prompts after their pad tokens: tokenize with `padding_side="left"`'
         )
 
     def _options(self, call: cst.Call) -> tuple[list[cst.Arg], dict[str, cst.BaseExpression], bool]:
@@ -635,10 +652,7 @@ class OptimumInference(RenamingCodemod):
                     opaque = True
                 if folded is None:
                     self.todo(
-                        f"`neuron_config={code_of(arg.value)}` set the export's shapes, precision and tensor "
-                        "parallelism, which this tool cannot read: pass its sequence length as "
-                        "`generation_config.max_cache_len`, its dtype as `dtype=`, and a tensor-parallel size "
-                        "above 1 as `distributed_config=DistributedConfig(tp_size=...)` under torchrun"
+                        "`neuron_config=` held shapes, dtype and tensor parallelism: pass `max_cache_len`, `dtype=`, `DistributedConfig`"
                     )
                 options.update(folded or {})
             if (
@@ -719,7 +733,7 @@ class OptimumInference(RenamingCodemod):
                     )
                 return make_arg("dtype", f"{torch}.{CAST_DTYPES[value]}")
             self.todo(
-                f"`auto_cast_type={code_of(options['auto_cast_type'])}` chose the compute dtype: pass `dtype=torch.bfloat16` (or the dtype it names) to `from_pretrained`"
+                f"`auto_cast_type={code_of(options['auto_cast_type'])}` chose the compute dtype: pass `dtype=torch.bfloat16` (or the one it names) to `from_pretrained`"
             )
             return None
         return make_arg("dtype", f"{self.ctx.torch()}.{'float32' if traced else 'bfloat16'}")
@@ -740,7 +754,7 @@ class OptimumInference(RenamingCodemod):
         if mode != "all" or dtype is None:
             what = "the matmuls" if mode == "matmul" else "the operations `auto_cast` named"
             self.todo(
-                f"{given} computed {what} in {cast if dtype else 'a lower precision'} inside the compiled graph, whose weights, inputs and outputs stayed float32: wrap the model's calls in `torch.autocast(device_type=..., dtype=torch.{dtype or 'bfloat16'})` and keep the weights in float32"
+                f"{given} autocast {what}: call under `torch.autocast(..., dtype=torch.{dtype or 'bfloat16'})`"
             )
             return None
         self.changed(f"{given} -> `dtype=torch.{dtype}`")
@@ -765,15 +779,12 @@ class OptimumInference(RenamingCodemod):
         given = f"`{'tensor_parallel_size' if 'tensor_parallel_size' in options else 'num_cores'}={code_of(tp_expr)}`"
         if not shardable:
             self.todo(
-                f"{given}: this model ran sharded over NeuronCores; transformers shards only models whose class has a tensor-parallel plan (`base_model_tp_plan`), which encoders usually lack: it now loads whole on one device; if its class has a plan, pass `distributed_config=DistributedConfig(tp_size={code_of(tp_expr)})` instead of `device_map` and launch with `torchrun`"
+                f"{given}: now loads whole on one device; if its class has a `base_model_tp_plan`, pass `DistributedConfig(tp_size={code_of(tp_expr)})`"
             )
             return [make_arg("device_map", device)]
         if self.ctx.notebook:
             self.todo(
-                f"{given}: this model ran sharded over NeuronCores from this one process; transformers shards "
-                f"a model only across processes (`distributed_config=DistributedConfig(tp_size={code_of(tp_expr)})` "
-                "under torchrun), which a notebook kernel is not: it now loads whole on one device; to shard it, "
-                "run this code as a script under `torchrun`"
+                f"{given}: a notebook cannot shard this model, it now loads whole on one device; to shard it, run it as a script under `torchrun`"
             )
             return [make_arg("device_map", device)]
         config = self.ctx.need_from("transformers.distributed", "DistributedConfig")
@@ -798,7 +809,7 @@ class OptimumInference(RenamingCodemod):
                 self.changed(f"dropped `{key}={code_of(value)}`: {EXPORT_DROPPED[key]}")
         if "dynamic_batch_size" in options and literal(options["dynamic_batch_size"]) is not False:
             self.todo(
-                "`dynamic_batch_size` split larger batches into compiled-size pieces; natively each new batch size compiles anew, so pad or split batches to a fixed size"
+                "`dynamic_batch_size` split batches into compiled-size pieces: pad or split batches to a fixed size"
             )
         if "batch_size" in options:
             self.ctx.note(
@@ -810,12 +821,12 @@ class OptimumInference(RenamingCodemod):
         kept, options, opaque = self._options(call)
         if opaque:
             self.todo(
-                "export options given through `**` unpacking of a dict this tool cannot see: move `sequence_length` to `generation_config.max_cache_len`, `num_cores` to `DistributedConfig(tp_size=...)`, and drop the compiler options"
+                "export options in a `**` dict this tool cannot see: `sequence_length` -> `generation_config.max_cache_len`, drop compiler options"
             )
         exporting = isinstance(call.func, cst.Attribute) and call.func.attr.value == "export"
         if "export" not in options and not exporting:
             self.todo(
-                "this loads Neuron-compiled artifacts, which transformers cannot read: point it at the original model checkpoint (the id the artifacts were exported from)"
+                "this loads Neuron-compiled artifacts: point it at the original model checkpoint"
             )
         sequential_loading(self.ctx)
         args = list(kept)
@@ -838,7 +849,7 @@ class OptimumInference(RenamingCodemod):
             self._generation_config(self._target, options.get("sequence_length"))
         else:
             self.todo(
-                f"give the loaded model a static cache: `model.generation_config.update({', '.join(keywords(STATIC_CACHE))}, max_cache_len=<sequence_length>, prefill_chunk_size={PREFILL_CHUNK_LIMIT})`"
+                f"static cache: `model.generation_config.update({', '.join(keywords(STATIC_CACHE))}, max_cache_len=<seq_len>, prefill_chunk_size={PREFILL_CHUNK_LIMIT})`"
             )
         return with_args(call, args)
 
@@ -872,11 +883,11 @@ class OptimumInference(RenamingCodemod):
         kept, options, opaque = self._options(call)
         if opaque:
             self.todo(
-                "export options given through `**` unpacking of a dict this tool cannot see: pad inputs to the exported shapes and drop the compiler options"
+                "export options in a `**` dict this tool cannot see: pad inputs to the exported shapes, drop the compiler options"
             )
         if "export" not in options:
             self.todo(
-                "this loads Neuron-compiled artifacts, which transformers cannot read: point it at the original model checkpoint (the id the artifacts were exported from)"
+                "this loads Neuron-compiled artifacts: point it at the original model checkpoint"
             )
         sequential_loading(self.ctx)
         args = list(kept)
@@ -920,7 +931,7 @@ class OptimumInference(RenamingCodemod):
         positional = [a for a in call.args if a.keyword is None]
         if repository is None or directory is None or any(a.star for a in call.args) or len(positional) > 2:
             self.todo(
-                "optimum-neuron's `push_to_hub(save_directory, repository_id, ...)` created the repository and uploaded the folder: `HfApi().create_repo(repository_id, exist_ok=True)` then `HfApi().upload_folder(repo_id=repository_id, folder_path=save_directory)`"
+                "`push_to_hub(save_directory, repository_id)`: `HfApi().create_repo(repository_id, exist_ok=True)`, then `upload_folder`"
             )
             return call
         helper = self.ctx.unused_name("push_folder_to_hub")
@@ -942,7 +953,7 @@ class OptimumInference(RenamingCodemod):
                     entries = self._dict_values.get(arg.value.value)
                 if entries is None:
                     self.todo(
-                        f"`**{code_of(arg.value)}` may hold optimum-neuron export options (`batch_size`, `sequence_length`, `tensor_parallel_size`, compiler options), which `transformers.pipeline` passes on to the model and it rejects: keep only model keywords in it"
+                        f"`**{code_of(arg.value)}` may hold optimum-neuron export options, which the model rejects: keep only model keywords in it"
                     )
                     kept.append(arg)
                     continue
@@ -975,12 +986,12 @@ class OptimumInference(RenamingCodemod):
             or (isinstance(model.value, cst.Name) and self.ctx.binding_key(model.value.value) not in self._models)
         ):
             self.todo(
-                "without `export=True` this pipeline loads Neuron-compiled artifacts, which transformers cannot read: point it at the original model checkpoint (the id the artifacts were exported from)"
+                "without `export=True` this loads Neuron-compiled artifacts: point it at the original model checkpoint"
             )
         tp_expr = options.get("tensor_parallel_size", options.get("num_cores"))
         if tp_expr is not None and literal(tp_expr) != 1:
             self.todo(
-                f"`{'tensor_parallel_size' if 'tensor_parallel_size' in options else 'num_cores'}={code_of(tp_expr)}`: load the model with `AutoModel...from_pretrained(..., distributed_config=DistributedConfig(tp_size=...))` under torchrun and pass it as `model=`"
+                f"`{'tensor_parallel_size' if 'tensor_parallel_size' in options else 'num_cores'}={code_of(tp_expr)}`: load the model with `distributed_config=DistributedConfig(tp_size=...)` under torchrun, pass it as `model=`"
             )
         if keyword(call, "device") is None and keyword(call, "device_map") is None:
             kept.append(
@@ -988,7 +999,7 @@ class OptimumInference(RenamingCodemod):
             )
         if "sequence_length" in options:
             self.todo(
-                f'the export fixed inputs at `sequence_length={code_of(options["sequence_length"])}`: pass `padding="max_length", max_length={code_of(options["sequence_length"])}, truncation=True` with each pipeline call so one compiled graph serves all inputs'
+                f'inputs were fixed at `sequence_length={code_of(options["sequence_length"])}`: pass `padding="max_length", max_length={code_of(options["sequence_length"])}, truncation=True` per call'
             )
         self.changed("`optimum.neuron.pipeline` -> `transformers.pipeline`")
         return with_args(call, kept)

@@ -31,7 +31,7 @@ from neuron_migrate.rewrite.codemods.base import (
 
 OPTIMUM = "optimum.neuron"
 # The TODO for the Neuron platform query, which torch_neuronx, NxD and NxD Inference each export.
-PLATFORM_TARGET = '`{name}()` names the Neuron platform this runs on (`"trn1"`, `"trn2"`, ...): ask the device (`torch.accelerator.current_accelerator()`) or your own configuration instead'
+PLATFORM_TARGET = '`{name}()` named the Neuron platform (`"trn2"`, ...): ask `torch.accelerator` or your own config'
 
 
 @dataclass
@@ -600,12 +600,12 @@ class RenamingCodemod(Codemod):
         kind = "GenerationMixin" if auto == "AutoModelForCausalLM" and role == "test" else "PreTrainedModel"
         if role == "base":
             self.todo(
-                f"`{written}` was a model class to derive from; its counterpart `transformers.{auto}` is a factory, and no class can derive from it: derive from the model's own class (`LlamaForCausalLM`, ...) or `PreTrainedModel`"
+                f"`{written}` was a base class, `{auto}` is a factory: derive from the model's class or `PreTrainedModel`"
             )
             return f"{self.ctx.need_import('transformers')}.{auto}" if "." in written else self.ctx.need_from("transformers", auto)
         if role == "test" and kind == "PreTrainedModel":
             self.todo(
-                f"`{written}` in a type test became `PreTrainedModel`, which every transformers model is (`{auto}` is a factory, never a model's class): narrow the test if it must tell kinds of model apart"
+                f"`{written}` in a type test became `PreTrainedModel`: narrow the test if it must tell models apart"
             )
         self.changed(f"`{written}` as a type -> `{kind}` (`{auto}` is a factory, no model's class)")
         return self.ctx.need_from("transformers", kind)
@@ -630,9 +630,7 @@ class RenamingCodemod(Codemod):
             return False
         written = dotted_name(node) or ""
         self.todo(
-            f"`{written}` is held as a value here, so the calls made on it later cannot be migrated with it: where "
-            f"they are plain `from_pretrained(model_id, ...)` loads, use `{target[1]}` (`{target[0]}`), and drop "
-            "optimum-neuron's own methods (`export`, `get_neuron_config`) and options (`export=True`, input shapes)",
+            f"`{written}` is held as a value, so its later calls are not migrated: for plain loads use `{target[1]}`",
             explains=(written,),
         )
         return True
@@ -817,12 +815,8 @@ def mark_named_module(
         reported.add(root)
     hint = manual_message(module)[1]
     hint = hint.replace("{name}", module) if "{name}" in hint else f"`{module}`: {hint}"
-    every = (
-        "" if importing else f"; this TODO stands for every string here naming a `{root}` module"
-    )
-    codemod.todo(
-        f"`{code_of(node)}` names `{module}` in a string, which this tool cannot follow (nothing it reaches is migrated{every}): {hint}"
-    )
+    every = "" if importing else f" (this TODO stands for every `{root}` string here)"
+    codemod.todo(f"a string names `{module}`: nothing it reaches is migrated{every}; {hint}")
 
 
 def _run_time_import_argument(codemod: Codemod, call: cst.Call) -> cst.BaseExpression | None:

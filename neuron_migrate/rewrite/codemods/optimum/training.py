@@ -404,7 +404,7 @@ class OptimumTraining(RenamingCodemod):
 
     WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
 
-    # TODO(neuron-migrate NM020): `zero_1=True`: ZeRO-1 optimizer-state sharding has no ...
+    # TODO(neuron-migrate NM020): `zero_1=True` was removed: shard with FSDP2 (`DistributedConfig(fsdp_size=...)`) ...
     args = SFTConfig(output_dir="out")
     model = AutoModelForCausalLM.from_pretrained(
         model_id, distributed_config=DistributedConfig(tp_size=2, fsdp_size=WORLD_SIZE // 2), dtype=torch.bfloat16
@@ -418,7 +418,24 @@ class OptimumTraining(RenamingCodemod):
     The training loop is the Trainer's now: optimum-neuron's ZeRO-1 optimizer, fp32 master
     weights and stochastic rounding are gone unless you rebuild them (the TODOs say how), and
     tensor parallelism needs `torchrun` and a model class with a tensor-parallel plan.
-    Checkpoints are standard transformers checkpoints.
+    Checkpoints are standard transformers checkpoints; `optimum-cli neuron consolidate` converts
+    old sharded ones once. optimum-neuron trained bfloat16 weights through fp32 master weights,
+    with fp32 gradient accumulation and stochastic rounding (its ZeRO-1 optimizer's defaults);
+    natively `bf16=True` is autocast and AdamW updates the parameters in their own dtype, so a
+    model loaded in bfloat16 loses the small updates: load it in float32 (autocast still
+    computes in bfloat16). With `pp_size`, optimum-neuron trained the processes beyond tp_size *
+    pp_size as data parallelism, which transformers 5.23 cannot combine with pipeline
+    parallelism (`DistributedConfig` raises). SFT packing changes the loss: optimum-neuron
+    padded each packed row to `max_length` and trained on all of it, pads and each document's
+    first token included, with causal attention across the row's documents; TRL's `bfd` packing
+    is padding-free (attention within each document, a new total length per batch), and no TRL
+    option restores the old loss; `packing_strategy="wrapped"` gives fixed rows (documents cut
+    at row ends, attended across). A removed field that the arguments also pass to
+    optimum-neuron API the file keeps (`prepare_environment`) may still be read there.
+    transformers shards a model only while loading it, so model-parallel sizes go to
+    `from_pretrained(..., distributed_config=...)` under torchrun, and `distributed_config`
+    excludes `device_map`. An optimum-neuron import nothing in the file uses (an availability
+    test, a re-export) fails natively: inside `try`, the `except ImportError` branch runs.
     """
 
     code = "NM020"
@@ -431,20 +448,20 @@ class OptimumTraining(RenamingCodemod):
     # triggers already require an optimum.neuron import.
     needs_old_stack_import = False
     manual: ClassVar[dict[str, str]] = {
-        f"{OPTIMUM}.NeuronAccelerator": "use `accelerate.Accelerator`: it picks the `neuron` device and process group itself; NeuronAccelerator's XLA-specific options have no counterpart",
+        f"{OPTIMUM}.NeuronAccelerator": "use `accelerate.Accelerator`, which picks the `neuron` device and process group itself",
         f"{OPTIMUM}.accelerate": "use `accelerate` (`Accelerator`, `PartialState`), which supports the `neuron` device natively",
         f"{OPTIMUM}.NeuronAcceleratorState": "use `accelerate.state.AcceleratorState`",
         f"{OPTIMUM}.NeuronPartialState": "use `accelerate.PartialState`",
-        f"{OPTIMUM}.utils.is_precompilation": "there is no precompilation pass natively (`neuron_parallel_compile` is gone): treat this as False",
+        f"{OPTIMUM}.utils.is_precompilation": "there is no precompilation pass natively: treat this as False",
         f"{OPTIMUM}.utils.is_neuronx_available": 'test `torch.accelerator.current_accelerator()` (its `.type` is `"neuron"` on Trainium) instead',
         f"{OPTIMUM}.utils.is_torch_neuronx_available": 'test `torch.accelerator.current_accelerator()` (its `.type` is `"neuron"` on Trainium) instead',
-        f"{OPTIMUM}.models.training.consolidate_model_parallel_checkpoints_to_unified_checkpoint": "native checkpoints are already unified (`save_pretrained`); run `optimum-cli neuron consolidate` once on old sharded checkpoints",
+        f"{OPTIMUM}.models.training.consolidate_model_parallel_checkpoints_to_unified_checkpoint": "native checkpoints are unified (`save_pretrained`)",
         f"{OPTIMUM}.models.training.NeuronModelMixin": "subclass `transformers.PreTrainedModel` and shard with `DistributedConfig` / a `tp_plan`",
         f"{OPTIMUM}.models.training.CustomModule": "Neuron-specific weight transformations; transformers loads the original layout",
         f"{OPTIMUM}.distributed": "optimum-neuron's parallelization helpers: shard with `DistributedConfig(tp_size=...)` in `from_pretrained`",
         f"{OPTIMUM}.trainers": "use the transformers `Trainer` / TRL counterpart",
-        f"{OPTIMUM}.utils.testing_utils": "`{name}` marks optimum-neuron's own tests by the Neuron hardware or packages present: use `pytest.mark.skipif(...)` with a condition of your own (`torch.accelerator.is_available()`, the device type)",
-        OPTIMUM: "`{name}` is optimum-neuron API with no automatic migration; use the transformers / TRL / diffusers counterpart on the `neuron` device",
+        f"{OPTIMUM}.utils.testing_utils": "`{name}` is an optimum-neuron test marker: use `pytest.mark.skipif(...)` with a condition of your own",
+        OPTIMUM: "`{name}` is optimum-neuron API with no automatic migration: use the transformers / TRL / diffusers counterpart",
     }
 
     def __init__(self, ctx: Any) -> None:
@@ -520,7 +537,7 @@ class OptimumTraining(RenamingCodemod):
                 unused.append(name)
         if unused:
             self.todo(
-                f"nothing in this file uses {names_in(unused)} from optimum-neuron (an availability test, or a re-export?): optimum-neuron is not part of the native stack, so this import fails there (inside `try`, the `except ImportError` branch runs instead)"
+                f"nothing here uses {names_in(unused)} from optimum-neuron, which is not installed natively: this import fails there"
             )
 
     # -- leftovers ------------------------------------------------------------------------------
@@ -614,7 +631,7 @@ class OptimumTraining(RenamingCodemod):
         ]
         if not loads or any(keyword(n, "distributed_config") is None for n in loads):
             self.todo(
-                f"`{code_of(lazy)}` sharded the model loaded here: pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to its `from_pretrained` and launch with `torchrun`"
+                f"`{code_of(lazy)}` sharded this model: pass `distributed_config=DistributedConfig(tp_size=...)` to its `from_pretrained`"
             )
 
     # -- names ------------------------------------------------------------------------------------
@@ -629,7 +646,7 @@ class OptimumTraining(RenamingCodemod):
                 return replacement
         if isinstance(base, cst.Name) and attr in TRAINING_FIELDS and self._arguments(base.value):
             self.todo(
-                f"`{base.value}.{attr}`: `TrainingArguments` has no `{attr}`, an optimum-neuron field the migration removed from these arguments ({TRAINING_FIELDS[attr].why}): use the value they were built with"
+                f"`{base.value}.{attr}`: `TrainingArguments` has no `{attr}` (removed): use the value these arguments were built with"
             )
         return super().leave_Attribute(original_node, updated_node)
 
@@ -652,7 +669,7 @@ class OptimumTraining(RenamingCodemod):
             if unreached and not forwarded:
                 where = f" in `{parsed.scope}()`" if parsed.scope is not None else ""
                 self.todo(
-                    f"`{var}.{attr}`: the model-parallel flags are parsed into `{parsed.parallel_var}` (`ModelParallelArguments`){where}; pass it here and use `{parsed.parallel_var}.to_distributed_config()`"
+                    f"`{var}.{attr}`: the model-parallel flags are in `{parsed.parallel_var}`{where}: use `{parsed.parallel_var}.to_distributed_config()`"
                 )
                 return None
             if attr == "trn_config":
@@ -667,14 +684,14 @@ class OptimumTraining(RenamingCodemod):
             # Arguments built elsewhere, or from values that cannot be repeated here. (Said the same
             # way as for arguments that are no Neuron class any more: a second run agrees.)
             self.todo(
-                f"`{var}.trn_config`: `TrainingArguments` has no `trn_config`; pass a `DistributedConfig` with the model-parallel sizes `{var}` was built with (none: drop the argument)"
+                f"`{var}.trn_config`: `TrainingArguments` has none; pass a `DistributedConfig` with `{var}`'s model-parallel sizes"
             )
             return None
         if key not in self._constructed:
             return None
         if kwargs is None or not self._simple(kwargs):
             self.todo(
-                f"`{var}.{attr}`: `TrainingArguments` has no model-parallel sizes; use the value given to `{var}` when it was built"
+                f"`{var}.{attr}`: `TrainingArguments` has no model-parallel sizes; use the value `{var}` was built with"
             )
             return None
         if attr == "trn_config" and all(is_default_size(k, literal(v)) for k, v in kwargs.items()):
@@ -721,7 +738,7 @@ class OptimumTraining(RenamingCodemod):
         pipeline = literal(kwargs.get("pipeline_parallel_size"))
         if isinstance(pipeline, int) and pipeline > 1:
             self.todo(
-                f"`pp_size={pipeline}`: optimum-neuron trained the processes beyond tp_size * pp_size as data parallelism, which transformers 5.23 cannot combine with pipeline parallelism (`DistributedConfig` raises): launch exactly tp_size * pp_size processes, or drop `pp_size` for `fsdp_size=` data parallelism"
+                f"`pp_size={pipeline}`: launch exactly tp_size * pp_size processes, or drop `pp_size` for `fsdp_size=` data parallelism"
             )
             return None
         sizes = [
@@ -774,7 +791,7 @@ class OptimumTraining(RenamingCodemod):
             return call
         if not _unsharded(trn_config.value):
             self.todo(
-                f"{how} does not apply a `DistributedConfig`: build the model with `from_pretrained(..., distributed_config=...)`, or shard it with `torch.distributed.tensor.parallel.parallelize_module`"
+                f"{how} does not apply a `DistributedConfig`: pass it to `from_pretrained`, or `parallelize_module`"
             )
         self.changed(f"{how}: the `trn_config` argument goes (a transformers model takes none)")
         return with_args(call, [a for a in call.args if a is not trn_config])
@@ -799,7 +816,7 @@ class OptimumTraining(RenamingCodemod):
             return call
         if keyword(call, "device_map") is not None:
             self.todo(
-                f"`{load.args_var}` sharded this model over `tensor_parallel_size` cores: pass `distributed_config={config}` here instead of `device_map` (the two are exclusive) and launch with `torchrun`"
+                f"`{load.args_var}` sharded this model: pass `distributed_config={config}` here instead of `device_map`, launch with torchrun"
             )
             return call
         self.changed(
@@ -828,8 +845,8 @@ class OptimumTraining(RenamingCodemod):
         parsed = self.facts.parsed.get(args_var)
         if parsed is not None and parsed.parallel_var is not None:
             where = f" in `{parsed.scope}()`" if parsed.scope else ""
-            return f"the model-parallel flags of `{args_var}` (`--tensor_parallel_size`, ...) are parsed into `{parsed.parallel_var}`{where}: pass it here and add `distributed_config={parsed.parallel_var}.to_distributed_config()` to `from_pretrained`, or the model is not sharded"
-        return f"if `{args_var}` sets `tensor_parallel_size` or `pipeline_parallel_size` above 1, pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to `from_pretrained` here (transformers shards a model only while loading it) and launch with `torchrun`"
+            return f"the model-parallel flags of `{args_var}` are in `{parsed.parallel_var}`{where}: pass `distributed_config={parsed.parallel_var}.to_distributed_config()`"
+        return f"if `{args_var}` sets `tensor_parallel_size` above 1, pass `distributed_config=DistributedConfig(tp_size=...)` here, launch with torchrun"
 
     def _parallel_var(self) -> str:
         """The variable the model-parallel flags are parsed into."""
@@ -869,7 +886,7 @@ class OptimumTraining(RenamingCodemod):
         new_class = "SFTConfig" if sft else "TrainingArguments"
         if unknown:
             self.todo(
-                f"`**{code_of(unknown[0].value)}` must not hold optimum-neuron-only fields (`tensor_parallel_size`, `zero_1`, ... or a `to_dict()` of Neuron arguments): `{new_class}` rejects them, and model-parallel sizes go to the model's `from_pretrained(..., distributed_config=DistributedConfig(...))`; where it lacks {names_in(f'{NATIVE_NAMES.get(k, k)}={python_literal(v)}' for k, v in defaults.items())}, those were optimum-neuron's defaults and those of `{new_class}` differ"
+                f"`**{code_of(unknown[0].value)}` must not hold optimum-neuron-only fields (`tensor_parallel_size`, `zero_1`, ...): `{new_class}` rejects them"
             )
         elif not splats:
             sizes = {k: literal(v) for k, v in parallel.items()}
@@ -964,7 +981,7 @@ class OptimumTraining(RenamingCodemod):
             return
         when = "With `--bf16` (and no `--use_autocast`), optimum-neuron" if parsed else "optimum-neuron"
         self.todo(
-            f"{when} trained bfloat16 weights through fp32 master weights, with fp32 gradient accumulation and stochastic rounding (the defaults of its ZeRO-1 optimizer); natively `bf16=True` is autocast and AdamW updates the parameters in their own dtype, so a model loaded in bfloat16 loses the small updates: load it in float32 (autocast still computes in bfloat16)"
+            f"{when} kept fp32 master weights: load the model in float32"
         )
 
     def _training_argument(
@@ -976,11 +993,7 @@ class OptimumTraining(RenamingCodemod):
             return upgrade_argument(self, arg, upgraded, present)
         if sft and key == "packing" and literal(arg.value) is not False:
             self.todo(
-                "the loss changes: optimum-neuron padded each packed row to `max_length` and trained on all of it, "
-                "pads and each document's first token included, with causal attention across the row's documents; "
-                "TRL's `bfd` packing is padding-free instead (attention within each document, its first token and "
-                "no pad a target, a new total length per batch), and no TRL option restores the old loss: keep it, "
-                'or pass `packing_strategy="wrapped"` for fixed rows (documents cut at row ends, attended across)'
+                'the loss changes: TRL\'s `bfd` packing is padding-free, unlike optimum-neuron\'s: keep it, or pass `packing_strategy="wrapped"`'
             )
         table = {**TRAINING_FIELDS, **(SFT_FIELDS if sft else {})}
         if key not in table:
@@ -989,7 +1002,7 @@ class OptimumTraining(RenamingCodemod):
         consumer = self.facts.to_unmigrated.get(self._current_target or "")
         if consumer is not None:
             self.todo(
-                f"`{key}={code_of(arg.value)}` was removed (`TrainingArguments` rejects it), but these arguments also go to `{consumer}`, optimum-neuron API that stays and may read it: that code needs its native counterpart first"
+                f"`{key}=` was removed, but `{consumer}` (optimum-neuron, kept) may read it: migrate that code first"
             )
         elif entry.kind == "todo" and literal(arg.value) != entry.neutral:
             self.todo(f"`{key}={code_of(arg.value)}` was removed: {entry.why}")
@@ -1035,7 +1048,7 @@ class OptimumTraining(RenamingCodemod):
             return
         given = ", ".join(f"`{k}={code_of(v)}`" for k, v in parallel.items())
         self.todo(
-            f"the model-parallel sizes {given} no longer shard the model from here: pass `distributed_config=DistributedConfig(tp_size=..., pp_size=...)` to the `from_pretrained` that loads the trained model and launch with `torchrun`"
+            f"{given} no longer shard the model here: pass `distributed_config=DistributedConfig(...)` to the `from_pretrained` that loads it"
         )
 
     def _routed(self, args_var: str) -> bool:
@@ -1206,7 +1219,7 @@ class OptimumTraining(RenamingCodemod):
             )
         if files:
             self.todo(
-                f"fields that {names_in(files)} is not given took optimum-neuron's defaults, where those of `{new_class}` differ: give `{values}` in what it reads"
+                f"fields {names_in(files)} lacks had optimum-neuron's defaults: give them (see the report)"
             )
 
     def _parser_notes(self, call: cst.Call) -> None:
@@ -1253,7 +1266,7 @@ class OptimumTraining(RenamingCodemod):
                 )
             elif key == "gradient_checkpointing":
                 self.todo(
-                    f"`gradient_checkpointing={code_of(arg.value)}` moved: call `model.gradient_checkpointing_enable()` or set `TrainingArguments(activation_checkpointing=True)`"
+                    f"`gradient_checkpointing={code_of(arg.value)}` moved: call `model.gradient_checkpointing_enable()` or set `activation_checkpointing=True`"
                 )
             elif key is not None:
                 entry = TRAINING_FIELDS.get(key)

@@ -26,7 +26,7 @@ def _entry(qualified: str | None) -> Name | None:
 
 def _gone(entry: Name, written: str) -> str:
     library = entry.old.split(".")[0]
-    return f"`{written}` is gone from the native stack's {library}: {entry.why}"
+    return f"`{written}` is gone from {library}: {entry.why}"
 
 
 class UpgradeNames(Codemod):

@@ -140,7 +140,7 @@ MODEL_LOADER_KEYWORDS = (
     Keyword("load_in_4bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_4bit=True)` (bitsandbytes needs CUDA)"),
 )
 ADAMW_KEYWORDS = (
-    Keyword("correct_bias", values=_off(True), why="torch's AdamW always corrects the bias: keep transformers 4's AdamW in your code for `correct_bias=False`"),
+    Keyword("correct_bias", values=_off(True), why="torch's AdamW always corrects the bias: keep transformers 4's AdamW in your code for it"),
     Keyword("no_deprecation_warning", drop=True, why="torch's AdamW warns of nothing"),
 )
 
@@ -214,7 +214,7 @@ NAMES: dict[str, Name] = {
         *(Name(f"trl.{n}", why="TRL 1.x removed PPO: `GRPOTrainer` or `RLOOTrainer` come nearest") for n in ("PPOConfig", "PPOTrainer")),
         Name("trl.setup_chat_format", why="`clone_chat_template(model, tokenizer, source)` sets a template and its tokens now"),
         Name("transformers.AutoModelForVision2Seq", "transformers.AutoModelForImageTextToText"),
-        Name("transformers.AutoModelWithLMHead", why="use the class of the model's head: `AutoModelForCausalLM`, `AutoModelForMaskedLM` or `AutoModelForSeq2SeqLM`"),
+        Name("transformers.AutoModelWithLMHead", why="use `AutoModelForCausalLM`/`ForMaskedLM`/`ForSeq2SeqLM`, as the model's head is"),
         Name("transformers.DataCollatorForWholeWordMask", why="use `DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)`"),
         Name("transformers.TRANSFORMERS_CACHE", "huggingface_hub.constants.HF_HUB_CACHE"),
         *(Name(f"transformers.{n}", why="use `StaticCache` (fixed shapes, as a compiler wants) or `DynamicCache`") for n in _CACHES),

@@ -32,11 +32,10 @@ from neuron_migrate.rewrite.codemods.xla_spmd.specs import (
 
 USE_SPMD = "torch_xla.runtime.use_spmd"
 REDUCE_SCATTER = "torch_xla._XLAC._xla_spmd_reduce_scatter"
-TODO_LIMIT = 160  # a TODO names the placements in one line a person reads at a glance
+TODO_LIMIT = 130  # a TODO names the placements in one line a person reads at a glance (with its prefix, 160)
 
 MANUAL_REGION = (
-    "manual sharding has no mechanical form: run the region on local shards with DTensor's "
-    "`local_map(fn, out_placements, in_placements, device_mesh=mesh)`"
+    "run the region on local shards with `local_map(fn, out_placements, in_placements, device_mesh=mesh)`"
 )
 
 
@@ -101,12 +100,12 @@ class XlaSpmd(Codemod):
     manual: ClassVar[dict[str, str]] = {
         USE_SPMD: "SPMD has no native switch: run one process per device under torchrun and shard with DTensor",
         **{module: "`{name}` is XLA SPMD sharding: use DTensor (`init_device_mesh`, `distribute_tensor`, `parallelize_module`)" for module in SPMD_MODULES},
-        **{f"{module}.mark_sharding": "shard with DTensor: `distribute_tensor(t, mesh, placements)`, one placement per mesh dimension, or `parallelize_module` for a layer" for module in SPMD_MODULES},
+        **{f"{module}.mark_sharding": "shard with DTensor: `distribute_tensor(t, mesh, placements)`, or `parallelize_module` for a layer" for module in SPMD_MODULES},
         **{f"{module}.enable_manual_sharding": MANUAL_REGION for module in SPMD_MODULES},
         **{f"{module}.disable_manual_sharding": MANUAL_REGION for module in SPMD_MODULES},
         **{f"{module}.get_global_mesh": "use the `DeviceMesh` variable itself (from `init_device_mesh`)" for module in SPMD_MODULES},
         **{f"{module}.set_global_mesh": "keep the `DeviceMesh` in a variable and pass it where the global mesh was read" for module in SPMD_MODULES},
-        REDUCE_SCATTER: "use `dist.reduce_scatter_tensor(out, x, group=mesh.get_group(axis))`, or a DTensor `redistribute` from `Partial()` to `Shard(d)`",
+        REDUCE_SCATTER: "use `dist.reduce_scatter_tensor(out, x, group=mesh.get_group(axis))`",
     }
 
     def __init__(self, ctx: MigrationContext) -> None:
@@ -228,11 +227,11 @@ class XlaSpmd(Codemod):
         if self._functions and self._functions[-1] == "forward":
             message = f"sharding hint on `{tensor}` removed: DTensor layouts follow the parameters; | as a DTensor: `{tensor}.redistribute({mesh[0]}, {where})`"
         elif isinstance(mark.tensor, cst.Attribute):
-            message = f"`{tensor}` is no longer split, each process holds it whole (placements {where} on `{mesh[0]}`); | shard its module with `parallelize_module`"
+            message = f"`{tensor}` is now whole on each process (was {where} on `{mesh[0]}`); | shard its module with `parallelize_module`"
         else:
-            message = f"`{tensor}` is no longer split, each process holds it whole (placements {where} on `{mesh[0]}`); | for data parallelism feed each its slice, `fully_shard` the model"
+            message = f"`{tensor}` is now whole on each process (was {where} on `{mesh[0]}`); | feed each process its slice, `fully_shard` the model"
         if not _plain(mark.tensor) or (not _plain(mark.mesh) and self._mesh_of(mark.mesh) is None):
-            message = message.replace(" removed:", ":").replace("is no longer split, each process holds it whole", "can be split")
+            message = message.replace(" removed:", ":").replace("is now whole on each process (was ", "can be split (")
             self.todo(_fit(message), explains=(self._callee(line),))
             return line
         self.todo(_fit(message))
@@ -264,8 +263,8 @@ class XlaSpmd(Codemod):
             return call
         if not identity_ids(_ast(ids.value), self.ctx.imports.resolve_dotted, self._facts):
             self.todo(
-                f"`{code_of(ids.value)}` may order devices unlike `init_device_mesh` (ranks 0..n-1): "
-                "use `DeviceMesh(device_type, torch.tensor(ids).reshape(shape), mesh_dim_names=...)`",
+                f"`{code_of(ids.value)}` may order devices unlike `init_device_mesh`: "
+                "use `DeviceMesh(device_type, torch.tensor(ids).reshape(shape))`",
                 explains=(code_of(call.func),),
             )
             return call
