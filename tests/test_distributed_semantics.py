@@ -552,6 +552,16 @@ def test_notebook_spawn_becomes_notebook_launcher_not_a_torchrun_note() -> None:
     assert cells[2] == "notebook_launcher(run_on_each_process, args=(_mp_fn, 2.0), num_processes=2)"
     assert "from accelerate import notebook_launcher" in cells[0]
     assert not any("torchrun" in cell for cell in cells)
+    # Each process takes its own accelerator, as each process of `xmp.spawn` had its own device.
+    assert 'torch.accelerator.set_device_index(int(os.environ["LOCAL_RANK"])' in cells[0]
+
+
+def test_a_process_count_the_program_reads_stays_the_count() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in (*NOTEBOOK_CELLS[:2], "FLAGS = {'nprocs': 2}\nxmp.spawn(_mp_fn, args=(2.0,), nprocs=FLAGS['nprocs'])")]
+    outcome = rewrite_notebook(nbformat.writes(nb), "spawn.ipynb", Options())
+    last = nbformat.reads(outcome.result.migrated, as_version=4).cells[2].source
+    assert "num_processes=FLAGS['nprocs']" in last
 
 
 @pytest.mark.slow

@@ -266,7 +266,7 @@ def _applicable(
 ) -> list[type[Codemod]]:
     """The codemods that can apply to this file: selected, and gated on an old-stack import."""
     # A star import, or a module named by a string (`import_module("...")`, a patch target), too.
-    gate = old_names or table.names_under((OPTIMUM_NEURON,)) or any(
+    gate = old_names or table.names_under((OPTIMUM_NEURON,)) or _INF1_IMPORT.search(text) or any(
         m.split(".")[0] in OLD_STACK_PACKAGES or f"{m}.".startswith(f"{OPTIMUM_NEURON}.")
         for m in modules_out_of_sight(tree, table)
     )
@@ -277,6 +277,10 @@ def _applicable(
         and (gate or not c.needs_old_stack_import or _runs_alone(c, options))
         and c.applies(facts, text)
     ]
+
+
+# Inf1's `torch-neuron` also installs itself as `torch.neuron`: `import torch.neuron` is old stack.
+_INF1_IMPORT = re.compile(r"^[ \t]*(?:import[ \t]+torch\.neuron\b|from[ \t]+torch\.neuron\b|from[ \t]+torch[ \t]+import[ \t]+neuron\b)", re.MULTILINE)
 
 
 def _runs_alone(codemod: type[Codemod], options: Options) -> bool:

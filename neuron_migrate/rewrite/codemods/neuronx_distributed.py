@@ -362,7 +362,7 @@ class NeuronxDistributed(Codemod):
         )
 
     def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> Any:
-        if any(code_of(alias.name) == "torch_neuron" for alias in updated_node.names):
+        if any(code_of(alias.name) in ("torch_neuron", "torch.neuron") for alias in updated_node.names):
             self.todo(INF1)
         return updated_node
 

@@ -280,6 +280,11 @@ class XlaCollectives(Codemod):
             # Migrated SPMD runs one process per device (NM026): the devices are the processes,
             # known from the launcher before the mesh creates the process group.
             self.changed(f"`{old}()` -> `WORLD_SIZE`: one process per device")
+            if not self.ctx.facts.uses(f"{XR}.use_spmd"):
+                # The launch comment goes where SPMD is turned on; here it is turned on elsewhere.
+                self.todo(
+                    f"`{old}()` is `WORLD_SIZE` now, one process per device: launch with `torchrun --nproc_per_node=<devices>` (plain `python` gives 1)"
+                )
             return expr(self.ctx.env_world_size_expr())
         if name in (*WORLD_SIZE, *LOCAL_WORLD_SIZE) and self.ctx.facts.uses(*SPMD):
             self.todo(

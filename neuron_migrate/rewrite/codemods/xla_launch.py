@@ -46,7 +46,7 @@ RUN_ON_EACH_PROCESS = '''\
 def {name}(fn, *args):
     """Run `fn(rank, *args)` in each process `notebook_launcher` starts, as `xmp.spawn` did."""
     if "RANK" in {os}.environ:
-        {dist}.init_process_group({backend})
+        {dist}.init_process_group({backend}){pin}
     else:  # a single process: notebook_launcher ran it in the kernel itself
         {dist}.init_process_group({backend_first}store={dist}.HashStore(), rank=0, world_size=1)
     try:
@@ -59,9 +59,15 @@ def {name}(fn, *args):
 # For a function that creates its process group itself.
 RUN_WITH_RANK = '''\
 def {name}(fn, *args):
-    """Run `fn(rank, *args)` in each process `notebook_launcher` starts, as `xmp.spawn` did."""
+    """Run `fn(rank, *args)` in each process `notebook_launcher` starts, as `xmp.spawn` did."""{pin}
     fn(int({os}.environ.get("RANK", 0)), *args)
 '''
+
+# In each process of several, before the work: its own accelerator, as each process of `xmp.spawn`
+# had its own device (the lookup that replaced `xm.xla_device()` names no index).
+PIN_IN_HELPER = """
+    if {torch}.accelerator.is_available() and "LOCAL_RANK" in {os}.environ:
+        {torch}.accelerator.set_device_index(int({os}.environ["LOCAL_RANK"]) % {torch}.accelerator.device_count())"""
 
 PARENT_ONLY = {
     ParentOnly.BEFORE: (
@@ -418,21 +424,22 @@ class XlaLaunch(Codemod):
     def _notebook_launch(self, call: cst.Call, fn: cst.Arg, user_args: list[str]) -> str:
         """`notebook_launcher` forks the kernel into one process per device; a helper joins them."""
         os = self.ctx.os()
+        pin = "" if self.ctx.target.neuron else PIN_IN_HELPER.format(torch=self.ctx.torch(), os=os)
         if isinstance(fn.value, cst.Name) and fn.value.value in self._self_initializing:
             helper = self.ctx.unused_name("run_with_rank")
-            self.ctx.need_helper(helper, RUN_WITH_RANK.format(name=helper, os=os))
+            self.ctx.need_helper(helper, RUN_WITH_RANK.format(name=helper, os=os, pin=pin))
         else:
             dist = self.ctx.dist()
             backend = 'backend="neuron"' if self.ctx.target.neuron else ""
             helper = self.ctx.unused_name("run_on_each_process")
             source = RUN_ON_EACH_PROCESS.format(
-                name=helper, dist=dist, os=os, backend=backend, backend_first=f"{backend}, " if backend else ""
+                name=helper, dist=dist, os=os, backend=backend, backend_first=f"{backend}, " if backend else "", pin=pin.replace("\n    ", "\n        ")
             )
             self.ctx.need_helper(helper, source)
         launcher = self.ctx.need_from("accelerate", "notebook_launcher")
         nprocs = arg_value(call, 2, "nprocs") if self.qualify(call.func) == XMP_SPAWN else None
-        if nprocs is not None and isinstance(nprocs.value, cst.Integer):
-            count = code_of(nprocs.value)
+        if nprocs is not None and not (isinstance(nprocs.value, cst.Name) and nprocs.value.value == "None"):
+            count = code_of(nprocs.value)  # the program's own count (`FLAGS["nprocs"]`), which it may read again
         else:
             count = f"{self.ctx.torch()}.accelerator.device_count()"
         self.changed(f"`{code_of(call.func)}(...)` -> `notebook_launcher(...)`")

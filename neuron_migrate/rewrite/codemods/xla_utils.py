@@ -496,6 +496,8 @@ class XlaUtils(Codemod):
         if any(has_effects(arg.value, self.ctx.resolve_dotted) for arg in call.args):
             return line
         self.changed("removed `xp.start_server(...)`")
+        # The profile it let a client record is gone with it (a TODO would keep an emptied block).
+        self.ctx.note(self.code, "the XLA profiler server went with `xp.start_server`: record a profile with `torch.profiler.profile(...)` where one is wanted")
         return self.ctx.remove(line)
 
     def _reads(self) -> FileReads:
