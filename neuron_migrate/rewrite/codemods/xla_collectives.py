@@ -283,7 +283,7 @@ class XlaCollectives(Codemod):
             if not self.ctx.facts.uses(f"{XR}.use_spmd"):
                 # The launch comment goes where SPMD is turned on; here it is turned on elsewhere.
                 self.todo(
-                    f"`{old}()` is `WORLD_SIZE` now, one process per device: launch with `torchrun --nproc_per_node=<devices>` (plain `python` gives 1)"
+                    f"`{old}()` -> `WORLD_SIZE`, one process per device: launch with `torchrun --nproc_per_node=<devices>`"
                 )
             return expr(self.ctx.env_world_size_expr())
         if name in (*WORLD_SIZE, *LOCAL_WORLD_SIZE) and self.ctx.facts.uses(*SPMD):
