@@ -377,6 +377,7 @@ class Dispatcher(Transformer):
         # of replacements, and the edits made when each of those nodes began.
         self._replaced = 0
         self._began: list[tuple[int, ...]] = []
+        self._said: dict[int, set[tuple[str, str]]] = {}  # by scope: the TODOs written there
 
     # -- traversal ------------------------------------------------------------------------------
     def rewrite(self, module: cst.Module) -> cst.Module:
@@ -520,6 +521,11 @@ class Dispatcher(Transformer):
             nodes = [result]
         if frame.late_imports:
             self._add_late_imports(frame, [n for n in nodes if id(n) not in self.ctx.removed])
+        if frame.todos:
+            # One TODO per cause in a function (or at module level): the first says it for all.
+            said = self._said.setdefault(id(self.ctx.scope), set())
+            frame.todos = [todo for todo in frame.todos if todo not in said]
+            said.update(frame.todos)
         if not (frame.todos or frame.comments or frame.before or frame.after):
             return result
         removed = bool(nodes) and all(id(n) in self.ctx.removed for n in nodes)
