@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from neuron_migrate.core import selection
+from neuron_migrate.core.cst_children import PUNCTUATION, transform
 from neuron_migrate.core.names import (
     ImportTable,
     modules_out_of_sight,
@@ -35,6 +36,7 @@ from neuron_migrate.rewrite.codemods.base import (
     FileFacts,
     MigrationContext,
     Target,
+    Transformer,
 )
 from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram
 from neuron_migrate.rewrite.dispatch import Dispatcher
@@ -318,7 +320,7 @@ def _module_level(
     own = _own_copies(wanted, tree)
     wanted = {name: source for name, source in wanted.items() if name not in own}
     if not ctx.notebook and not ctx.target.neuron:
-        migrated, constant = _device_once(migrated, ctx)
+        migrated, constant = _device_once(migrated, ctx, printed)
         if constant is not None:
             wanted = {constant[0]: constant[1], **wanted}
     shared = shareable(wanted, ctx.spelled) if options.helpers_module and not ctx.notebook else {}
@@ -347,48 +349,54 @@ def _module_level(
     return code, shared
 
 
-class _DeviceLookups(cst.CSTTransformer):
-    """Counts, then replaces, the written-out device lookups of a module."""
+class _DeviceLookups(Transformer):
+    """Replaces the written-out device lookups of a module by `name`, and counts them."""
 
-    def __init__(self, lookup: str, name: str | None = None) -> None:
+    def __init__(self, lookup: str, name: str, keep: cst.CSTNode | None = None) -> None:
         super().__init__()
-        self.lookup, self.name, self.found = lookup, name, 0
+        self.lookup, self.name, self.keep, self.found = lookup, name, keep, 0
 
     def leave_BooleanOperation(self, original_node: cst.BooleanOperation, updated_node: cst.BooleanOperation) -> cst.BaseExpression:
-        if _EMPTY_MODULE.code_for_node(updated_node.with_changes(lpar=[], rpar=[])) != self.lookup:
+        if original_node is self.keep or _EMPTY_MODULE.code_for_node(updated_node.with_changes(lpar=[], rpar=[])) != self.lookup:
             return updated_node
         self.found += 1
-        return cst.Name(self.name) if self.name else updated_node
+        return cst.Name(self.name)
 
 
 _EMPTY_MODULE = cst.Module(body=[])
 
 
-def _device_once(module: cst.Module, ctx: MigrationContext) -> tuple[cst.Module, tuple[str, str] | None]:
+def _device_once(module: cst.Module, ctx: MigrationContext, printed: str) -> tuple[cst.Module, tuple[str, str] | None]:
     """A script that looks the device up in several places reads it from one module constant
     (`DEVICE = torch.accelerator.current_accelerator(...) or torch.device("cpu")`), as one would
-    write it by hand: the lookup gives the same device wherever it runs."""
+    write it by hand: the lookup gives the same device wherever it runs. `printed` is the module's
+    code (cheap to count in)."""
     lookup = ctx.target.device(ctx.spelled_torch())
-    if ctx.source.count("current_accelerator") or module.code.count(lookup) < 2:
-        return module, None  # the file's own lookups stay as written
-    counter = _DeviceLookups(lookup)
-    module.visit(counter)
-    if counter.found < 2:
-        return module, None
-    holding = [lookup in _EMPTY_MODULE.code_for_node(statement) for statement in module.body]
-    own = _module_variable_holding(module, lookup)
+    if ctx.source.count("current_accelerator") or printed.count(lookup) < 2:
+        return module, None  # none or one, or the file's own lookups: they stay as written
+
+    def looked_up_before(end: int) -> bool:
+        return any(lookup in _EMPTY_MODULE.code_for_node(statement) for statement in module.body[:end])
+
+    own = _module_variable_holding(module, lookup, printed)
     if own is not None:
         # The file keeps the device in a module variable: the lookups read it, where it is set first.
-        statement, name = own
-        if any(holding[: module.body.index(statement)]):
+        statement, value, name = own
+        if looked_up_before(module.body.index(statement)):
             return module, None
-        replaced = module.visit(_DeviceLookups(lookup, name))
-        body = [statement if original is statement else new for original, new in zip(module.body, replaced.body, strict=True)]
-        return replaced.with_changes(body=body), None
-    if any(holding[: _import_block_end(module)]):
-        return module, None  # a lookup among the imports would run before the constant is set
-    name = ctx.unused_name("DEVICE")
-    return module.visit(_DeviceLookups(lookup, name)), (name, f"{name} = {lookup}\n")
+        replacer = _DeviceLookups(lookup, name, keep=value)
+        constant = None
+    else:
+        if looked_up_before(_import_block_end(module)):
+            return module, None  # a lookup among the imports would run before the constant is set
+        name = ctx.unused_name("DEVICE")
+        replacer = _DeviceLookups(lookup, name)
+        constant = (name, f"{name} = {lookup}\n")
+    replaced = transform(module, replacer, PUNCTUATION)
+    if replacer.found < 2:
+        return module, None
+    assert isinstance(replaced, cst.Module)
+    return replaced, constant
 
 
 def _import_block_end(module: cst.Module) -> int:
@@ -402,9 +410,9 @@ def _import_block_end(module: cst.Module) -> int:
     return end
 
 
-def _module_variable_holding(module: cst.Module, lookup: str) -> tuple[cst.CSTNode, str] | None:
-    """The module-level `NAME = <lookup>` statement and NAME, where NAME is assigned nowhere else."""
-    code = module.code
+def _module_variable_holding(module: cst.Module, lookup: str, code: str) -> tuple[cst.CSTNode, cst.CSTNode, str] | None:
+    """The module-level `NAME = <lookup>` statement, its value and NAME, where NAME is assigned
+    nowhere else in `code` (the module's text)."""
     for statement in module.body:
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
             continue
@@ -413,11 +421,12 @@ def _module_variable_holding(module: cst.Module, lookup: str) -> tuple[cst.CSTNo
             isinstance(small, cst.Assign)
             and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
+            and isinstance(small.value, cst.BooleanOperation)
             and _EMPTY_MODULE.code_for_node(small.value) == lookup
         ):
             name = small.targets[0].target.value
             if len(re.findall(rf"(?m)^\s*{name}\s*(?::[^=]*)?=[^=]|\bglobal\b[^\n]*\b{name}\b", code)) == 1:
-                return statement, name
+                return statement, small.value, name
     return None
 
 
