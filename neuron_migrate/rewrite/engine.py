@@ -371,9 +371,13 @@ def _device_once(module: cst.Module, ctx: MigrationContext, printed: str) -> tup
     (`DEVICE = torch.accelerator.current_accelerator(...) or torch.device("cpu")`), as one would
     write it by hand: the lookup gives the same device wherever it runs. `printed` is the module's
     code (cheap to count in)."""
-    lookup = ctx.target.device(ctx.spelled_torch())
+    torch = ctx.spelled_torch()
+    lookup = ctx.target.device(torch)
     if ctx.source.count("current_accelerator") or printed.count(lookup) < 2:
         return module, None  # none or one, or the file's own lookups: they stay as written
+    assert ctx.scopes is not None
+    if ("torch", None if torch == "torch" else torch) not in ctx.scopes.module_imports() and ctx.new_imports.get("torch", ...) != (None if torch == "torch" else torch):
+        return module, None  # torch is imported in functions only: no module constant can use it
 
     def looked_up_before(end: int) -> bool:
         return any(lookup in _EMPTY_MODULE.code_for_node(statement) for statement in module.body[:end])

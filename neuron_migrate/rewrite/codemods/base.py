@@ -136,6 +136,12 @@ def append_arg(call: cst.Call, args: Sequence[cst.Arg], new: cst.Arg) -> list[cs
     if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
         separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
         return [*args[:-1], last.with_changes(comma=separator), new.with_changes(comma=last.comma)]
+    if not isinstance(last.comma, cst.Comma) and isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace):
+        # One per line, `)` on a line of its own: the new argument goes on a line of its own
+        # before it, and the closing layout moves to it.
+        before = args[-2].comma.whitespace_after if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else call.whitespace_before_args
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=before), whitespace_after_arg=cst.SimpleWhitespace(""))
+        return [*args, new.with_changes(whitespace_after_arg=last.whitespace_after_arg)]
     if not isinstance(last.comma, cst.Comma):
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return [*args, new]

@@ -735,7 +735,7 @@ class OptimumInference(RenamingCodemod):
             self.todo(
                 f"`auto_cast_type={code_of(options['auto_cast_type'])}` chose the compute dtype: pass `dtype=torch.bfloat16` (or the one it names) to `from_pretrained`"
             )
-            return None
+            return make_arg("dtype", f"{self.ctx.torch()}.float32")  # until a person picks one, as loaded by default
         return make_arg("dtype", f"{self.ctx.torch()}.{'float32' if traced else 'bfloat16'}")
 
     def _traced_cast(self, options: dict[str, cst.BaseExpression]) -> cst.Arg | None:
@@ -756,7 +756,7 @@ class OptimumInference(RenamingCodemod):
             self.todo(
                 f"{given} autocast {what}: call under `torch.autocast(..., dtype=torch.{dtype or 'bfloat16'})`"
             )
-            return None
+            return make_arg("dtype", f"{self.ctx.torch()}.float32")  # the weights stayed float32
         self.changed(f"{given} -> `dtype=torch.{dtype}`")
         self.ctx.note(
             self.code,
