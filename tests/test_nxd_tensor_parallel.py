@@ -521,7 +521,7 @@ def test_one_file_left_to_a_person_leaves_the_whole_program(tmp_path: Path) -> N
     assert not (folder / "parallel_mesh.py").exists()
     script = (folder / "train.py").read_text()
     assert "parallel_state.initialize_model_parallel(" in script
-    assert "because `modeling.py`, which shares its mesh, is left to a person (`ColumnParallelLinear(skip_bias_add=True)`" in script
+    assert "`modeling.py`, which shares its mesh, is left to a person (`ColumnParallelLinear(skip_bias_add=True)`" in script
     assert "layers.ColumnParallelLinear(" in (folder / "modeling.py").read_text()
 
 
