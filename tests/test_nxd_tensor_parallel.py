@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
 
 # Every layout NxD's layers offer with a native counterpart: gathered and split outputs,
-# split and whole inputs, a vocabulary-sharded and an embedding-sharded table; a plain LayerNorm
-# beside them, and the gradients clipped over all of them.
+# split and whole inputs, a vocabulary-sharded and an embedding-sharded table, initializers of
+# the whole weight; a plain LayerNorm beside them, and the gradients clipped over all of them.
 PROGRAM = f"""\
 import json
 import os
@@ -38,17 +38,23 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from neuronx_distributed.parallel_layers import layers, parallel_state
 from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
+from neuronx_distributed.parallel_layers.utils import divide
 from torch import nn
 
 from recording import gradients
 
 
+def scaled_normal(weight):
+    nn.init.normal_(weight, std=0.3)
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.vocab = layers.ParallelEmbedding(32, 8)
+        self.vocab = layers.ParallelEmbedding(32, 8, init_method=scaled_normal)
         self.wide = layers.ParallelEmbedding(32, 8, shard_across_embedding=True)
-        self.up = layers.ColumnParallelLinear(8, 16, gather_output=False)
+        self.up = layers.ColumnParallelLinear(8, 16, gather_output=False, init_method=scaled_normal)
+        self.local_width = divide(16, parallel_state.get_tensor_model_parallel_size())
         self.down = layers.RowParallelLinear(16, 8, input_is_parallel=True)
         self.norm = nn.LayerNorm(8)
         self.mix = layers.ColumnParallelLinear(8, 8)
@@ -56,7 +62,9 @@ class Net(nn.Module):
 
     def forward(self, ids):
         x = self.vocab(ids) + self.wide(ids)
-        x = x + self.down(torch.tanh(self.up(x)))
+        hidden = torch.tanh(self.up(x))
+        assert hidden.shape[-1] == self.local_width  # this rank's part
+        x = x + self.down(hidden)
         return self.out(self.mix(self.norm(x)))
 
 
@@ -568,3 +576,42 @@ def test_trainer_example_zero1_trains_as_plain_data_parallelism(tmp_path: Path) 
     plain = example_steps(tmp_path, example, 2, 1)
     assert len(plain) == 4
     assert_close(example_steps(tmp_path, example, 4, 2, "--zero1"), plain)
+
+
+# A gradient read for its value: NxD's was this rank's slice of the sharded weight.
+GRADIENT_READ_PROGRAM = """\
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from neuronx_distributed.parallel_layers import layers, parallel_state
+from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
+
+
+def main():
+    dist.init_process_group("xla")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=int(os.environ["TP"]))
+    model_parallel_xla_manual_seed(0)
+    model = layers.ColumnParallelLinear(6, 8, gather_output=True)
+    model(torch.arange(12.0).view(2, 6) / 10).square().sum().backward()
+    squares = {name: torch.square(p.grad).sum().item() for name, p in model.named_parameters()}
+    shapes = {name: list(p.grad.shape) for name, p in model.named_parameters() if p.grad is not None}
+    with open(os.path.join(os.environ["RESULTS"], f"rank{dist.get_rank()}.json"), "w") as out:
+        json.dump({"squares": squares, "shapes": shapes}, out)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_gradient_read_is_this_rank_s_slice_as_in_nxd(tmp_path: Path) -> None:
+    (one,) = run_program(tmp_path, processes=1, tp=1, program=GRADIENT_READ_PROGRAM)
+    ranks = run_program(tmp_path, processes=2, tp=2, program=GRADIENT_READ_PROGRAM)
+    assert one["shapes"] == {"weight": [8, 6], "bias": [8]}
+    for record in ranks:
+        assert record["shapes"] == {"weight": [4, 6], "bias": [4]}  # each rank's rows
+    for name, whole in one["squares"].items():
+        assert_close(sum(record["squares"][name] for record in ranks), whole)  # the slices make the whole
+        assert min(record["squares"][name] for record in ranks) > 0

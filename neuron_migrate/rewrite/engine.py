@@ -38,7 +38,9 @@ from neuron_migrate.rewrite.codemods.base import (
     Target,
     Transformer,
 )
+from neuron_migrate.rewrite.codemods.nxd_left_whole import left_whole
 from neuron_migrate.rewrite.codemods.nxd_program import MeshProgram
+from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import NxdTensorParallel, plan
 from neuron_migrate.rewrite.dispatch import Dispatcher
 from neuron_migrate.rewrite.imports import (
     add_from_imports,
@@ -154,6 +156,13 @@ def _rewrite_source(
     )
     old_names = table.names_under(OLD_STACK_PACKAGES) - table.names_under(MOVES_WITH_ITS_KERNEL)
     selected = _applicable(tree, text, table, facts, old_names, options)
+    if NxdTensorParallel in selected:
+        nxd = plan(text, table.resolve_dotted, facts.always_called, path, options.mesh_program)
+        if nxd.blocked is not None:
+            result.migrated = left_whole(text, tree, nxd)
+            result.kept_as_it_was = nxd.blocked
+            result.manual = manual_items(result.migrated)
+            return result
     hidden = _old_stack_star_imports(tree)  # bind old-stack names the table cannot list
     if not selected and not old_names and not hidden:
         result.manual = manual_items(text)

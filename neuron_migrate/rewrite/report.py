@@ -30,6 +30,7 @@ CHECKED = "migrated; imports and calls match the target libraries"
 UNCHECKED = "migrated; not checked against the target libraries"
 AFTER_TODOS = "needs review: TODOs left"
 START_UP = "fails at start-up: still imports the old stack"
+KEPT = "left as it was: its TODOs name what holds it back"
 REFUSED = "refused, left unchanged"
 UNTOUCHED = "nothing to migrate"
 
@@ -63,12 +64,15 @@ def manual_lines(result: FileResult) -> list[str]:
 
 def summary(results: Sequence[FileResult], *, applied: bool) -> str:
     """The closing lines of a run, for stderr."""
-    changed = [r for r in results if r.changed]
+    changed = [r for r in results if r.changed and not r.kept_as_it_was]
+    kept = sum(bool(r.kept_as_it_was) for r in results)
     errors = [r for r in results if r.error]
     manual = sum(len(r.manual) for r in results)
     edits = sum(len(r.changes) for r in results)
     verb = "Migrated" if applied else "Would migrate"
     parts = [f"{verb} {len(changed)} of {plural(len(results), 'file')} ({plural(edits, 'change')})"]
+    if kept:
+        parts.append(f"{plural(kept, 'file')} left as {'it was' if kept == 1 else 'they were'} (NM025)")
     if manual:
         parts.append(f"{plural(manual, 'manual item')} to review (TODO(neuron-migrate ...) comments)")
     if errors:
@@ -93,6 +97,8 @@ def standings(results: Sequence[FileResult]) -> dict[int, tuple[str, str]]:
     for r in results:
         if r.error:
             found[id(r)] = (REFUSED, r.error)
+        elif r.kept_as_it_was:
+            found[id(r)] = (KEPT, r.kept_as_it_was)
         elif _imports_old_stack_at_start(r.migrated):
             found[id(r)] = (START_UP, "old-stack imports stay until the TODOs that use them are done")
         elif r.manual:
@@ -253,7 +259,7 @@ def _cell(text: str) -> str:
 
 
 def _status_table(results: Sequence[FileResult]) -> list[str]:
-    order = (START_UP, REFUSED, AFTER_TODOS, UNCHECKED, CHECKED, UNTOUCHED)
+    order = (START_UP, KEPT, REFUSED, AFTER_TODOS, UNCHECKED, CHECKED, UNTOUCHED)
     standing = standings(results)
     rows = sorted(results, key=lambda r: (order.index(standing[id(r)][0]), r.path))
     out = ["## Where each file stands", "", "| file | status | TODOs | why |", "|---|---|---|---|"]

@@ -78,6 +78,8 @@ class FileResult:
     cells: list[tuple[int, str, str]] = field(default_factory=list)  # notebook: (index, old, new)
     shared_helpers: dict[str, Helper] = field(default_factory=dict)  # imported from `--helpers-module`
     verification: Verification | None = None  # None: not checked against the target libraries
+    # Why the file was given back as it was, its TODOs added (a program that moves only as a whole).
+    kept_as_it_was: str | None = None
 
     @property
     def changed(self) -> bool:

@@ -1,11 +1,12 @@
 """NM024: neuronx-distributed, transformers-neuronx, NxD Inference and Inf1 torch-neuron need a person.
 
 Their code is written around the old stack's own model-parallel layers and runtimes, so each use
-gets a TODO that names the native replacement; only `move_model_to_device` has a mechanical one.
+gets a TODO that names the native replacement; `move_model_to_device` and `divide` have mechanical ones.
 """
 
 from __future__ import annotations
 
+from string import Template
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -42,6 +43,14 @@ MOVE_TO_DEVICE = (
     f"{NXD}.utils.model_utils.move_model_to_device",
     f"{NXD}.parallel_layers.move_model_to_device",
 )
+DIVIDE = (f"{NXD}.parallel_layers.utils.divide",)
+DIVIDE_HELPER = '''\
+def $name(numerator, denominator):
+    """`numerator // denominator`, which must divide exactly (as NxD's `divide` checked)."""
+    if numerator % denominator != 0:
+        raise ValueError(f"{numerator} is not divisible by {denominator}")
+    return numerator // denominator
+'''
 # NxD's probes of the torch version, whose answer natively (torch 2.x, past 2.0) is known: an
 # `if` that one of them decides keeps the branch it takes.
 VERSION_PROBES = {
@@ -88,7 +97,8 @@ class NeuronxDistributed(Codemod):
     parallel layer's TODO names the style that lays it out as the call asked NxD to
     (`gather_output`, `input_is_parallel`, `shard_across_embedding`, sequence parallelism), or
     both where the call decides at run time.
-    `move_model_to_device(model, device)` becomes `model.to(device)`, `get_local_world_size()`
+    `move_model_to_device(model, device)` becomes `model.to(device)`, `divide(a, b)` a helper of
+    the file's own that checks the division is exact and returns `a // b`, `get_local_world_size()`
     torchrun's `LOCAL_WORLD_SIZE`, and an `if` decided by
     NxD's torch-version probes (`if requires_init_pg_override():`, true on torch 2.0 alone)
     keeps the branch native torch takes. Star imports of these
@@ -314,6 +324,11 @@ class NeuronxDistributed(Codemod):
             if model is not None and device is not None:
                 self.changed("`move_model_to_device(model, device)` -> `model.to(device)`")
                 return cst.parse_expression(f"{code_of(model.value)}.to({code_of(device.value)})")
+        if name in DIVIDE and len(updated_node.args) == 2 and not has_star_args(updated_node):
+            helper = self.ctx.unused_name("divide_exactly")
+            self.changed("`divide(a, b)` -> a helper of the file's own: `a // b`, checked to divide exactly")
+            self.ctx.need_helper(helper, Template(DIVIDE_HELPER).substitute(name=helper))
+            return updated_node.with_changes(func=cst.Name(helper))
         if name in LOCAL_WORLD_SIZE and not updated_node.args:
             self.changed("`get_local_world_size()` -> `LOCAL_WORLD_SIZE`")
             return expr(self.ctx.local_world_size_expr())

@@ -14,6 +14,7 @@ import importlib.util
 import operator
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -34,10 +35,12 @@ from neuron_migrate.rewrite.codemods.base import (
     stmt,
 )
 from neuron_migrate.rewrite.codemods.neuronx_distributed import (
+    DIVIDE,
     LOCAL_WORLD_SIZE,
     MOVE_TO_DEVICE,
     ROOTS,
     VERSION_PROBES,
+    NeuronxDistributed,
 )
 from neuron_migrate.rewrite.codemods.nxd_checkpointing import (
     LOAD_INTO,
@@ -196,18 +199,41 @@ NOT_WITH_DTENSORS_CALLS = {
 LEFT_TODO = "TODO(neuron-migrate NM025)"
 ALREADY_LEFT = "an earlier migration left it to a person"
 SEQUENCE_MARK = "sequence_parallel_enabled"  # the attribute NxD's gradient all-reduce looks for
+INIT_METHOD = "init_method"  # a parallel layer's initializer of its whole weight
+INIT_WEIGHT = '''\
+def $name(module, init_method):
+    """`module` with `init_method` applied to its whole weight, as NxD's parallel layers did
+    before each rank kept its slice."""
+    with $torch.no_grad():
+        init_method(module.weight)
+    return module
+'''
+GRADIENT_IN_PLACE = ("zero_", "detach_", "requires_grad_")  # what changes a gradient rather than reads it
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One reason the file's NxD cannot move, at the line holding it (0: the file as a whole)."""
+
+    reason: str
+    line: int = 0
 
 
 @dataclass
 class Plan:
     """What the whole-file check decided: why the file is left as it is, or how it is migrated."""
 
-    blocked: str | None = None
+    blockers: list[Blocker] = field(default_factory=list)
     sequence_dims: set[str] = field(default_factory=set)  # of the sequence-parallel layers and mappings
     sequence_norms: bool = False  # sequence-parallel parameters whose gradients NxD all-reduced
     reduces_sequence_gradients: bool = False
     trainer: TrainerPlan = field(default_factory=TrainerPlan)
     state_dicts: StateDicts = field(default_factory=StateDicts)
+
+    @property
+    def blocked(self) -> str | None:
+        """The first reason the file is left as it was; None when it is migrated."""
+        return self.blockers[0].reason if self.blockers else None
 
     @property
     def sequence_dim(self) -> str:
@@ -216,42 +242,46 @@ class Plan:
 
 
 def plan(source: str, resolve: Any, always_called: set[str], path: str, program: MeshProgram | None = None) -> Plan:
-    """Whether the file's NxD tensor parallelism can be migrated as a whole, and what it needs.
+    """Whether the file's NxD tensor parallelism can be migrated as a whole, what it needs, and
+    every line that holds it back.
 
     All or nothing: replacing NxD's process groups breaks every NxD call left in the file, so each
     use must be one this codemod rewrites, in a file that sets the groups up on every run (or, in
     a `program` of several files, in the one file of them that does).
     """
     found = Plan()
-    found.blocked = program.blocked if program is not None and program.blocked else _blocker(source, resolve, always_called, path, found, program)
+    found.blockers = list(_blockers(source, resolve, always_called, path, found, program))
+    if not found.blockers and program is not None and program.blocked:
+        found.blockers = [Blocker(program.blocked)]
     return found
 
 
-def _blocker(
+def _blockers(
     source: str, resolve: Any, always_called: set[str], path: str, found: Plan, program: MeshProgram | None
-) -> str | None:
+) -> Iterator[Blocker]:
     if LEFT_TODO in source:
-        return ALREADY_LEFT  # an earlier run said why; what it saw (`xm.optimizer_step`) may be rewritten since
+        yield Blocker(ALREADY_LEFT)  # an earlier run marked every line that holds it back
+        return
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return "the file does not parse"
+        yield Blocker("the file does not parse")
+        return
     nodes = all_nodes(tree)
     parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
     initializes = 0
     names: set[str] = set()
     found.state_dicts = StateDicts.of(tree, resolve)
     for node in nodes:
+        line = getattr(node, "lineno", 0)
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
-            return f"`from {node.module} import *` hides which NxD names the file uses"
-        if _reads_gradient(node, parents.get(id(node))):
-            return "a gradient is read (`.grad`), a DTensor natively"
+            yield Blocker(f"`from {node.module} import *` hides which NxD names the file uses", line)
         if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
             reason = found.state_dicts.blocker(node, parents.get(id(node)))
             if reason is not None:
-                return reason
+                yield Blocker(reason, line)
         if _marks_sequence_parallel(node):
-            return f"a parameter is marked `{SEQUENCE_MARK}` by hand for NxD's gradient all-reduce"
+            yield Blocker(f"a parameter is marked `{SEQUENCE_MARK}` by hand for NxD's gradient all-reduce", line)
         if not isinstance(node, ast.Name | ast.Attribute):
             continue
         dotted = ast_dotted_name(node)
@@ -262,36 +292,43 @@ def _blocker(
         if qualified in DATA_PARALLEL_AVERAGES and _averages_over_data_parallel(parent, node, DATA_PARALLEL_AVERAGES[qualified], resolve):
             continue
         if qualified in NOT_WITH_DTENSORS_CALLS:
-            return NOT_WITH_DTENSORS_CALLS[qualified]
+            yield Blocker(NOT_WITH_DTENSORS_CALLS[qualified], line)
+            continue
         if qualified in XLA_COLLECTIVES and isinstance(parent, ast.Call) and _reads_parameters(parent):
-            return f"`{dotted}` reduces gradients or parameters, which are DTensors natively"
+            yield Blocker(f"`{dotted}` reduces gradients or parameters, which are DTensors natively", line)
+            continue
         if qualified not in REWRITTEN and qualified != NXD and not qualified.startswith(NXD + "."):
             continue
         if isinstance(parent, ast.Attribute) and resolve(ast_dotted_name(parent) or "") is not None:
             continue  # the inner part of a longer name
         if not (isinstance(parent, ast.Call) and parent.func is node):
-            return f"`{dotted}` is used other than by calling it"
+            yield Blocker(f"`{dotted}` is used other than by calling it", line)
+            continue
         names.add(qualified)
         reason = _call_blocker(qualified, parent, parents.get(id(parent)), found)
         if reason is not None:
-            return reason
+            yield Blocker(reason, line)
         initializes += qualified == INITIALIZE
     trainer = found.trainer
     builds = initializes + bool(trainer.config)
     surely = INITIALIZE in always_called or bool(always_called & set(CONFIG))
     if program is not None and not program.builds_mesh:
         pass  # the program's own script builds the mesh
+    elif builds == 0:
+        yield Blocker("NxD's groups are set up in another file: migrate this one in the same run as the script that sets them up")
     elif builds != 1 or not surely:
-        return "`initialize_model_parallel` or `neuronx_distributed_config` is not called once on every run"
+        yield Blocker("`initialize_model_parallel` or `neuronx_distributed_config` is not called once on every run")
     reason = uses_blocker(tree, source, trainer)
     if reason is not None:
-        return reason
+        yield Blocker(reason)
     if IS_INITIALIZED in names and DESTROY in names:
-        return "`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks"
+        yield Blocker("`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks")
     found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
     if found.sequence_norms and not found.reduces_sequence_gradients:
-        return "sequence-parallel norms or biases are never all-reduced"
-    return _unseen_module_blocker(tree, path) or (_sibling_blocker(tree, path) if program is None else None)
+        yield Blocker("sequence-parallel norms or biases are never all-reduced")
+    reason = _unseen_module_blocker(tree, path) or (_sibling_blocker(tree, path) if program is None else None)
+    if reason is not None:
+        yield Blocker(reason)
 
 
 def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: int, resolve: Any) -> bool:
@@ -304,15 +341,6 @@ def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: 
     query = resolve(ast_dotted_name(groups.func) or "") or ""
     plain = not groups.args and not groups.keywords
     return (plain or query in AS_LIST) and _group_query(query, groups) == f"{STATE}.get_data_parallel_replica_groups"
-
-
-def _reads_gradient(node: ast.AST, parent: ast.AST | None) -> bool:
-    """`p.grad` read for its value: not tested against None, not assigned or cleared."""
-    if not (isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load)):
-        return False
-    if isinstance(parent, ast.Compare) and all(isinstance(c, ast.Constant) and c.value is None for c in parent.comparators):
-        return False
-    return not (isinstance(parent, ast.Attribute) and parent.attr in ("zero_", "detach_", "requires_grad_"))
 
 
 def _reads_parameters(call: ast.Call) -> bool:
@@ -362,6 +390,8 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         return None if isinstance(statement, ast.Expr) and not call.args else f"`{short}` is called for its value"
     if qualified in MOVE_TO_DEVICE:
         return None  # NM024 makes it `model.to(device)`
+    if qualified in DIVIDE:
+        return None if len(call.args) == 2 and not call.keywords else f"`{short}` is called with other than two numbers"
     if qualified in LOCAL_WORLD_SIZE:
         return None if not (call.args or call.keywords) else f"`{short}` is called with arguments"
     if qualified in VERSION_PROBES:
@@ -394,7 +424,17 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         return shards_call_blocker(qualified, call, statement)
     if qualified in LAYER_NAMES:
         return _layer_blocker(short, LAYERS[LAYER_NAMES[qualified]], call, found)
-    return f"`{short}` has no native rewrite yet"
+    return _advice(qualified, ast_dotted_name(call.func) or short)
+
+
+def _advice(qualified: str, spelled: str) -> str:
+    """What NM024 says of an NxD name no codemod rewrites, said where it holds the file back."""
+    manual = NeuronxDistributed.manual
+    best = max((p for p in manual if qualified == p or qualified.startswith(p + ".")), key=len, default=NXD)
+    if best == NXD:
+        return f"`{spelled}` has no native rewrite yet"
+    message = manual[best]
+    return message.replace("{name}", spelled) if "{name}" in message else f"`{spelled}`: {message}"
 
 
 def _as_list(call: ast.Call) -> str | None:
@@ -476,6 +516,8 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
     for name, value in given.items():
         if name in (*(old for old, _ in layer.sizes), *layer.passed, *SEQUENCE_OPTIONS):
             continue
+        if name == INIT_METHOD and layer.native != "LayerNorm":
+            continue  # applied to the whole weight, as NxD did
         if name == layer.switch and value in ("True", "False"):
             continue
         if dict(layer.defaults).get(name) != value:
@@ -484,10 +526,11 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
 
 
 def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
-    """A module this file imports that is neither next to it, nor installed here, nor part of
-    Python or the old stack (a folder put on `sys.path`, say): if it uses NxD, its layers and
-    groups expect the NxD state this file no longer sets up, and nothing here can tell."""
-    if not path:
+    """A module this file imports from a folder it puts on `sys.path` itself, neither next to it
+    nor installed here: if it uses NxD, its layers and groups expect the NxD state this file no
+    longer sets up, and nothing here can tell. (A module found nowhere, where the file touches no
+    `sys.path`, is a package of the user's environment, which cannot read this program's state.)"""
+    if not path or not _extends_sys_path(tree):
         return None
     folder = Path(path).parent
     for node in ast.walk(tree):
@@ -511,6 +554,21 @@ def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
                 continue
             return f"`{module}` is not next to this file nor installed: if it uses NxD, migrate both"
     return None
+
+
+def _extends_sys_path(tree: ast.Module) -> bool:
+    """`sys.path.append(...)`, `.insert`, `.extend`, `site.addsitedir(...)` or `sys.path = ...`."""
+    for node in all_nodes(tree):
+        if isinstance(node, ast.Call) and ast_dotted_name(node.func) in _PATH_CALLS:
+            return True
+        if isinstance(node, ast.Assign | ast.AugAssign) and any(
+            ast_dotted_name(t) == "sys.path" for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        ):
+            return True
+    return False
+
+
+_PATH_CALLS = frozenset({"sys.path.append", "sys.path.insert", "sys.path.extend", "site.addsitedir"})
 
 
 @cache
@@ -556,6 +614,7 @@ class NxdTensorParallel(Codemod):
     | `ParallelEmbedding(v, d, shard_across_embedding=True)` | `... ColwiseParallel(output_layouts=Replicate())` |
     | `ColumnParallelLinear(..., sequence_parallel_enabled=True, sequence_dimension=d)` | `... ColwiseParallel(input_layouts=Shard(d))` (the input arrives split along the sequence) |
     | `RowParallelLinear(..., sequence_parallel_enabled=True, sequence_dimension=d)` | `... RowwiseParallel(output_layouts=Shard(d))` (reduce-scattered along the sequence) |
+    | `ColumnParallelLinear(i, o, init_method=fn)` (any layer with `init_method=`) | `parallelize_module(init_weight(nn.Linear(i, o), fn), ...)`: `fn` on the whole weight, then sharded |
     | `layer_norm.LayerNorm(h, sequence_parallel_enabled=True)` | `parallelize_module(nn.LayerNorm(h), mesh["tp"], SequenceParallel(sequence_dim=d, use_local_output=True))`; without sequence parallelism `nn.LayerNorm(h)` |
     | `grads.allreduce_sequence_parallel_gradients(optimizer)` | removed: DTensor sums those gradients in backward |
     | `copy_to_tensor_model_parallel_region(x)` | `DTensor.from_local(x, mesh["tp"], [Replicate()]).to_local(grad_placements=[Partial()])` |
@@ -570,6 +629,7 @@ class NxdTensorParallel(Codemod):
     | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
     | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
     | `checkpointing.save(state, dir)` / `checkpointing.load(dir, model)` | `save_shards` / `load_shards`, helpers writing and reading NxD's per-rank files (`<dir>/tp_rank_XX_pp_rank_00/checkpoint.pt`, each DTensor as this rank's slice) |
+    | `p.grad` read for its value (not assigned, cleared or compared with `None`) | `local_shards(p.grad)`: this rank's slice, as NxD's gradient was |
     | `model.state_dict()` / `optimizer.load_state_dict(state)` elsewhere | `local_shards(model.state_dict())` / `load_shards_into(optimizer, state)`: this rank's slices, as NxD's parameters gave them, made DTensors again on loading (a scheduler's are left as they are) |
     | `get_data_parallel_group(as_list=True)` | the replica groups, as `get_data_parallel_replica_groups()` |
     | `model_parallel_xla_manual_seed(seed)` | `torch.manual_seed(seed)` |
@@ -610,7 +670,7 @@ class NxdTensorParallel(Codemod):
     All or nothing per file, because replacing NxD's process groups breaks any NxD call left
     behind: the file must call `initialize_model_parallel` once on every run, with tensor
     parallelism only, and use no other NxD API; layer options must be ones with a native
-    meaning (`skip_bias_add`, padding, custom `init_method`, `stride`, process groups, a
+    meaning (`skip_bias_add`, padding, `stride`, process groups, a
     sequence-parallel embedding and sequence parallelism decided at run time are not). With
     sequence parallelism, NxD only summed the gradients of the norms and biases a program passed
     to `allreduce_sequence_parallel_gradients`; DTensor always does, so a file that never calls it,
@@ -627,9 +687,9 @@ class NxdTensorParallel(Codemod):
     and unsharded loading are left). `state_dict()` and `load_state_dict(state)` called on a name
     give and take NxD's slices in the same way; with other options than `prefix`, `strict` and
     `assign` (`keep_vars=True` returns the DTensor parameters themselves), or used other than by
-    calling them, the file is left. So is a file that reads a gradient's value (`p.grad`): NxD's
-    was this rank's slice, natively a DTensor whose arithmetic runs collectives (on rank 0 alone,
-    a hang). Files that clip gradients by value or with another norm, step
+    calling them, the file is left. A gradient read for its value (`p.grad`) is made this rank's
+    slice, as NxD's was: natively it is a DTensor, whose arithmetic would run collectives (on
+    rank 0 alone, a hang). Files that clip gradients by value or with another norm, step
     with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
     folder that it imports and that use NxD too (its model code) are one program: migrated
     together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets
@@ -646,7 +706,9 @@ class NxdTensorParallel(Codemod):
     `groups=` all-reduced every gradient over all processes, tensor-parallel shards included.
     NxD's ZeRO-1 kept float32 master weights of low-precision parameters, which FSDP2 would step
     in low precision.
-    What is left gets NM024's TODOs, and the report says why. A migrated
+    A file left is given back as it was, torch_xla included (its NxD runs on torch_xla, so a half
+    migrated file would run on neither stack), with a TODO above every line that holds it back
+    and the report's status "left as it was". A migrated
     program gives the losses and gradients of its one-process run under `torchrun`, clipped
     gradients, sequence parallelism, every region mapping and the loss of ignored targets
     included (tested with two and four processes). The helper loss no longer shifts the caller's
@@ -665,18 +727,13 @@ class NxdTensorParallel(Codemod):
         self._mesh = ""
         self._statement_values: set[int] = set()  # assigned values: a layer there may span lines
         self._state_dicts: dict[int, int] = {}  # `x.state_dict()` calls -> their number in the file
-
-    @property
-    def _blocked(self) -> str | None:
-        return self._plan.blocked
+        self._grads_kept: set[int] = set()  # `.grad` attributes assigned, compared with None or cleared
 
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
         program = ctx.mesh_program
+        # A file this plan blocks never reaches the codemods: the engine gives it back as it was.
         self._plan = plan(ctx.source, ctx.imports.resolve_dotted, ctx.facts.always_called, ctx.path, program)
-        if self._blocked is not None:
-            ctx.note(self.code, f"tensor parallelism left to a person: {self._blocked}")
-            return
         # One file: a module-level variable. A program of several: the attribute of the folder's
         # mesh module, which the script sets and the model code reads.
         self._mesh = f"{ctx.need_import(program.module)}.mesh" if program is not None else ctx.unused_name("mesh")
@@ -691,10 +748,6 @@ class NxdTensorParallel(Codemod):
         if not isinstance(call, cst.Call):
             return updated_node
         name = self.qualify(call.func)
-        if self._blocked is not None:
-            if name == INITIALIZE:
-                self._left_to_a_person()
-            return updated_node
         if name == DESTROY:
             self.changed("removed `destroy_model_parallel()`: the mesh's groups end with the process group")
             return self.ctx.remove(updated_node)
@@ -734,21 +787,11 @@ class NxdTensorParallel(Codemod):
         return line.body[0]
 
     # -- the trainer API -------------------------------------------------------------------------
-    def _left_to_a_person(self) -> None:
-        """The TODO on the statement that sets NxD's groups up: why the file stays as it is."""
-        if self._blocked is not ALREADY_LEFT:
-            whole = "file" if self.ctx.mesh_program is None else "program"
-            self.todo(f"this {whole}'s NxD stays: {self._blocked}")
-
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
         call = updated_node.value
         if not isinstance(call, cst.Call) or len(updated_node.targets) != 1:
             return updated_node
         name = self.qualify(call.func)
-        if self._blocked is not None:
-            if name in CONFIG:
-                self._left_to_a_person()
-            return updated_node
         target = code_of(updated_node.targets[0].target)
         trainer = self._plan.trainer
         if name in CONFIG:
@@ -839,17 +882,40 @@ class NxdTensorParallel(Codemod):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._statement_values.add(id(node.value))
+        self._grads_kept.update(id(target.target) for target in node.targets)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._grads_kept.add(id(node.target))
         if node.value is not None:
             self._statement_values.add(id(node.value))
+
+    # -- gradients read for their value: this rank's slice, as NxD's were ------------------------
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._grads_kept.add(id(node.target))
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._grads_kept.add(id(node.target))
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        if all(isinstance(c.comparator, cst.Name) and c.comparator.value == "None" for c in node.comparisons):
+            self._grads_kept.add(id(node.left))  # `p.grad is None`
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in GRADIENT_IN_PLACE:
+            self._grads_kept.add(id(node.value))  # `p.grad.zero_()` changes the DTensor itself
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if original_node.attr.value != "grad" or id(original_node) in self._grads_kept:
+            return updated_node
+        self.changed("`.grad` read -> its DTensor's local part, this rank's slice as NxD's gradients were")
+        return expr(f"{self._shards_helper('local')}({code_of(updated_node)})")
 
     def leave_UnaryOperation(
         self, original_node: cst.UnaryOperation, updated_node: cst.UnaryOperation
     ) -> cst.BaseExpression:
         """`not model_parallel_is_initialized()` -> `mesh is None`."""
         operand = original_node.expression
-        if self._blocked is None and isinstance(original_node.operator, cst.Not) and self.called(operand, IS_INITIALIZED):
+        if isinstance(original_node.operator, cst.Not) and self.called(operand, IS_INITIALIZED):
             return self.ctx.group(expr(f"{self._mesh} is None"))
         return updated_node
 
@@ -857,7 +923,7 @@ class NxdTensorParallel(Codemod):
         """`get_pipeline_model_parallel_rank() == 0` -> `True`: a comparison the one stage decides."""
         left = original_node.left
         name = self.qualify(left.func) if isinstance(left, cst.Call) else None
-        if self._blocked is not None or name not in PIPELINE_QUERIES or len(original_node.comparisons) != 1:
+        if name not in PIPELINE_QUERIES or len(original_node.comparisons) != 1:
             return updated_node
         (comparison,) = original_node.comparisons
         compare = COMPARISONS.get(type(comparison.operator))
@@ -868,8 +934,6 @@ class NxdTensorParallel(Codemod):
         return expr(str(value))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if self._blocked is not None:
-            return updated_node
         name = self.qualify(original_node.func)
         if name in AS_LIST and original_node.args:
             value = original_node.args[0].value
@@ -1032,7 +1096,8 @@ class NxdTensorParallel(Codemod):
     def _layer(self, kind: str, call: cst.Call, whole_value: bool) -> cst.BaseExpression:
         layer = LAYERS[kind]
         style = self._style(layer, call)
-        dropped = {layer.switch, *dict(layer.defaults), *SEQUENCE_OPTIONS}
+        dropped = {layer.switch, *dict(layer.defaults), *SEQUENCE_OPTIONS, INIT_METHOD}
+        init_method = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == INIT_METHOD), None)
         args = []
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
@@ -1043,6 +1108,8 @@ class NxdTensorParallel(Codemod):
                 arg = arg.with_changes(keyword=cst.Name(renamed))
             args.append(code_of(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip())
         module = f'{self._nn()}.{layer.native}({", ".join(args)})'
+        if init_method is not None and code_of(init_method) != "None":
+            module = f"{self._init_helper()}({module}, {code_of(init_method)})"
         if not style:
             self.changed(f"`{kind}` -> `nn.{layer.native}` (without sequence parallelism it is torch's)")
             return expr(module)
@@ -1057,6 +1124,10 @@ class NxdTensorParallel(Codemod):
             return expr(f"{parallelize}(\n    {arguments}\n)")
         one_per_line = "".join(f"    {argument},\n" for argument in (module, f'{self._mesh}["tp"]', spelled))
         return expr(f"{parallelize}(\n{one_per_line})")
+
+    def _init_helper(self) -> str:
+        name = self.ctx.unused_name("init_weight")
+        return self.ctx.need_helper(name, Template(INIT_WEIGHT).substitute(name=name, torch=self.ctx.torch()))
 
     def _style(self, layer: Layer, call: cst.Call) -> str:
         """The `parallelize_module` style that lays the layer out as NxD did ("" for none)."""

@@ -81,8 +81,8 @@ def _compiles(text: str, path: str) -> bool:
     return True
 
 
-def with_todos(text: str, problems: list[Problem]) -> str:
-    """`text` with a TODO line above each problem's statement, indented like it; a TODO already
+def with_todos(text: str, problems: list[Problem], code: str = CODE) -> str:
+    """`text` with a TODO line (of rule `code`) above each problem's statement, indented like it; a TODO already
     there (from an earlier run) is not written twice, nor one whose subject a TODO above names
     (a codemod that flagged the same keyword or name said why)."""
     if not problems:
@@ -92,7 +92,7 @@ def with_todos(text: str, problems: list[Problem]) -> str:
     for problem in problems:
         if problem.subject and f"`{problem.subject}" in _todos_above(lines, problem.line):
             continue
-        todo = f"# TODO(neuron-migrate {CODE}): {problem.message}"
+        todo = f"# TODO(neuron-migrate {code}): {problem.message}"
         if todo not in by_line.setdefault(problem.line, []):
             by_line[problem.line].append(todo)
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"

@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from neuron_migrate.core.ast_nodes import statement_starts
 from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.rewrite.verify.target import Answer, TargetEnvironment
@@ -57,7 +58,7 @@ def check(tree: ast.Module, source: str, target: TargetEnvironment, local: froze
     which its imports find before any installed package of the same name."""
     verdict = Verdict(local=local)
     table = ScopeTable.from_ast(tree, source)
-    statements = _statement_lines(tree)
+    statements = statement_starts(tree)
     for statement, guarded in _imports(tree):
         if not guarded:
             _check_import(statement, target, verdict, statements)
@@ -191,20 +192,3 @@ def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bo
                     yield from walk(case.body, guarded)
 
     yield from walk(tree.body, False)
-
-
-def _statement_lines(tree: ast.Module) -> dict[int, int]:
-    """Each line that holds code -> the line where the innermost simple statement or compound
-    header holding it starts: where a comment above it may go."""
-    starts: dict[int, int] = {}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt):
-            continue
-        body = getattr(node, "body", None)
-        last = node.end_lineno or node.lineno
-        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-            last = body[0].lineno - 1 if body[0].lineno > node.lineno else node.lineno
-        for line in range(node.lineno, last + 1):
-            if line not in starts or starts[line] < node.lineno:
-                starts[line] = node.lineno
-    return starts

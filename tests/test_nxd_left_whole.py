@@ -1,0 +1,120 @@
+"""An NxD program that cannot move as a whole is given back as it was, every blocker marked.
+
+Its NxD runs on torch_xla: a file whose device, step or launch code moved while its NxD stayed
+would run on neither stack.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.cli import main
+from neuron_migrate.rewrite.engine import rewrite_source
+from neuron_migrate.rewrite.report import KEPT
+
+SCRIPT = """\
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+from neuronx_distributed.parallel_layers import layers, parallel_state
+
+
+def main(flags):
+    dist.init_process_group("xla")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=flags.tp)
+    device = xm.xla_device()
+    model = layers.ColumnParallelLinear(8, 8, gather_output=False, skip_bias_add=True).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.ones(2, 8, device=device))[0].sum().backward()
+        torch.nn.utils.clip_grad_value_(model.parameters(), 1.0)
+        optimizer.step()
+        xm.mark_step()
+"""
+
+MODEL = """\
+from neuronx_distributed.parallel_layers import layers
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.up = layers.ColumnParallelLinear(hidden, hidden, gather_output=False, stride=2)
+"""
+
+PROGRAM_SCRIPT = """\
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+from neuronx_distributed.parallel_layers import parallel_state
+
+from modeling import Block
+
+
+def main():
+    dist.init_process_group("xla")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+    model = Block(8).to(xm.xla_device())
+    xm.mark_step()
+"""
+
+_TODO = re.compile(r"^[ \t]*# TODO\(neuron-migrate NM025\): .*\n", re.M)
+
+
+def _without_todos(text: str) -> str:
+    return _TODO.sub("", text)
+
+
+def _todo_above(text: str, statement: str) -> str:
+    lines = text.splitlines()
+    index = next(i for i, line in enumerate(lines) if line.strip() == statement)
+    assert "TODO(neuron-migrate NM025)" in lines[index - 1], f"no TODO above {statement!r}"
+    return lines[index - 1]
+
+
+def test_a_file_left_keeps_its_torch_xla_and_marks_every_blocker() -> None:
+    result = rewrite_source(SCRIPT, "train.py")
+    assert result.kept_as_it_was is not None
+    assert _without_todos(result.migrated) == SCRIPT  # torch_xla included: nothing half-migrated
+    assert "skip_bias_add=True" in _todo_above(result.migrated, "model = layers.ColumnParallelLinear(8, 8, gather_output=False, skip_bias_add=True).to(device)")
+    assert "`clip_grad_value_`" in _todo_above(result.migrated, "torch.nn.utils.clip_grad_value_(model.parameters(), 1.0)")
+    header = _todo_above(result.migrated, "from neuronx_distributed.parallel_layers import layers, parallel_state")
+    assert "left as it was, torch_xla too" in header and "the 2 lines marked NM025 below" in header
+    assert not result.changes
+
+
+def test_a_second_run_changes_nothing() -> None:
+    once = rewrite_source(SCRIPT, "train.py").migrated
+    again = rewrite_source(once, "train.py")
+    assert again.migrated == once and again.kept_as_it_was is not None
+
+
+def test_nothing_blocks_the_file_left_whole_advice_moved_into_its_blocker() -> None:
+    text = "from neuronx_distributed.kernels.flash_attn import nki_flash_attn_func\nfrom neuronx_distributed.parallel_layers import parallel_state\n\n\ndef attention(q, k, v):\n    return nki_flash_attn_func(q, k, v)\n"
+    result = rewrite_source(text, "kernels.py")
+    assert _without_todos(result.migrated) == text
+    assert "F.scaled_dot_product_attention" in _todo_above(result.migrated, "return nki_flash_attn_func(q, k, v)")
+    assert "set up in another file" in result.migrated
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    (tmp_path / "modeling.py").write_text(MODEL)
+    (tmp_path / "train.py").write_text(PROGRAM_SCRIPT)
+    return tmp_path
+
+
+def test_a_program_is_left_as_a_whole_when_one_of_its_files_is(program: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    report_file = tmp_path_factory.mktemp("report") / "report.json"
+    assert main(["rewrite", str(program), "-q", "--report", str(report_file)]) == 1
+    script, model = (program / "train.py").read_text(), (program / "modeling.py").read_text()
+    assert _without_todos(script) == PROGRAM_SCRIPT and _without_todos(model) == MODEL
+    assert "stride=2" in _todo_above(model, "self.up = layers.ColumnParallelLinear(hidden, hidden, gather_output=False, stride=2)")
+    assert "`modeling.py`, which shares its mesh, is left to a person" in script
+    assert not (program / "parallel_mesh.py").exists()
+    report = json.loads(report_file.read_text())
+    assert {f["status"] for f in report["files"]} == {KEPT}
