@@ -16,6 +16,7 @@ from neuron_migrate.rewrite.codemods.base import (
     arg_value,
     code_of,
     dotted_name,
+    expr,
     fix_trailing_comma,
     stmt,
 )
@@ -51,6 +52,8 @@ TRACE_OPTIONS = (
     "input_output_aliases",
     "cpu_backend",
 )
+# NxD models' RMSNorm kernel: `RmsNorm.apply(x, weight, eps, dim)`, torch's `F.rms_norm` over the last dimension.
+RMS_NORM = ("torch_neuronx.xla_impl.ops.RmsNorm.apply",)
 DATA_PARALLEL = ("torch_neuronx.DataParallel", "torch_neuronx.xla_impl.data_parallel.DataParallel")
 DYNAMIC_BATCH = ("torch_neuronx.dynamic_batch",)
 # A comment above a rewritten `torch.jit.save`/`torch.jit.load` that speaks of TorchScript gets
@@ -226,7 +229,10 @@ class NeuronxTrace(Codemod):
     frozen (`requires_grad_(False)`), as a traced graph tracked no gradients; in a file that
     trains, where the same model may be trained, a TODO says to call it under
     `torch.inference_mode()` instead. `compiler_workdir=` becomes the `os.makedirs` of the
-    folder the trace created.
+    folder the trace created. NxD model code's RMSNorm kernel,
+    `RmsNorm.apply(x, weight, eps, len(x.shape) - 1)` from `torch_neuronx.xla_impl.ops`, becomes
+    `F.rms_norm(x, x.shape[-1:], weight, eps)`: the same formula, which such files spell out
+    beside the kernel for the CPU.
 
     ## Why
     TorchNeuron has no trace API: models run eagerly on the `neuron` device or compiled by
@@ -523,6 +529,10 @@ class NeuronxTrace(Codemod):
                 "`dynamic_batch` split batches into traced-size pieces: pad or split batches to the warm-up size, or each size compiles anew"
             )
             return updated_node.args[0].value
+        if name in RMS_NORM:
+            native = self._rms_norm(updated_node)
+            if native is not None:
+                return native
         if name in JIT_SAVE and len(updated_node.args) >= 2:
             return self._save(updated_node, updated_node.args[0].value, updated_node.args[1].value)
         func = updated_node.func
@@ -537,6 +547,20 @@ class NeuronxTrace(Codemod):
         ):
             self.todo(LOAD_TODO)
         return updated_node
+
+    def _rms_norm(self, call: cst.Call) -> cst.BaseExpression | None:
+        """`RmsNorm.apply(x, weight, eps, len(x.shape) - 1)` -> `F.rms_norm(x, x.shape[-1:], weight, eps)`:
+        the same formula; over another dimension than the last, or with `x` an expression, it stays."""
+        if len(call.args) != 4 or any(arg.keyword is not None or arg.star for arg in call.args):
+            return None
+        x, weight, eps, dim = (code_of(arg.value) for arg in call.args)
+        if dotted_name(call.args[0].value) is None or dim.replace(" ", "") not in (
+            f"len({x}.shape)-1", f"{x}.dim()-1", f"{x}.ndim-1", "-1"
+        ):
+            return None
+        functional = "F" if self.ctx.resolve_dotted("F") == "torch.nn.functional" else f"{self.ctx.torch()}.nn.functional"
+        self.changed("`RmsNorm.apply(x, weight, eps, last dim)` -> `F.rms_norm(x, x.shape[-1:], weight, eps)`")
+        return expr(f"{functional}.rms_norm({x}, {x}.shape[-1:], {weight}, {eps})")
 
     def _save(
         self, call: cst.Call, saved: cst.BaseExpression, path: cst.BaseExpression
