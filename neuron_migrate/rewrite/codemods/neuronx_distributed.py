@@ -6,6 +6,7 @@ gets a TODO that names the native replacement; `move_model_to_device` and `divid
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from string import Template
 from typing import Any, ClassVar
 
@@ -74,6 +75,34 @@ PIPELINE = (
 INFERENCE = (
     "`{name}`: NxD inference: `parallelize_module`, `torch.compile(dynamic=False)`, warm each bucket"
 )
+TRACE_CALLS = (f"{NXD}.trace.parallel_model_trace", f"{NXD}.parallel_model_trace")
+MODEL_BUILDERS = (f"{NXD}.ModelBuilder", f"{NXD}.trace.model_builder.ModelBuilder")
+
+
+def inference_todo(qualified: str, written: str, given: Callable[[int | None, str], str | None]) -> str | None:
+    """The worked TODO of an NxD Core inference call, with its own model, inputs and TP degree
+    (`given(position, keyword)`: the code of that argument, None if absent); None for other calls."""
+
+    def value(position: int | None, keyword: str, default: str) -> str:
+        code = given(position, keyword)
+        if code is None:
+            return default
+        code = " ".join(code.split())
+        return code if len(code) <= 20 else code[:17] + "..."
+
+    degree = value(None, "tp_degree", "1")
+    ranks = f"{degree} ranks" if degree.isdigit() else f"`{degree}` ranks"
+    short = written.rpartition(".")[2]
+    if qualified in TRACE_CALLS:
+        build, inputs = value(0, "func", "the model function"), value(1, "example_inputs", "the example inputs")
+        return f"`{short}`: shard `{build}()` over {ranks}, `torch.compile(dynamic=False)`, warm on `{inputs}`"
+    if qualified in MODEL_BUILDERS:
+        loader = given(None, "checkpoint_loader")
+        weights = f", load `{value(None, 'checkpoint_loader', '')}`" if loader is not None else ""
+        return f"`{short}`: per `add`ed model: shard over {ranks}{weights}, `torch.compile(dynamic=False)`, warm each shape"
+    return None
+
+
 TP_PLAN = 'shard plain `nn.Linear`/`nn.Embedding` layers with `parallelize_module(model, mesh["tp"], plan)`'
 
 
@@ -96,7 +125,9 @@ class NeuronxDistributed(Codemod):
     `torch.distributed.checkpoint` (DCP), and `generate` with a static cache for inference. A
     parallel layer's TODO names the style that lays it out as the call asked NxD to
     (`gather_output`, `input_is_parallel`, `shard_across_embedding`, sequence parallelism), or
-    both where the call decides at run time.
+    both where the call decides at run time. NxD Core inference calls (`parallel_model_trace`,
+    `ModelBuilder`) get a worked TODO with the call's own model, example inputs, TP degree and
+    checkpoint loader.
     `move_model_to_device(model, device)` becomes `model.to(device)`, `divide(a, b)` a helper of
     the file's own that checks the division is exact and returns `a // b`, `get_local_world_size()`
     torchrun's `LOCAL_WORLD_SIZE`, and an `if` decided by
@@ -281,6 +312,14 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.lightning": "use Lightning's FSDP/DDP strategy on the `neuron` device (not verified on TorchNeuron)",
         f"{NXD}.utils.model_utils": 'for meta-device init use `torch.device("meta")` + `model.to_empty(device=...)`',
         **dict.fromkeys(
+            (f"{NXD}.trace.parallel_model_save", f"{NXD}.parallel_model_save"),
+            "`{name}`: save the plain model's `state_dict()` (DCP if sharded); compiled graphs are not saved",
+        ),
+        **dict.fromkeys(
+            (f"{NXD}.trace.parallel_model_load", f"{NXD}.parallel_model_load"),
+            "`{name}`: rebuild the model, load its `state_dict()`, `torch.compile(dynamic=False)` it again",
+        ),
+        **dict.fromkeys(
             (f"{NXD}.trace", *(f"{NXD}.{name}" for name in ("ModelBuilder", "NxDModel", "BaseNxDModel", "TorchScriptNxDModel", "shard_checkpoint", "NxDParallelState", "convert_nxd_model_to_torchscript_model"))),
             INFERENCE,
         ),
@@ -338,6 +377,10 @@ class NeuronxDistributed(Codemod):
             self.todo(INF1)
         if name in PIPELINE_MODEL:
             self._pipeline_todo(original_node)
+        written = code_of(original_node.func)
+        todo = inference_todo(name or "", written, lambda position, keyword: _code(arg_value(original_node, position, keyword)))
+        if todo is not None:
+            self.todo(todo, explains=(written,))
         return updated_node
 
     def _layer_todo(self, call: cst.Call, layer: Layer) -> None:
@@ -393,3 +436,7 @@ class NeuronxDistributed(Codemod):
     ) -> cst.SimpleString:
         mark_named_module(self, original_node, ROOTS)
         return updated_node
+
+
+def _code(arg: cst.Arg | None) -> str | None:
+    return code_of(arg.value) if arg is not None else None

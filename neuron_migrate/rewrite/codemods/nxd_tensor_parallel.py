@@ -41,6 +41,7 @@ from neuron_migrate.rewrite.codemods.neuronx_distributed import (
     ROOTS,
     VERSION_PROBES,
     NeuronxDistributed,
+    inference_todo,
 )
 from neuron_migrate.rewrite.codemods.nxd_checkpointing import (
     LOAD_INTO,
@@ -424,7 +425,13 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
         return shards_call_blocker(qualified, call, statement)
     if qualified in LAYER_NAMES:
         return _layer_blocker(short, LAYERS[LAYER_NAMES[qualified]], call, found)
-    return _advice(qualified, ast_dotted_name(call.func) or short)
+    written = ast_dotted_name(call.func) or short
+    worked = inference_todo(qualified, written, lambda position, keyword: _unparsed(_argument(call, position, keyword)))
+    return worked or _advice(qualified, written)
+
+
+def _unparsed(node: ast.expr | None) -> str | None:
+    return ast.unparse(node) if node is not None else None
 
 
 def _advice(qualified: str, spelled: str) -> str:
@@ -450,11 +457,11 @@ def _group_query(qualified: str, call: ast.Call) -> str:
     return AS_LIST[qualified] if qualified in AS_LIST and _as_list(call) == "True" else qualified
 
 
-def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+def _argument(call: ast.Call, position: int | None, keyword: str) -> ast.expr | None:
     for given in call.keywords:
         if given.arg == keyword:
             return given.value
-    return call.args[position] if len(call.args) > position else None
+    return call.args[position] if position is not None and len(call.args) > position else None
 
 
 def _plain(node: ast.expr) -> bool:
