@@ -118,3 +118,28 @@ def test_a_program_is_left_as_a_whole_when_one_of_its_files_is(program: Path, tm
     assert not (program / "parallel_mesh.py").exists()
     report = json.loads(report_file.read_text())
     assert {f["status"] for f in report["files"]} == {KEPT}
+
+
+EVAL_SCRIPT = PROGRAM_SCRIPT.replace("def main():", "def evaluate():")
+PLAIN_MODEL = MODEL.replace(", stride=2)", ")")
+
+
+def test_two_scripts_may_share_one_model_file(tmp_path: Path) -> None:
+    (tmp_path / "modeling.py").write_text(PLAIN_MODEL)
+    (tmp_path / "train.py").write_text(PROGRAM_SCRIPT)
+    (tmp_path / "evaluate.py").write_text(EVAL_SCRIPT)
+    assert main(["rewrite", str(tmp_path), "-q"]) == 0
+    for script in ("train.py", "evaluate.py"):
+        text = (tmp_path / script).read_text()
+        assert "parallel_mesh.mesh = init_device_mesh(" in text and "neuronx_distributed" not in text
+    assert "parallel_mesh.mesh[" in (tmp_path / "modeling.py").read_text()
+
+
+def test_a_script_that_imports_another_one_that_builds_the_mesh_is_left(tmp_path: Path) -> None:
+    (tmp_path / "modeling.py").write_text(PLAIN_MODEL)
+    (tmp_path / "train.py").write_text(PROGRAM_SCRIPT)
+    (tmp_path / "evaluate.py").write_text("from train import main\n" + EVAL_SCRIPT)
+    assert main(["rewrite", str(tmp_path), "-q"]) == 1
+    evaluate = (tmp_path / "evaluate.py").read_text()
+    assert "`evaluate.py` builds the mesh and imports another file that does" in evaluate
+    assert _without_todos(evaluate) == "from train import main\n" + EVAL_SCRIPT

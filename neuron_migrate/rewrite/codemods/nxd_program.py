@@ -65,8 +65,10 @@ class _File:
 def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
     """For each given file that belongs to an NxD program of several of the given files, its part.
 
-    Files that use NxD and import one another (directly or not) form a program; exactly one of
-    them must build the mesh. A file outside every program is migrated on its own, as before.
+    Files that use NxD and import one another (directly or not) form a program; at least one of
+    them must build the mesh, and none that does may import another that does (several scripts
+    may share one model file: each runs in processes of its own). A file outside every program
+    is migrated on its own, as before.
     """
     from neuron_migrate.rewrite.codemods.nxd_state import INITIALIZE
     from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import plan
@@ -93,9 +95,14 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
             continue
         owners = [f for f in component if files[f].builds_mesh]
         reasons: dict[Path, str] = {}
-        if len(owners) != 1:
-            names = ", ".join(f"`{files[f].path.name}`" for f in owners) or "none of them"
-            shared = f"one file must build the mesh the files {_names(files, component)} share, and {names} do"
+        nested = [f for f in owners if set(_reached(files, f)) & (set(owners) - {f})]
+        if not owners:
+            shared = f"none of the files {_names(files, component)} builds the mesh they share"
+            reasons = dict.fromkeys(component, shared)
+        elif nested:
+            # Scripts run one per process, each building the mesh; one that imports another's
+            # set-up could build it twice.
+            shared = f"`{files[nested[0]].path.name}` builds the mesh and imports another file that does"
             reasons = dict.fromkeys(component, shared)
         for resolved in component:
             file = files[resolved]
@@ -120,6 +127,19 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
                 blocked = f"`{files[other].path.name}`, which shares its mesh, is left to a person ({reasons[other]})"
             found[file.path] = MeshProgram(builds_mesh=file.builds_mesh, blocked=blocked)
     return found
+
+
+def _reached(files: dict[Path, _File], start: Path) -> list[Path]:
+    """The files `start` imports, directly or not."""
+    seen: list[Path] = []
+    stack = list(files[start].imports)
+    while stack:
+        current = stack.pop()
+        if current in seen or current == start or current not in files:
+            continue
+        seen.append(current)
+        stack.extend(files[current].imports)
+    return seen
 
 
 def _nxd_tree(path: Path) -> ast.Module | None:

@@ -700,7 +700,8 @@ class NxdTensorParallel(Codemod):
     with `xm.optimizer_step`, wrap in DDP/FSDP or change the default dtype are left as they were. A script and the modules of its
     folder that it imports and that use NxD too (its model code) are one program: migrated
     together in one run, the mesh kept in the folder's `parallel_mesh.py`, which the script sets
-    and the model code reads; if any of them is left, all are, and a file migrated without the
+    and the model code reads (several scripts sharing one model file each set it, in processes
+    of their own, unless one imports another); if any of them is left, all are, and a file migrated without the
     others it shares NxD's state with is left too, as is one importing a module that is neither
     next to it nor installed (a folder put on `sys.path`), which may read that state unseen.
     A file's NxD code moves as a whole. The mesh replaces NxD's process groups only where
