@@ -237,7 +237,7 @@ class NeuronxDistributed(Codemod):
         f"{NXD}.parallel_layers.utils.get_local_world_size": '`{name}()` is the number of processes on this host: `int(os.environ["LOCAL_WORLD_SIZE"])` under torchrun',
         f"{NXD}.parallel_layers.utils.requires_init_pg_override": "`{name}()` is `torch.__version__.startswith(\"2.0\")`: always False natively",
         f"{NXD}.parallel_layers.utils.divide": "`{name}(a, b)` is `a // b` after checking that `b` divides `a` exactly",
-        f"{NXD}.kernels.flash_attn.nki_flash_attn_func": "`{name}(q, k, v)`: use `F.scaled_dot_product_attention(q, k, v, is_causal=True)` (inputs (batch, heads, seq, dim))",
+        f"{NXD}.kernels.flash_attn.nki_flash_attn_func": "`{name}(q, k, v)`: `F.scaled_dot_product_attention(q, k, v, is_causal=True)` (inputs batch, heads, seq, dim)",
         **dict.fromkeys(
             (f"{NXD}.utils.model_utils.get_platform_target", "neuronx_distributed_inference.models.config.get_platform_target"),
             PLATFORM_TARGET,

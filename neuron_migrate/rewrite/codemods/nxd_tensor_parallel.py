@@ -270,6 +270,7 @@ def _blockers(
         return
     nodes = all_nodes(tree)
     parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
+    optional = optional_imports(tree)
     initializes = 0
     names: set[str] = set()
     found.state_dicts = StateDicts.of(tree, resolve)
@@ -287,8 +288,8 @@ def _blockers(
             continue
         dotted = ast_dotted_name(node)
         qualified = resolve(dotted) if dotted else None
-        if qualified is None:
-            continue
+        if qualified is None or (dotted or "").partition(".")[0] in optional:
+            continue  # an optional import fails natively, and the file takes its fallback
         parent = parents.get(id(node))
         if qualified in DATA_PARALLEL_AVERAGES and _averages_over_data_parallel(parent, node, DATA_PARALLEL_AVERAGES[qualified], resolve):
             continue
@@ -330,6 +331,32 @@ def _blockers(
     reason = _unseen_module_blocker(tree, path) or (_sibling_blocker(tree, path) if program is None else None)
     if reason is not None:
         yield Blocker(reason)
+
+
+def optional_imports(tree: ast.Module) -> set[str]:
+    """Names an NxD import binds in a `try` whose `except ImportError` binds them too (a fallback)."""
+    found: set[str] = set()
+    for node in all_nodes(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        imported = {
+            alias.asname or alias.name.partition(".")[0]
+            for statement in node.body
+            if isinstance(statement, ast.Import | ast.ImportFrom)
+            and ((statement.module or "") if isinstance(statement, ast.ImportFrom) else statement.names[0].name).startswith(NXD)
+            for alias in statement.names
+        }
+        for handler in node.handlers:
+            caught = ast.unparse(handler.type) if handler.type is not None else "Exception"
+            if not any(name in caught for name in ("ImportError", "ModuleNotFoundError", "Exception")):
+                continue
+            found |= imported & {
+                target.id
+                for statement in ast.walk(ast.Module(body=handler.body, type_ignores=[]))
+                for target in (statement.targets if isinstance(statement, ast.Assign) else [])
+                if isinstance(target, ast.Name)
+            }
+    return found
 
 
 def _averages_over_data_parallel(call: ast.AST | None, func: ast.AST, position: int, resolve: Any) -> bool:
@@ -704,7 +731,8 @@ class NxdTensorParallel(Codemod):
     of their own, unless one imports another); if any of them is left, all are, and a file migrated without the
     others it shares NxD's state with is left too, as is one importing a module that is neither
     next to it nor installed (a folder put on `sys.path`), which may read that state unseen.
-    A file's NxD code moves as a whole. The mesh replaces NxD's process groups only where
+    A file's NxD code moves as a whole; an NxD import in a `try` whose `except ImportError`
+    gives the name a fallback is optional, and stays so: natively the fallback is taken. The mesh replaces NxD's process groups only where
     `initialize_model_parallel` or `neuronx_distributed_config` runs once on every run.
     Sequence-parallel norms and biases NxD never all-reduced
     (`allreduce_sequence_parallel_gradients`) drifted apart on each rank, while DTensor reduces
