@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -106,7 +107,9 @@ class XlaLaunch(Codemod):
     The entry point creates the process group for every run, as torch_xla's launcher joined the
     processes for every run; a file whose own `init_process_group` runs only on some runs
     (`if args.ddp:`) keeps it, under `if not dist.is_initialized():`, for the runs that do not
-    come through the entry point.
+    come through the entry point. A spawn in the branch a script takes when torchrun did not
+    launch it (`if os.environ.get("WORLD_SIZE"): ... else: xmp.spawn(...)`) becomes
+    `raise SystemExit("launch with torchrun: ...")`: torchrun launches it now.
 
     In a notebook the kernel cannot be launched with torchrun, so the spawn becomes accelerate's
     `notebook_launcher(run_on_each_process, args=(_mp_fn, flags), num_processes=N)`: it forks
@@ -328,8 +331,13 @@ class XlaLaunch(Codemod):
             return updated_node
         if id(original_node.value) in self._beside_torchrun:
             written = code_of(call.func)
-            self.todo(SPAWN_BESIDE_TORCHRUN.format(call=written, fn=code_of(fn.value)), explains=(written,))
-            return updated_node
+            if self.ctx.notebook:
+                self.todo(SPAWN_BESIDE_TORCHRUN.format(call=written, fn=code_of(fn.value)), explains=(written,))
+                return updated_node
+            # The branch the script took when torchrun had not launched it: torchrun launches it now.
+            self.changed(f"`{written}(...)` beside a torchrun launch -> an exit that says to launch with torchrun")
+            command = f"launch with torchrun: torchrun --nproc_per_node=<processes> {self.ctx.script_name}"
+            return cst.Raise(exc=cst.parse_expression(f"SystemExit({json.dumps(command)})"))
         args = arg_value(call, 1, "args")
         user_args: list[str] = []
         if args is not None:
