@@ -424,6 +424,25 @@ def test_sequence_parallelism_mappings_and_loss_equal_one_process(tmp_path: Path
     assert min(row[-1] for row in one["raw"]) > 0
 
 
+# The same program with its layers' sequence parallelism read from the run's configuration.
+SEQUENCE_AT_RUN_TIME_PROGRAM = SEQUENCE_PROGRAM.replace(
+    "sequence_parallel_enabled=True", "sequence_parallel_enabled=SEQUENCE_PARALLEL"
+).replace("SEQ_DIM = 1", 'SEQUENCE_PARALLEL = os.environ.get("SEQUENCE_PARALLEL", "1") == "1"\nSEQ_DIM = 1')
+
+
+def test_sequence_parallelism_chosen_at_run_time_equals_one_process(tmp_path: Path) -> None:
+    assert "ColwiseParallel(input_layouts=Shard(SEQ_DIM)) if SEQUENCE_PARALLEL else" in migrate(
+        SEQUENCE_AT_RUN_TIME_PROGRAM, "train.py"
+    )
+    (one,) = run_program(tmp_path, processes=1, tp=1, program=SEQUENCE_AT_RUN_TIME_PROGRAM)
+    ranks = run_program(tmp_path, processes=2, tp=2, program=SEQUENCE_AT_RUN_TIME_PROGRAM)
+    for record in ranks:
+        assert_close(record["losses"], one["losses"])
+        for name, grad in one["grads"].items():
+            assert_close(record["grads"][name], grad)
+    assert one["losses"][0] != one["losses"][-1]
+
+
 def test_data_parallel_replicas_average_their_shards_as_nxd_did(tmp_path: Path) -> None:
     """NxD's groups are [PP, DP, TP] with TP contiguous: rank r is TP rank r % tp, DP rank r // tp.
     DP=2 x TP=2 (four processes) trains as DP=2 alone does, every rank ending with the same model."""

@@ -304,7 +304,8 @@ def _blockers(
         if isinstance(parent, ast.Attribute) and resolve(ast_dotted_name(parent) or "") is not None:
             continue  # the inner part of a longer name
         if not (isinstance(parent, ast.Call) and parent.func is node):
-            yield Blocker(f"`{dotted}` is used other than by calling it", line)
+            if qualified not in CROSS_ENTROPY:  # held as a value: the helper takes (logits, target) too
+                yield Blocker(f"`{dotted}` is used other than by calling it", line)
             continue
         names.add(qualified)
         reason = _call_blocker(qualified, parent, parents.get(id(parent)), found)
@@ -534,7 +535,10 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
     given = {k.arg or "": ast.unparse(k.value) for k in call.keywords}
     sequence = given.get(SEQUENCE_OPTIONS[0], "False")
     if sequence not in ("True", "False"):
-        return f"`{short}(sequence_parallel_enabled={sequence})` is decided at run time"
+        flag = next(k.value for k in call.keywords if k.arg == SEQUENCE_OPTIONS[0])
+        if not _plain(flag):
+            return f"`{short}(sequence_parallel_enabled=...)` is computed where it is passed"
+        sequence = "True"  # the layout is chosen at run time: each must be one DTensor has
     if sequence == "True":
         if layer.sequence_style is None:
             return f"`{short}(sequence_parallel_enabled=True)` lays its output out in a way DTensor does not"
@@ -649,6 +653,7 @@ class NxdTensorParallel(Codemod):
     | `ColumnParallelLinear(..., sequence_parallel_enabled=True, sequence_dimension=d)` | `... ColwiseParallel(input_layouts=Shard(d))` (the input arrives split along the sequence) |
     | `RowParallelLinear(..., sequence_parallel_enabled=True, sequence_dimension=d)` | `... RowwiseParallel(output_layouts=Shard(d))` (reduce-scattered along the sequence) |
     | `ColumnParallelLinear(i, o, init_method=fn)` (any layer with `init_method=`) | `parallelize_module(init_weight(nn.Linear(i, o), fn), ...)`: `fn` on the whole weight, then sharded |
+    | `ColumnParallelLinear(..., gather_output=False, sequence_parallel_enabled=config.sp)` | `... ColwiseParallel(input_layouts=Shard(0)) if config.sp else ColwiseParallel()`: the same expression picks the layout |
     | `layer_norm.LayerNorm(h, sequence_parallel_enabled=True)` | `parallelize_module(nn.LayerNorm(h), mesh["tp"], SequenceParallel(sequence_dim=d, use_local_output=True))`; without sequence parallelism `nn.LayerNorm(h)` |
     | `grads.allreduce_sequence_parallel_gradients(optimizer)` | removed: DTensor sums those gradients in backward |
     | `copy_to_tensor_model_parallel_region(x)` | `DTensor.from_local(x, mesh["tp"], [Replicate()]).to_local(grad_placements=[Partial()])` |
@@ -704,8 +709,8 @@ class NxdTensorParallel(Codemod):
     All or nothing per file, because replacing NxD's process groups breaks any NxD call left
     behind: the file must call `initialize_model_parallel` once on every run, with tensor
     parallelism only, and use no other NxD API; layer options must be ones with a native
-    meaning (`skip_bias_add`, padding, `stride`, process groups, a
-    sequence-parallel embedding and sequence parallelism decided at run time are not). With
+    meaning (`skip_bias_add`, padding, `stride`, process groups and a
+    sequence-parallel embedding are not). With
     sequence parallelism, NxD only summed the gradients of the norms and biases a program passed
     to `allreduce_sequence_parallel_gradients`; DTensor always does, so a file that never calls it,
     or marks parameters for it by hand, is left. `parallel_cross_entropy` with label smoothing is
@@ -764,6 +769,7 @@ class NxdTensorParallel(Codemod):
         self._statement_values: set[int] = set()  # assigned values: a layer there may span lines
         self._state_dicts: dict[int, int] = {}  # `x.state_dict()` calls -> their number in the file
         self._grads_kept: set[int] = set()  # `.grad` attributes assigned, compared with None or cleared
+        self._not_values: set[int] = set()  # names called, or an attribute's own name
 
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
@@ -912,7 +918,21 @@ class NxdTensorParallel(Codemod):
         return self.ctx.need_helper(spelled["name"], Template(template).substitute(spelled))
 
     # -- queries and layers ----------------------------------------------------------------------
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        self._not_values.update(id(n) for n in (node.name, node.asname and node.asname.name) if n is not None)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return updated_node if id(original_node) in self._not_values else self._loss_held(updated_node)
+
+    def _loss_held(self, node: cst.Name | cst.Attribute) -> cst.BaseExpression:
+        """`loss_fct = parallel_cross_entropy` -> the helper, which takes the same (logits, target)."""
+        if self.qualify(node) not in CROSS_ENTROPY:
+            return node
+        self.changed("`parallel_cross_entropy` held as a value -> the helper computing NxD's per-token loss")
+        return expr(self._cross_entropy_helper())
+
     def visit_Call(self, node: cst.Call) -> None:
+        self._not_values.add(id(node.func))
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
             self._state_dicts[id(node)] = len(self._state_dicts)  # in source order, as `state_dict_calls`
 
@@ -937,10 +957,13 @@ class NxdTensorParallel(Codemod):
             self._grads_kept.add(id(node.left))  # `p.grad is None`
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_values.add(id(node.attr))
         if node.attr.value in GRADIENT_IN_PLACE:
             self._grads_kept.add(id(node.value))  # `p.grad.zero_()` changes the DTensor itself
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if id(original_node) not in self._not_values and original_node.attr.value != "grad":
+            return self._loss_held(updated_node)
         if original_node.attr.value != "grad" or id(original_node) in self._grads_kept:
             return updated_node
         self.changed("`.grad` read -> its DTensor's local part, this rank's slice as NxD's gradients were")
@@ -1098,17 +1121,20 @@ class NxdTensorParallel(Codemod):
         target = arg_value(call, 1, "target")
         if logits is None or target is None:
             return call
-        helper = self.ctx.unused_name("vocab_parallel_cross_entropy")
-        source = Template(CROSS_ENTROPY_HELPER).substitute(
-            name=helper, mesh=self._mesh, **{n: self.ctx.need_from("torch.distributed.tensor", n) for n in ("DTensor", "Shard")}
-        )
-        self.ctx.need_helper(helper, source)
+        helper = self._cross_entropy_helper()
         self.changed(
             "`parallel_cross_entropy` -> a helper computing NxD's per-token loss from the logits gathered over "
             '`mesh["tp"]` (for a large vocabulary, `loss_parallel()` keeps them split but gives 0, not the '
             "log-sum-exp, for targets of -100)"
         )
         return expr(f"{helper}({code_of(logits.value)}, {code_of(target.value)})")
+
+    def _cross_entropy_helper(self) -> str:
+        helper = self.ctx.unused_name("vocab_parallel_cross_entropy")
+        source = Template(CROSS_ENTROPY_HELPER).substitute(
+            name=helper, mesh=self._mesh, **{n: self.ctx.need_from("torch.distributed.tensor", n) for n in ("DTensor", "Shard")}
+        )
+        return self.ctx.need_helper(helper, source)
 
     def _clip(self, call: cst.Call, name: str) -> cst.BaseExpression:
         parameters = arg_value(call, 0, "parameters")
@@ -1131,7 +1157,20 @@ class NxdTensorParallel(Codemod):
 
     def _layer(self, kind: str, call: cst.Call, whole_value: bool) -> cst.BaseExpression:
         layer = LAYERS[kind]
-        style = self._style(layer, call)
+        given = {arg.keyword.value: code_of(arg.value) for arg in call.args if arg.keyword is not None}
+        module = self._module(layer, call)
+        flag = given.get(SEQUENCE_OPTIONS[0], "False")
+        if flag not in ("True", "False"):
+            return self._layout_chosen_at_run_time(kind, module, given, flag, whole_value)
+        style = self._style(layer, given)
+        if not style:
+            self.changed(f"`{kind}` -> `nn.{layer.native}` (without sequence parallelism it is torch's)")
+            return expr(module)
+        self.changed(f"`{kind}` -> `nn.{layer.native}` sharded by `parallelize_module(..., {style})`")
+        return self._parallelized(module, self._spelled_style(style), whole_value)
+
+    def _module(self, layer: Layer, call: cst.Call) -> str:
+        """The plain `torch.nn` module of the layer's call, its NxD-only options dropped."""
         dropped = {layer.switch, *dict(layer.defaults), *SEQUENCE_OPTIONS, INIT_METHOD}
         init_method = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == INIT_METHOD), None)
         args = []
@@ -1146,13 +1185,11 @@ class NxdTensorParallel(Codemod):
         module = f'{self._nn()}.{layer.native}({", ".join(args)})'
         if init_method is not None and code_of(init_method) != "None":
             module = f"{self._init_helper()}({module}, {code_of(init_method)})"
-        if not style:
-            self.changed(f"`{kind}` -> `nn.{layer.native}` (without sequence parallelism it is torch's)")
-            return expr(module)
+        return module
+
+    def _parallelized(self, module: str, spelled: str, whole_value: bool) -> cst.BaseExpression:
+        """`parallelize_module(module, mesh["tp"], style)`, wrapped as a formatter would."""
         parallelize = self.ctx.need_from("torch.distributed.tensor.parallel", "parallelize_module")
-        style_class, _, rest = style.partition("(")
-        spelled = self.ctx.need_from("torch.distributed.tensor.parallel", style_class) + "(" + self._spelled(rest)
-        self.changed(f"`{kind}` -> `nn.{layer.native}` sharded by `parallelize_module(..., {style})`")
         arguments = f'{module}, {self._mesh}["tp"], {spelled}'
         if not whole_value or len(arguments) <= 64:
             return expr(f"{parallelize}({arguments})")
@@ -1161,13 +1198,35 @@ class NxdTensorParallel(Codemod):
         one_per_line = "".join(f"    {argument},\n" for argument in (module, f'{self._mesh}["tp"]', spelled))
         return expr(f"{parallelize}(\n{one_per_line})")
 
+    def _layout_chosen_at_run_time(
+        self, kind: str, module: str, given: dict[str, str], flag: str, whole_value: bool
+    ) -> cst.BaseExpression:
+        """`sequence_parallel_enabled=config.flag`: the layout NxD gave either value, picked by the
+        same expression where the layer is built."""
+        layer = LAYERS[kind]
+        on = self._spelled_style(self._style(layer, {**given, SEQUENCE_OPTIONS[0]: "True"}))
+        off = self._style(layer, {**given, SEQUENCE_OPTIONS[0]: "False"})
+        if off:  # sharded either way: only the style depends on the flag
+            self.changed(f"`{kind}(sequence_parallel_enabled={flag})` -> its sequence-parallel style when `{flag}`")
+            return self._parallelized(module, f"{on} if {flag} else {self._spelled_style(off)}", whole_value)
+        self.changed(f"`{kind}(sequence_parallel_enabled={flag})` -> sharded along the sequence when `{flag}`")
+        parallelized = code_of(self._parallelized(module, on, whole_value=False))
+        if not whole_value or len(parallelized) + len(flag) + len(module) <= 72:
+            return expr(f"{parallelized} if {flag} else {module}")
+        if len(parallelized) > 84:  # on lines of their own, as a formatter would
+            parallelized = code_of(self._parallelized(module, on, whole_value=True)).replace("\n", "\n    ")
+        return expr(f"(\n    {parallelized}\n    if {flag}\n    else {module}\n)")
+
     def _init_helper(self) -> str:
         name = self.ctx.unused_name("init_weight")
         return self.ctx.need_helper(name, Template(INIT_WEIGHT).substitute(name=name, torch=self.ctx.torch()))
 
-    def _style(self, layer: Layer, call: cst.Call) -> str:
+    def _style(self, layer: Layer, given: dict[str, str]) -> str:
         """The `parallelize_module` style that lays the layer out as NxD did ("" for none)."""
-        given = {arg.keyword.value: code_of(arg.value) for arg in call.args if arg.keyword is not None}
         style = layer_style(layer, given, self._plan.sequence_dim)
         assert style is not None  # the whole-file check refused it otherwise
         return style
+
+    def _spelled_style(self, style: str) -> str:
+        style_class, _, rest = style.partition("(")
+        return self.ctx.need_from("torch.distributed.tensor.parallel", style_class) + "(" + self._spelled(rest)
