@@ -346,11 +346,12 @@ if __name__ == "__main__":
 """
 
 
-def migrate(source: str, name: str = "train.py") -> str:
+def migrate(source: str, name: str = "train.py", todos: int = 0) -> str:
+    """The migrated program, with no NxD left and `todos` TODOs (ones that leave its numbers alone)."""
     result = rewrite_source(source, name)
     assert result.error is None, result.error
     assert not re.search(r"^\s*(import|from) neuronx_distributed", result.migrated, re.M), result.migrated
-    assert "TODO(neuron-migrate" not in result.migrated, result.migrated
+    assert result.migrated.count("TODO(neuron-migrate") == todos, result.migrated
     return result.migrated
 
 
@@ -377,10 +378,10 @@ def gradients(model):
 """
 
 
-def run_program(tmp: Path, processes: int, tp: int, program: str = PROGRAM) -> list[dict]:
+def run_program(tmp: Path, processes: int, tp: int, program: str = PROGRAM, todos: int = 0) -> list[dict]:
     """Each rank's record of the migrated `program`."""
     (tmp / "recording.py").write_text(RECORDING)
-    (tmp / "train.py").write_text(migrate(program, str(tmp / "train.py")))
+    (tmp / "train.py").write_text(migrate(program, str(tmp / "train.py"), todos))
     results = tmp / f"results-{processes}-{tp}"
     results.mkdir()
     torchrun(tmp, "train.py", processes, TP=str(tp), RESULTS=str(results))
@@ -453,6 +454,45 @@ def test_data_parallel_replicas_average_their_shards_as_nxd_did(tmp_path: Path) 
         assert_close(record["losses"], two[0]["losses"])
         for name, value in two[0]["params"].items():
             assert_close(record["params"][name], value)
+    assert two[0]["losses"][0] != two[0]["losses"][-1]
+
+
+# NxD's ZeRO-1 optimizer built directly: gradients averaged over the data-parallel ranks, their
+# whole norm clipped (to 0.05, so that it clips), the optimizer stepped.
+ZERO1_PROGRAM = (
+    DATA_PARALLEL_PROGRAM.replace(
+        "from torch import nn\n", "from neuronx_distributed.optimizer import NeuronZero1Optimizer\nfrom torch import nn\n"
+    )
+    .replace(
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n",
+        "    optimizer = NeuronZero1Optimizer(\n"
+        "        model.parameters(), torch.optim.SGD, lr=0.5, max_norm=0.05, pin_layout=False,\n"
+        "        sharding_groups=parallel_state.get_data_parallel_replica_groups(),\n"
+        "    )\n",
+    )
+    .replace("        xm.reduce_gradients(optimizer, groups=parallel_state.get_data_parallel_replica_groups())\n", "")
+    .replace('record["losses"].append(', 'record.setdefault("norms", []).append(optimizer.grad_norm.item())\n        record["losses"].append(')
+    .replace(
+        "    record[\"params\"] = ",
+        "    optimizer.save_sharded_state_dict(os.environ[\"RESULTS\"])\n"
+        "    optimizer.load_sharded_state_dict(os.environ[\"RESULTS\"])\n"
+        "    optimizer.step()  # with the state read back\n"
+        "    record[\"params\"] = ",
+    )
+)
+
+
+def test_zero1_optimizer_averages_and_clips_as_nxd_did(tmp_path: Path) -> None:
+    """DP=2 x TP=2 trains as DP=2 alone, with the same clipped norms: ZeRO-1's sharded state changes
+    where the optimizer's state lives, not what it computes."""
+    two = run_program(tmp_path, processes=2, tp=1, program=ZERO1_PROGRAM, todos=1)  # its memory: FSDP2
+    four = run_program(tmp_path, processes=4, tp=2, program=ZERO1_PROGRAM, todos=1)
+    for record in [*two, *four]:
+        assert_close(record["losses"], two[0]["losses"])
+        assert_close(record["norms"], two[0]["norms"])
+        for name, value in two[0]["params"].items():
+            assert_close(record["params"][name], value)
+    assert min(two[0]["norms"]) > 0.05  # every step clipped
     assert two[0]["losses"][0] != two[0]["losses"][-1]
 
 

@@ -238,3 +238,36 @@ def $name(
         $into(model_or_optimizer, checkpoint.pop(model_key), strict=strict)
     return checkpoint
 '''
+
+# `NeuronZero1Optimizer.save_sharded_state_dict(output_dir)` / `load_sharded_state_dict(output_dir)`:
+# every rank's optimizer state in a file of its own, `optim.dp_rank_XX.tp_rank_XX`.
+OPTIMIZER_SHARDS = ("save_sharded_state_dict", "load_sharded_state_dict")
+OPTIMIZER_SHARDS_IGNORED = ("num_workers_per_step",)  # how many ranks of a host wrote at once
+
+SAVE_OPTIMIZER_HELPER = '''\
+def $name(optimizer, output_dir):
+    """NxD's `NeuronZero1Optimizer.save_sharded_state_dict`: every rank writes its optimizer state
+    to `<output_dir>/optim.dp_rank_XX.tp_rank_XX`, each DTensor as this rank's slice."""
+    dp, tp = $mesh["dp"].get_local_rank(), $mesh["tp"].get_local_rank()
+    $os.makedirs(output_dir, exist_ok=True)
+    $torch.save($local(optimizer.state_dict(), True), $os.path.join(output_dir, f"optim.dp_rank_{dp:02d}.tp_rank_{tp:02d}"))
+    $dist.barrier()
+'''
+
+LOAD_OPTIMIZER_HELPER = '''\
+def $name(optimizer, output_dir):
+    """NxD's `NeuronZero1Optimizer.load_sharded_state_dict`: this rank's file of `$save_optimizer`."""
+    dp, tp = $mesh["dp"].get_local_rank(), $mesh["tp"].get_local_rank()
+    state = $torch.load($os.path.join(output_dir, f"optim.dp_rank_{dp:02d}.tp_rank_{tp:02d}"), map_location="cpu")
+    $into(optimizer, state)
+'''
+
+
+def optimizer_shards_blocker(call: ast.Call, statement: ast.AST | None) -> str | None:
+    """Why `optimizer.save_sharded_state_dict(...)`/`load_...` cannot become the helper, if it cannot."""
+    short = ast.unparse(call.func)
+    if not isinstance(statement, ast.Expr) or statement.value is not call:
+        return f"`{short}` is called for its value"
+    if len(call.args) != 1 or any(k.arg not in OPTIMIZER_SHARDS_IGNORED for k in call.keywords):
+        return f"`{short}` is not given its folder alone, by position"
+    return None

@@ -46,10 +46,13 @@ from neuron_migrate.rewrite.codemods.neuronx_distributed import (
 from neuron_migrate.rewrite.codemods.nxd_checkpointing import (
     LOAD_INTO,
     LOAD_KEPT,
+    LOAD_OPTIMIZER_HELPER,
     LOAD_SHARDS,
     LOAD_SHARDS_HELPER,
     LOCAL_SHARDS,
+    OPTIMIZER_SHARDS,
     SAVE_KEPT,
+    SAVE_OPTIMIZER_HELPER,
     SAVE_SHARDS,
     SAVE_SHARDS_HELPER,
     StateDicts,
@@ -92,9 +95,12 @@ from neuron_migrate.rewrite.codemods.nxd_trainer import (
     SAVE_HELPER,
     STEP_HOOK,
     TRAINER_CALLS,
+    ZERO1,
+    ZERO1_OWN,
     TrainerPlan,
     trainer_blocker,
     uses_blocker,
+    zero1_norm,
 )
 from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
 
@@ -225,6 +231,7 @@ class Plan:
     """What the whole-file check decided: why the file is left as it is, or how it is migrated."""
 
     blockers: list[Blocker] = field(default_factory=list)
+    unseen_modules: set[str] = field(default_factory=set)  # imported, found nowhere: a TODO each
     sequence_dims: set[str] = field(default_factory=set)  # of the sequence-parallel layers and mappings
     sequence_norms: bool = False  # sequence-parallel parameters whose gradients NxD all-reduced
     reduces_sequence_gradients: bool = False
@@ -321,7 +328,7 @@ def _blockers(
         yield Blocker("NxD's groups are set up in another file: migrate this one in the same run as the script that sets them up")
     elif builds != 1 or not surely:
         yield Blocker("`initialize_model_parallel` or `neuronx_distributed_config` is not called once on every run")
-    reason = uses_blocker(tree, source, trainer)
+    reason = uses_blocker(tree, trainer)
     if reason is not None:
         yield Blocker(reason)
     if IS_INITIALIZED in names and DESTROY in names:
@@ -329,9 +336,29 @@ def _blockers(
     found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
     if found.sequence_norms and not found.reduces_sequence_gradients:
         yield Blocker("sequence-parallel norms or biases are never all-reduced")
-    reason = _unseen_module_blocker(tree, path) or (_sibling_blocker(tree, path) if program is None else None)
+    unseen = _unseen_modules(tree, path)
+    if unseen and _extends_sys_path(tree):
+        yield Blocker(f"`{unseen[0]}` is not next to this file nor installed: if it uses NxD, migrate both")
+    found.unseen_modules = set(unseen)
+    reason = _sibling_blocker(tree, path) if program is None else None
     if reason is not None:
         yield Blocker(reason)
+
+
+def _guarded_imports(tree: ast.Module) -> set[int]:
+    """The import statements of a `try` that catches their failure (`except ImportError`)."""
+    return {
+        id(statement)
+        for node in all_nodes(tree)
+        if isinstance(node, ast.Try) and any(_catches_import_error(handler) for handler in node.handlers)
+        for statement in node.body
+        if isinstance(statement, ast.Import | ast.ImportFrom)
+    }
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    caught = ast.unparse(handler.type) if handler.type is not None else "Exception"
+    return any(name in caught for name in ("ImportError", "ModuleNotFoundError", "Exception"))
 
 
 def optional_imports(tree: ast.Module) -> set[str]:
@@ -348,8 +375,7 @@ def optional_imports(tree: ast.Module) -> set[str]:
             for alias in statement.names
         }
         for handler in node.handlers:
-            caught = ast.unparse(handler.type) if handler.type is not None else "Exception"
-            if not any(name in caught for name in ("ImportError", "ModuleNotFoundError", "Exception")):
+            if not _catches_import_error(handler):
                 continue
             found |= imported & {
                 target.id
@@ -563,15 +589,20 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
     return None
 
 
-def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
-    """A module this file imports from a folder it puts on `sys.path` itself, neither next to it
-    nor installed here: if it uses NxD, its layers and groups expect the NxD state this file no
-    longer sets up, and nothing here can tell. (A module found nowhere, where the file touches no
-    `sys.path`, is a package of the user's environment, which cannot read this program's state.)"""
-    if not path or not _extends_sys_path(tree):
-        return None
+def _unseen_modules(tree: ast.Module, path: str) -> list[str]:
+    """Modules this file imports that are neither next to it nor installed here, nor published
+    libraries known to read no NxD state. Found where a file it edits `sys.path` to reach, they
+    hold the file back: if they use NxD, their layers and groups expect the NxD state this file no
+    longer sets up. Found nowhere, they may be a package of the user's environment or a model
+    file copied in before the run: the import gets a TODO."""
+    if not path:
+        return []
     folder = Path(path).parent
+    guarded = _guarded_imports(tree)
+    unseen = []
     for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -580,7 +611,7 @@ def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
             continue
         for module in modules:
             top = module.partition(".")[0]
-            if (
+            if not (
                 top in sys.stdlib_module_names
                 or top in LIBRARIES
                 or top in (*PACKAGES, *ROOTS, "neuronxcc")  # the old stack, and Neuron's compiler
@@ -589,9 +620,8 @@ def _unseen_module_blocker(tree: ast.Module, path: str) -> str | None:
                 or (folder / f"{top}.py").is_file()
                 or _installed(top)
             ):
-                continue
-            return f"`{module}` is not next to this file nor installed: if it uses NxD, migrate both"
-    return None
+                unseen.append(module)
+    return unseen
 
 
 def _extends_sys_path(tree: ast.Module) -> bool:
@@ -665,6 +695,7 @@ class NxdTensorParallel(Codemod):
     | `get_data_parallel_replica_groups()` / `get_tensor_model_parallel_replica_groups()` | the columns / rows of `mesh.mesh` (a collective given them takes that dimension's own group) |
     | `cfg = nxd.neuronx_distributed_config(tensor_parallel_size=tp, optimizer_config={...})` | the mesh, as above |
     | `model = nxd.initialize_parallel_model(cfg, build, include_buffers, *args)` | `model = build(*args).to(device)`, `model.train()`; with ZeRO-1 `fully_shard(model, mesh=mesh["dp"])` (FSDP2) |
+    | `opt = NeuronZero1Optimizer(params, cls, **kw)` | `opt = cls(params, **kw)` and the same step pre-hook (average over `mesh["dp"]`, clip to `max_norm`, 1.0 by default), with a TODO: shard the model with `fully_shard` for ZeRO-1's memory |
     | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
     | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
     | `checkpointing.save(state, dir)` / `checkpointing.load(dir, model)` | `save_shards` / `load_shards`, helpers writing and reading NxD's per-rank files (`<dir>/tp_rank_XX_pp_rank_00/checkpoint.pt`, each DTensor as this rank's slice) |
@@ -735,7 +766,9 @@ class NxdTensorParallel(Codemod):
     and the model code reads (several scripts sharing one model file each set it, in processes
     of their own, unless one imports another); if any of them is left, all are, and a file migrated without the
     others it shares NxD's state with is left too, as is one importing a module that is neither
-    next to it nor installed (a folder put on `sys.path`), which may read that state unseen.
+    next to it nor installed (a folder put on `sys.path`), which may read that state unseen;
+    without a `sys.path` change such a module (a model file copied in before the run, say) gets
+    a TODO at its import.
     A file's NxD code moves as a whole; an NxD import in a `try` whose `except ImportError`
     gives the name a fallback is optional, and stays so: natively the fallback is taken. The mesh replaces NxD's process groups only where
     `initialize_model_parallel` or `neuronx_distributed_config` runs once on every run.
@@ -851,6 +884,8 @@ class NxdTensorParallel(Codemod):
                 self._zero1(target, trainer.zero1)
             self.changed("`initialize_parallel_model(config, build, ...)` -> `build(...)` on the device, in training mode")
             return updated_node.with_changes(value=expr(f"{function}({', '.join(model_args)}).to({self.ctx.device_expr()})"))
+        if name in ZERO1:
+            return self._zero1_optimizer(updated_node, call, target)
         if name in OPTIMIZER:
             options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args[2:]]
             hook = self._step_hook()
@@ -863,6 +898,22 @@ class NxdTensorParallel(Codemod):
             )
             return updated_node.with_changes(value=expr(f"{code_of(call.args[1].value)}({', '.join(options)})"))
         return updated_node
+
+    def _zero1_optimizer(self, assign: cst.Assign, call: cst.Call, target: str) -> cst.Assign:
+        """`NeuronZero1Optimizer(params, cls, **options)` -> `cls(params, **options)` with the step
+        pre-hook doing what its `step()` did first: average over `mesh["dp"]`, clip the norm."""
+        given = {a.keyword.value: code_of(a.value) for a in call.args if a.keyword is not None}
+        kept = [a for a in call.args if a.keyword is None or a.keyword.value not in ZERO1_OWN]
+        params, cls = (code_of(a.value) for a in call.args[:2])
+        options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in kept[2:]]
+        hook = self._step_hook()
+        self.ctx.insert_after(stmt(f"{target}.register_step_pre_hook({hook}(average=True, max_norm={zero1_norm(given)}))\n"))
+        self.todo(f'ZeRO-1 sharded the optimizer state: to save that memory, `fully_shard(model, mesh=mesh["dp"])` before `{params}` is built')
+        self.changed(
+            "`NeuronZero1Optimizer(params, cls, ...)` -> `cls(params, ...)` with a step pre-hook that averages the "
+            "gradients over the data-parallel ranks and clips their norm, as its `step()` did"
+        )
+        return assign.with_changes(value=expr(f"{cls}({', '.join([params, *options])})"))
 
     def _zero1(self, model: str, enabled: str) -> None:
         """NxD's ZeRO-1 sharded the optimizer state over the data-parallel ranks: FSDP2 over
@@ -918,6 +969,18 @@ class NxdTensorParallel(Codemod):
         return self.ctx.need_helper(spelled["name"], Template(template).substitute(spelled))
 
     # -- queries and layers ----------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            self._unseen(code_of(alias.name))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if not node.relative and node.module is not None:
+            self._unseen(code_of(node.module))
+
+    def _unseen(self, module: str) -> None:
+        if module in self._plan.unseen_modules:
+            self.todo(f"`{module}` is not next to this file nor installed: if it uses NxD, migrate it in the same run as this file")
+
     def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
         self._not_values.update(id(n) for n in (node.name, node.asname and node.asname.name) if n is not None)
 
@@ -993,6 +1056,14 @@ class NxdTensorParallel(Codemod):
         return expr(str(value))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = original_node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in self._plan.trainer.zero1_optimizers
+            and func.attr.value in OPTIMIZER_SHARDS
+        ):
+            return self._optimizer_shards(func.value.value, func.attr.value, updated_node)
         name = self.qualify(original_node.func)
         if name in AS_LIST and original_node.args:
             value = original_node.args[0].value
@@ -1065,6 +1136,7 @@ class NxdTensorParallel(Codemod):
     def _shards_helper(self, kind: str) -> str:
         names = {k: self.ctx.unused_name(n) for k, n in (
             ("local", "local_shards"), ("into", "load_shards_into"), ("save", "save_shards"), ("load", "load_shards"),
+            ("save_optimizer", "save_optimizer_shards"), ("load_optimizer", "load_optimizer_shards"),
         )}
         spelled = {
             **names,
@@ -1074,8 +1146,14 @@ class NxdTensorParallel(Codemod):
             "mesh": self._mesh,
             "DTensor": self.ctx.need_from("torch.distributed.tensor", "DTensor"),
         }
-        templates = {"local": LOCAL_SHARDS, "into": LOAD_INTO, "save": SAVE_SHARDS_HELPER, "load": LOAD_SHARDS_HELPER}
-        needs = {"local": (), "into": (), "save": ("local",), "load": ("into",)}
+        templates = {
+            "local": LOCAL_SHARDS, "into": LOAD_INTO, "save": SAVE_SHARDS_HELPER, "load": LOAD_SHARDS_HELPER,
+            "save_optimizer": SAVE_OPTIMIZER_HELPER, "load_optimizer": LOAD_OPTIMIZER_HELPER,
+        }  # fmt: skip
+        needs = {
+            "local": (), "into": (), "save": ("local",), "load": ("into",), "save_optimizer": ("local",),
+            "load_optimizer": ("into",),
+        }  # fmt: skip
         for needed in needs[kind]:
             self.ctx.need_helper(names[needed], Template(templates[needed]).substitute(spelled, name=names[needed]))
         return self.ctx.need_helper(names[kind], Template(templates[kind]).substitute(spelled, name=names[kind]))
@@ -1128,6 +1206,20 @@ class NxdTensorParallel(Codemod):
             "log-sum-exp, for targets of -100)"
         )
         return expr(f"{helper}({code_of(logits.value)}, {code_of(target.value)})")
+
+    def _optimizer_shards(self, optimizer: str, method: str, call: cst.Call) -> cst.BaseExpression:
+        """`optimizer.save_sharded_state_dict(dir)` -> `save_optimizer_shards(optimizer, dir)`, the
+        same per-rank files with the plain optimizer's state."""
+        save = method == OPTIMIZER_SHARDS[0]
+        helper = self._shards_helper("save_optimizer" if save else "load_optimizer")
+        self.changed(f"`{optimizer}.{method}` -> `{helper}`: this rank's file of the optimizer's state")
+        if not save:
+            self.ctx.note(
+                self.code,
+                "optimizer files are this rank's plain optimizer state now: ones NxD's ZeRO-1 wrote before cannot be "
+                "loaded by the migrated program",
+            )
+        return expr(f"{helper}({optimizer}, {code_of(call.args[0].value)})")
 
     def _cross_entropy_helper(self) -> str:
         helper = self.ctx.unused_name("vocab_parallel_cross_entropy")

@@ -15,6 +15,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from neuron_migrate.rewrite.codemods.nxd_checkpointing import (
+    OPTIMIZER_SHARDS,
+    optimizer_shards_blocker,
+)
+
 NXD = "neuronx_distributed"
 
 
@@ -28,7 +33,8 @@ OPTIMIZER = _aliases("initialize_parallel_optimizer", ".trainer.trainer")
 SAVE = _aliases("save_checkpoint", ".trainer.checkpoint")
 LOAD = _aliases("load_checkpoint", ".trainer.checkpoint")
 HAS = _aliases("has_checkpoint", ".trainer.checkpoint")
-TRAINER_CALLS = (*CONFIG, *MODEL, *OPTIMIZER, *SAVE, *LOAD, *HAS)
+ZERO1 = tuple(f"{NXD}.optimizer{module}.NeuronZero1Optimizer" for module in ("", ".zero_redundancy_optimizer"))
+TRAINER_CALLS = (*CONFIG, *MODEL, *OPTIMIZER, *SAVE, *LOAD, *HAS, *ZERO1)
 
 # neuronx_distributed_config's options, accepted only at their defaults (the sizes of parallelism
 # this migration does not do, and features that change the model or its precision).
@@ -45,6 +51,23 @@ CONFIG_DEFAULTS = {
 }
 CONFIG_IGNORED = ("sequential_move_factor", "lnc_size")  # how NxD moved weights and used cores
 OPTIMIZER_CONFIG = {"zero_one_enabled": "False", "grad_clipping": "True", "max_grad_norm": "1.0"}
+# NeuronZero1Optimizer's own options (torch_xla's ZeroRedundancyOptimizer's), accepted at these
+# values; the rest go to the optimizer class. Its state is fp32 (`optimizer_dtype`), gradients are
+# averaged over the data-parallel ranks, their whole norm clipped (`max_norm`, 1.0 by default).
+ZERO1_OPTIONS = {
+    "optimizer_dtype": ("None", "torch.float32"),
+    "grad_clipping": ("True", "False"),
+    "lazy_init": ("False",),
+    "use_grad_acc_hook": ("False",),
+    "higher_cc_precision": ("False",),
+}
+# How it communicated and what its own state dict held: nothing to do natively.
+ZERO1_IGNORED = (
+    "pin_layout", "grad_norm_groups", "bucket_cap_mb_all_gather", "bucket_cap_mb_reduce_scatter", "coalesce_cc",
+    "save_master_weights",
+)  # fmt: skip
+ZERO1_GROUPS = ("get_data_parallel_replica_groups", "get_data_parallel_group")  # its `sharding_groups`, NxD's default
+ZERO1_OWN = frozenset({*ZERO1_OPTIONS, *ZERO1_IGNORED, "sharding_groups", "max_norm"})
 # Keyword arguments of the checkpoint functions with nothing to do natively (how NxD wrote files).
 CHECKPOINT_IGNORED = ("num_workers", "use_xser", "async_save")
 SAVE_KEYWORDS = ("checkpoint_dir_str", "tag", "model", "optimizer", "scheduler", "user_content", *CHECKPOINT_IGNORED)
@@ -54,7 +77,8 @@ LOAD_DEFAULTS = {"use_zero1_dcp": "False"}
 # What the NxD wrappers have that plain modules and optimizers have not.
 WRAPPER_ATTRIBUTES = {
     "module", "local_modules", "original_module", "run_train", "run_eval", "nxd_config", "pp_enabled",
-    "optimizer", "save_state_dict", "load_state_dict_from",
+    "optimizer", "save_state_dict", "load_state_dict_from", "save_sharded_state_dict", "load_sharded_state_dict",
+    "base_optimizer", "init_zero", "sharding_groups",
 }
 
 
@@ -65,6 +89,7 @@ class TrainerPlan:
     config: str = ""  # the variable the configuration is assigned to
     tensor_parallel_size: str = "1"
     zero1: str = "False"  # an expression
+    zero1_optimizers: set[str] = field(default_factory=set)  # variables holding a `NeuronZero1Optimizer`
     max_grad_norm: str | None = "1.0"  # None: not clipped
     sequence_parallel: str = "False"
     models: set[str] = field(default_factory=set)  # variables holding an initialized model
@@ -101,6 +126,8 @@ def trainer_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, p
     short = qualified.rpartition(".")[2]
     if qualified in CONFIG:
         return _config_blocker(call, statement, plan)
+    if qualified in ZERO1:
+        return _zero1_blocker(short, call, statement, plan)
     if qualified in (*MODEL, *OPTIMIZER):
         name = _assigned_name(statement, call)
         if name is None:
@@ -123,6 +150,32 @@ def trainer_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, p
     if qualified in HAS:
         return None if len(call.args) + len(call.keywords) == 1 else f"`{short}` is called with other than a folder"
     return None
+
+
+def _zero1_blocker(short: str, call: ast.Call, statement: ast.AST | None, plan: TrainerPlan) -> str | None:
+    name = _assigned_name(statement, call)
+    if name is None:
+        return f"`{short}` is not assigned to a variable of its own"
+    if len(call.args) != 2:
+        return f"`{short}` is not given its parameters and optimizer class by position"
+    for keyword in call.keywords:
+        option, value = keyword.arg or "", ast.unparse(keyword.value)
+        if option == "sharding_groups":
+            groups = keyword.value.func if isinstance(keyword.value, ast.Call) else keyword.value
+            if value != "None" and ast.unparse(groups).rpartition(".")[2] not in ZERO1_GROUPS:
+                return f"`{short}(sharding_groups={value})` shards over other than the data-parallel ranks"
+        elif option == "max_norm" and not _plain(keyword.value):
+            return f"`{short}(max_norm=...)` is computed where it is passed"
+        elif option in ZERO1_OPTIONS and value not in ZERO1_OPTIONS[option]:
+            return f"`{short}({option}={value})` has no native counterpart here"
+    plan.optimizers.add(name)
+    plan.zero1_optimizers.add(name)
+    return None
+
+
+def zero1_norm(given: dict[str, str]) -> str:
+    """The norm a `NeuronZero1Optimizer` with these options (as code) clipped to; "None": not clipped."""
+    return "None" if given.get("grad_clipping") == "False" else given.get("max_norm", "1.0")
 
 
 def _config_blocker(call: ast.Call, statement: ast.AST | None, plan: TrainerPlan) -> str | None:
@@ -191,19 +244,24 @@ def _options_blocker(
     return None
 
 
-def uses_blocker(tree: ast.AST, source: str, plan: TrainerPlan) -> str | None:
+def uses_blocker(tree: ast.AST, plan: TrainerPlan) -> str | None:
     """The configuration may only be handed to the trainer API; the model and optimizer it makes
     are plain natively, without NxD's wrappers' attributes."""
     for short, first in plan.given:
         if first != plan.config:
             return f"`{short}` is given `{first}`, not the file's configuration"
-    if plan.zero1 != "False" and any(word in source for word in ("bfloat16", "float16", ".half(", "XLA_USE_BF16", "XLA_DOWNCAST_BF16")):
-        return (
-            "ZeRO-1 kept float32 master weights of low-precision parameters, which FSDP2 would step in low precision"
-        )
+    if (plan.zero1 != "False" or plan.zero1_optimizers) and _low_precision(tree):
+        return "ZeRO-1 kept float32 master weights of low-precision parameters, which would step in low precision here"
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             owner = node.value.id
+            call = parents.get(id(node))
+            if owner in plan.zero1_optimizers and node.attr in OPTIMIZER_SHARDS and isinstance(call, ast.Call):
+                reason = optimizer_shards_blocker(call, parents.get(id(call)))
+                if reason is not None:
+                    return reason
+                continue
             if owner in plan.models | plan.optimizers and node.attr in WRAPPER_ATTRIBUTES:
                 return f"`{owner}.{node.attr}` is NxD's wrapper's own, which a plain module or optimizer has not"
             if owner == plan.config:
@@ -211,6 +269,25 @@ def uses_blocker(tree: ast.AST, source: str, plan: TrainerPlan) -> str | None:
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == plan.config:
             return f"the configuration `{plan.config}` is read other than by the trainer API"
     return None
+
+
+LOW_PRECISION = ("torch.bfloat16", "torch.float16", "torch.half")
+CASTS = ("half", "bfloat16")
+
+
+def _low_precision(tree: ast.AST) -> bool:
+    """Does the code cast to 16 bits: `.half()`, `.bfloat16()`, `.to(torch.bfloat16)`,
+    `dtype=torch.float16`, `torch.set_default_dtype(torch.bfloat16)`? (torch_xla's bf16 switches
+    change nothing natively; NM009 marks them.)"""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr in CASTS:
+            return True
+        values = [*node.args, *(k.value for k in node.keywords if k.arg in ("dtype", "torch_dtype"))]
+        if any(ast.unparse(value) in LOW_PRECISION for value in values):
+            return True
+    return False
 
 
 # -- what the migrated file gets --------------------------------------------------------------
