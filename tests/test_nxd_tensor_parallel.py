@@ -457,16 +457,19 @@ def test_data_parallel_replicas_average_their_shards_as_nxd_did(tmp_path: Path) 
     assert two[0]["losses"][0] != two[0]["losses"][-1]
 
 
-# NxD's ZeRO-1 optimizer built directly: gradients averaged over the data-parallel ranks, their
-# whole norm clipped (to 0.05, so that it clips), the optimizer stepped.
+# NxD's ZeRO-1 optimizer built directly over NxD's AdamW: gradients averaged over the data-parallel
+# ranks, their whole norm clipped (to 0.05, so that it clips), the optimizer stepped.
 ZERO1_PROGRAM = (
     DATA_PARALLEL_PROGRAM.replace(
-        "from torch import nn\n", "from neuronx_distributed.optimizer import NeuronZero1Optimizer\nfrom torch import nn\n"
+        "from torch import nn\n",
+        "from neuronx_distributed.optimizer import NeuronZero1Optimizer\n"
+        "from neuronx_distributed.utils.adamw_fp32_optim_params import AdamW_FP32OptimParams\n"
+        "from torch import nn\n",
     )
     .replace(
         "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n",
         "    optimizer = NeuronZero1Optimizer(\n"
-        "        model.parameters(), torch.optim.SGD, lr=0.5, max_norm=0.05, pin_layout=False,\n"
+        "        model.parameters(), AdamW_FP32OptimParams, lr=0.01, max_norm=0.05, pin_layout=False,\n"
         "        sharding_groups=parallel_state.get_data_parallel_replica_groups(),\n"
         "    )\n",
     )

@@ -103,6 +103,7 @@ from neuron_migrate.rewrite.codemods.nxd_trainer import (
     zero1_norm,
 )
 from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
+from neuron_migrate.rewrite.codemods.upgrade.table import DEFAULTS as UPGRADE_DEFAULTS
 
 # torch_xla steps that average gradients over `groups=`: with the data-parallel groups, each rank
 # averages its own shard over the replicas of that shard (position of `groups`).
@@ -151,6 +152,10 @@ def $name(logits, target):
     picked = logits.gather(-1, (target * inside).unsqueeze(-1)).squeeze(-1)
     return logits.logsumexp(dim=-1) - picked * inside.float()
 '''
+# NxD's copy of transformers 4's AdamW (it kept its states in fp32 where torch_xla downcast to
+# bf16): torch's AdamW, with transformers 4's defaults written out (the upgrade table's).
+ADAMW_FP32 = f"{NXD}.utils.adamw_fp32_optim_params.AdamW_FP32OptimParams"
+ADAMW_DEFAULTS = UPGRADE_DEFAULTS["transformers.AdamW"]
 # NxD's all-reduce of the gradients of sequence-parallel norms and biases: DTensor does it in backward.
 SEQUENCE_GRADIENTS = (
     f"{LAYERS_MODULE}.grads.allreduce_sequence_parallel_gradients",
@@ -310,6 +315,11 @@ def _blockers(
             continue
         if isinstance(parent, ast.Attribute) and resolve(ast_dotted_name(parent) or "") is not None:
             continue  # the inner part of a longer name
+        if qualified == ADAMW_FP32:
+            reason = _adamw_blocker(node, parent, resolve)
+            if reason is not None:
+                yield Blocker(reason, line)
+            continue
         if not (isinstance(parent, ast.Call) and parent.func is node):
             if qualified not in CROSS_ENTROPY:  # held as a value: the helper takes (logits, target) too
                 yield Blocker(f"`{dotted}` is used other than by calling it", line)
@@ -482,6 +492,20 @@ def _call_blocker(qualified: str, call: ast.Call, statement: ast.AST | None, fou
     written = ast_dotted_name(call.func) or short
     worked = inference_todo(qualified, written, lambda position, keyword: _unparsed(_argument(call, position, keyword)))
     return worked or _advice(qualified, written)
+
+
+def _adamw_blocker(node: ast.expr, parent: ast.AST | None, resolve: Any) -> str | None:
+    """`AdamW_FP32OptimParams(...)`, or the class handed to NxD's optimizer wrappers, becomes
+    torch's AdamW unless it turns bias correction off, which torch's always does."""
+    if isinstance(parent, ast.Call) and parent.func is node:
+        correct_bias = _argument(parent, 5, "correct_bias")
+        if correct_bias is not None and ast.unparse(correct_bias) != "True":
+            return "`AdamW_FP32OptimParams(correct_bias=...)`: torch's AdamW always corrects the bias"
+        return None
+    if isinstance(parent, ast.Call) and any(node is arg for arg in parent.args[:2]):
+        if resolve(ast_dotted_name(parent.func) or "") in (*ZERO1, *OPTIMIZER):
+            return None
+    return f"`{ast_dotted_name(node)}` is used other than by calling it or handing it to NxD's optimizer"
 
 
 def _unparsed(node: ast.expr | None) -> str | None:
@@ -695,6 +719,7 @@ class NxdTensorParallel(Codemod):
     | `get_data_parallel_replica_groups()` / `get_tensor_model_parallel_replica_groups()` | the columns / rows of `mesh.mesh` (a collective given them takes that dimension's own group) |
     | `cfg = nxd.neuronx_distributed_config(tensor_parallel_size=tp, optimizer_config={...})` | the mesh, as above |
     | `model = nxd.initialize_parallel_model(cfg, build, include_buffers, *args)` | `model = build(*args).to(device)`, `model.train()`; with ZeRO-1 `fully_shard(model, mesh=mesh["dp"])` (FSDP2) |
+    | `AdamW_FP32OptimParams(params, ...)`, or handed to NxD's optimizer | `torch.optim.AdamW(params, ..., eps=1e-6, weight_decay=0.0)`: its defaults (`eps` is added after bias correction, weight decay applied before the update: the first updates differ slightly) |
     | `opt = NeuronZero1Optimizer(params, cls, **kw)` | `opt = cls(params, **kw)` and the same step pre-hook (average over `mesh["dp"]`, clip to `max_norm`, 1.0 by default), with a TODO: shard the model with `fully_shard` for ZeRO-1's memory |
     | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
     | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
@@ -885,9 +910,10 @@ class NxdTensorParallel(Codemod):
             self.changed("`initialize_parallel_model(config, build, ...)` -> `build(...)` on the device, in training mode")
             return updated_node.with_changes(value=expr(f"{function}({', '.join(model_args)}).to({self.ctx.device_expr()})"))
         if name in ZERO1:
-            return self._zero1_optimizer(updated_node, call, target)
+            return self._zero1_optimizer(updated_node, call, original_node.value, target)
         if name in OPTIMIZER:
             options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args[2:]]
+            options += self._adamw_defaults(cst.ensure_type(original_node.value, cst.Call).args[1].value, list(call.args[3:]))
             hook = self._step_hook()
             average = {"False": "True", "True": "False"}.get(trainer.zero1, f"not {trainer.zero1}")
             norm = trainer.max_grad_norm or "None"
@@ -899,16 +925,18 @@ class NxdTensorParallel(Codemod):
             return updated_node.with_changes(value=expr(f"{code_of(call.args[1].value)}({', '.join(options)})"))
         return updated_node
 
-    def _zero1_optimizer(self, assign: cst.Assign, call: cst.Call, target: str) -> cst.Assign:
+    def _zero1_optimizer(self, assign: cst.Assign, call: cst.Call, original: cst.BaseExpression, target: str) -> cst.Assign:
         """`NeuronZero1Optimizer(params, cls, **options)` -> `cls(params, **options)` with the step
         pre-hook doing what its `step()` did first: average over `mesh["dp"]`, clip the norm."""
         given = {a.keyword.value: code_of(a.value) for a in call.args if a.keyword is not None}
         kept = [a for a in call.args if a.keyword is None or a.keyword.value not in ZERO1_OWN]
         params, cls = (code_of(a.value) for a in call.args[:2])
         options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in kept[2:]]
+        options += self._adamw_defaults(cst.ensure_type(original, cst.Call).args[1].value, kept[2:])
         hook = self._step_hook()
         self.ctx.insert_after(stmt(f"{target}.register_step_pre_hook({hook}(average=True, max_norm={zero1_norm(given)}))\n"))
-        self.todo(f'ZeRO-1 sharded the optimizer state: to save that memory, `fully_shard(model, mesh=mesh["dp"])` before `{params}` is built')
+        listed = f"`{params}`" if len(params) <= 30 else "its parameters"
+        self.todo(f'ZeRO-1 sharded the optimizer state: `fully_shard(model, mesh=mesh["dp"])` before {listed} saves that memory')
         self.changed(
             "`NeuronZero1Optimizer(params, cls, ...)` -> `cls(params, ...)` with a step pre-hook that averages the "
             "gradients over the data-parallel ranks and clips their norm, as its `step()` did"
@@ -988,11 +1016,39 @@ class NxdTensorParallel(Codemod):
         return updated_node if id(original_node) in self._not_values else self._loss_held(updated_node)
 
     def _loss_held(self, node: cst.Name | cst.Attribute) -> cst.BaseExpression:
-        """`loss_fct = parallel_cross_entropy` -> the helper, which takes the same (logits, target)."""
-        if self.qualify(node) not in CROSS_ENTROPY:
+        """`loss_fct = parallel_cross_entropy` -> the helper, which takes the same (logits, target);
+        `AdamW_FP32OptimParams` handed to NxD's optimizer -> torch's AdamW."""
+        name = self.qualify(node)
+        if name == ADAMW_FP32:
+            return expr(f"{self.ctx.torch()}.optim.AdamW")
+        if name not in CROSS_ENTROPY:
             return node
         self.changed("`parallel_cross_entropy` held as a value -> the helper computing NxD's per-token loss")
         return expr(self._cross_entropy_helper())
+
+    def _adamw(self, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
+        defaults = self._adamw_defaults(original.func, list(call.args))
+        args = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args]
+        return expr(f"{self.ctx.torch()}.optim.AdamW({', '.join([*args, *defaults])})")
+
+    def _adamw_defaults(self, cls: cst.BaseExpression, args: list[cst.Arg]) -> list[str]:
+        """transformers 4's AdamW defaults torch's does not share, for `AdamW_FP32OptimParams`'s
+        keyword options `args` (none for another class)."""
+        if self.qualify(cls) != ADAMW_FP32:
+            return []
+        given = {a.keyword.value for a in args if a.keyword is not None}
+        positional = sum(a.keyword is None for a in args)  # from `params`, for a call
+        self.changed("`AdamW_FP32OptimParams` -> `torch.optim.AdamW` with its defaults (`eps=1e-6`, no weight decay)")
+        self.ctx.note(
+            self.code,
+            "torch's AdamW adds `eps` after bias correction and decays weights before the update, NxD's "
+            "`AdamW_FP32OptimParams` (transformers 4's AdamW) after: the first updates differ slightly (`validate` shows how much)",
+        )
+        return [
+            f"{d.keyword}={d.old}"
+            for d in ADAMW_DEFAULTS
+            if d.keyword not in given and (d.position is None or positional <= d.position)
+        ]
 
     def visit_Call(self, node: cst.Call) -> None:
         self._not_values.add(id(node.func))
@@ -1091,6 +1147,8 @@ class NxdTensorParallel(Codemod):
             return self._mapping(MAPPING_NAMES[name], updated_node, id(original_node) in self._statement_values)
         if name in CROSS_ENTROPY:
             return self._cross_entropy(updated_node)
+        if name == ADAMW_FP32:
+            return self._adamw(original_node, updated_node)
         if name is not None and name in (*SAVE, *LOAD, *HAS):
             return self._checkpoint(updated_node, name)
         if name in SAVE_SHARDS or name in LOAD_SHARDS:
