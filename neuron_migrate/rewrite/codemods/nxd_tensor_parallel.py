@@ -502,9 +502,9 @@ def _adamw_blocker(node: ast.expr, parent: ast.AST | None, resolve: Any) -> str 
         if correct_bias is not None and ast.unparse(correct_bias) != "True":
             return "`AdamW_FP32OptimParams(correct_bias=...)`: torch's AdamW always corrects the bias"
         return None
-    if isinstance(parent, ast.Call) and any(node is arg for arg in parent.args[:2]):
-        if resolve(ast_dotted_name(parent.func) or "") in (*ZERO1, *OPTIMIZER):
-            return None
+    wrapper = resolve(ast_dotted_name(parent.func) or "") if isinstance(parent, ast.Call) else None
+    if isinstance(parent, ast.Call) and wrapper in (*ZERO1, *OPTIMIZER) and any(node is a for a in parent.args[:2]):
+        return None
     return f"`{ast_dotted_name(node)}` is used other than by calling it or handing it to NxD's optimizer"
 
 
