@@ -39,8 +39,9 @@ from pathlib import Path
 
 from neuron_migrate.core.names import ImportTable
 from neuron_migrate.core.notebook_cells import cell_magic, mask
-from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, PACKAGES
+from neuron_migrate.core.oldstack import OPTIMUM_NEURON
 from neuron_migrate.rewrite.codemods.nxd_left_whole import WHY as KEPT_WHOLE
+from neuron_migrate.rewrite.verify.leftovers import uses_without_todo as leftover_uses
 
 DEFAULT_CORPUS = Path(os.environ.get("NEURON_MIGRATE_CORPUS", Path.home() / ".cache" / "neuron-migrate" / "corpus"))
 NXD = ("neuronx_distributed", "neuronx_distributed_inference", "transformers_neuronx")
@@ -104,35 +105,8 @@ def family(table: ImportTable) -> str | None:
 
 
 def uses_without_todo(source: str, tree: ast.Module) -> list[str]:
-    """The old-stack names used on statements that carry no TODO."""
-    table = ImportTable.from_ast(tree)
-    # A kernel's language moves with the kernel, whose TODO is at its `@nki.jit`.
-    names = table.names_under((*PACKAGES, OPTIMUM_NEURON)) - table.names_under(MOVES_WITH_ITS_KERNEL)
-    lines = source.splitlines()
-    left: list[str] = []
-
-    def marked(statement: ast.stmt) -> bool:
-        decorators = getattr(statement, "decorator_list", [])
-        first = min([statement.lineno, *(d.lineno for d in decorators)])
-        row = first - 2
-        while row >= 0 and lines[row].lstrip().startswith("#"):
-            if TODO in lines[row]:
-                return True
-            row -= 1
-        return TODO in lines[first - 1]
-
-    def visit(node: ast.AST, statement: ast.stmt | None) -> None:
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            return
-        if isinstance(node, ast.stmt):
-            statement = node
-        if isinstance(node, ast.Name) and node.id in names and statement is not None and not marked(statement):
-            left.append(f"{node.lineno}: {node.id}")
-        for child in ast.iter_child_nodes(node):
-            visit(child, statement)
-
-    visit(tree, None)
-    return left
+    """`line: name` of the old-stack names used on statements that carry no TODO."""
+    return [f"{node.lineno}: {node.id}" for node, _, _ in leftover_uses(source, tree)]
 
 
 def measure(original: Path, migrated: Path) -> FileCoverage | None:

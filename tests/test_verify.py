@@ -242,3 +242,37 @@ def test_answers_are_kept_for_the_next_run_against_the_same_libraries(tmp_path: 
     assert second._new == {}  # answered from the file: the probe imported nothing
     second.close()
     assert [p.name for p in tmp_path.glob("*.json")] == [stored.name]
+
+
+HELD_MODULE = '''\
+import torch
+
+
+def load_xla():
+    import torch_xla.core.xla_model as xm
+
+    return xm
+
+
+def sync(device):
+    xm = load_xla()
+    xm.mark_step()
+    xm.wait_device_ops()
+
+
+def step(xm, model):
+    xm.optimizer_step(model.optimizer)
+'''
+
+
+def test_the_old_stack_reached_through_a_variable_gets_one_todo_per_function(tmp_path: Path) -> None:
+    migrated, _ = _rewrite(tmp_path, HELD_MODULE)
+    assert _todo_above(migrated, "    xm.mark_step()").endswith("migrate its uses by hand")
+    assert _todo_above(migrated, "    xm.optimizer_step(model.optimizer)").endswith("migrate its uses by hand")
+    assert "    xm.wait_device_ops()" in migrated
+    assert migrated.count(f"TODO(neuron-migrate {CODE})") == 2  # one per function, not one per line
+
+
+def test_a_rule_turned_off_keeps_its_old_stack_without_a_todo(tmp_path: Path) -> None:
+    migrated, _ = _rewrite(tmp_path, "import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n", "--ignore", "NM002")
+    assert f"TODO(neuron-migrate {CODE})" not in migrated

@@ -1,7 +1,8 @@
 """A migrated file checked against the libraries it now targets, before it is written.
 
 The codemods' rules are not trusted to be right on code they were never tuned on: each migrated
-file's imports and calls are checked against the installed target stack (`target`, `checks`).
+file's imports and calls are checked against the installed target stack (`target`, `checks`),
+and whatever of the old stack it still reads with no TODO on it is found (`leftovers`).
 A line that fails gets a TODO naming the failure, and the report says which checks ran.
 """
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from neuron_migrate.rewrite.results import FileResult, Verification
 from neuron_migrate.rewrite.verify.checks import Problem, check
+from neuron_migrate.rewrite.verify.leftovers import old_stack_left
 from neuron_migrate.rewrite.verify.target import environment
 
 CODE = "NM091"  # the rule code of the TODOs this step writes
@@ -32,6 +34,8 @@ def verify(result: FileResult, python: str | None = None) -> None:
     target = environment(python)
     verdict = check(tree, result.migrated, target, _beside(Path(result.path)))
     target.save()  # worker processes end without running exit hooks
+    if not result.kept_as_it_was:  # a file left whole keeps its old stack on purpose, and says so
+        verdict.problems += old_stack_left(tree, result.migrated)
     marked = with_todos(result.migrated, verdict.problems)
     unmarked = None
     if marked != result.migrated:

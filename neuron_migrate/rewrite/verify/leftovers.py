@@ -1,0 +1,80 @@
+"""Old-stack names the migrated code still reads where no TODO says so.
+
+The codemods migrate what they recognise. A module held in a variable, passed as an argument or
+returned by a helper (`xm = _load_xla_model(); xm.mark_step()`) is out of their sight, and so is
+any API no rule knows. Whatever the reason, a statement that still reads a name an old-stack
+import binds, with no TODO on it, gets one: the output never claims more than was done.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.core.names import ImportTable
+from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, PACKAGES
+from neuron_migrate.core.scopes import ScopeTable
+from neuron_migrate.rewrite.verify.checks import Problem
+
+TODO = "TODO(neuron-migrate "
+
+
+def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int, int]]:
+    """`(name, statement line, function)` of each old-stack name read on a statement that
+    carries no TODO (on its line or in the comments right above it), where no earlier statement of
+    the same function that reads it carries one (one TODO per name per function says enough);
+    `function` is the line of the enclosing `def` (0: module level)."""
+    table = ImportTable.from_ast(tree)
+    # A kernel's language moves with the kernel, whose TODO is at its `@nki.jit`.
+    names = table.names_under((*PACKAGES, OPTIMUM_NEURON)) - table.names_under(MOVES_WITH_ITS_KERNEL)
+    if not names:
+        return []
+    lines = source.splitlines()
+    left: list[tuple[ast.Name, int, int]] = []
+    told: set[tuple[int, str]] = set()  # (function, name) a TODO already covers
+
+    def first_line(statement: ast.stmt) -> int:
+        return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
+
+    def marked(statement: ast.stmt) -> bool:
+        first = first_line(statement)
+        row = first - 2
+        while row >= 0 and lines[row].lstrip().startswith("#"):
+            if TODO in lines[row]:
+                return True
+            row -= 1
+        return TODO in lines[first - 1]
+
+    def visit(node: ast.AST, statement: ast.stmt | None, function: int) -> None:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            return
+        if isinstance(node, ast.stmt):
+            statement = node
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names and statement is not None:
+            key = (function, node.id)
+            if marked(statement):
+                told.add(key)
+            elif key not in told:
+                left.append((node, first_line(statement), function))
+        inner = node.lineno if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) else function
+        for child in ast.iter_child_nodes(node):
+            visit(child, statement, inner)
+
+    visit(tree, None, 0)
+    return left
+
+
+def old_stack_left(tree: ast.Module, source: str) -> list[Problem]:
+    """A problem at the first statement of each function that reads an old-stack name the
+    codemods could not see (a variable or parameter holding the module, not its import) with no
+    TODO on it. A name that is its import here was the codemods' to migrate or to mark, or the
+    user's to keep: a rule they turned off is theirs."""
+    table = ImportTable.from_ast(tree)
+    scopes = ScopeTable.from_ast(tree, source)
+    problems: dict[tuple[int, str], Problem] = {}
+    for node, statement, function in uses_without_todo(source, tree):
+        name = node.id
+        if scopes.innermost(node.lineno, node.col_offset).meaning(name) is not None:
+            continue
+        message = f"`{name}` here is likely `{table.bindings.get(name, name)}`, reached through a name the migration cannot follow: migrate its uses by hand"
+        problems.setdefault((function, name), Problem(statement, message, name))
+    return list(problems.values())
