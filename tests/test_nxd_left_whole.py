@@ -143,3 +143,13 @@ def test_a_script_that_imports_another_one_that_builds_the_mesh_is_left(tmp_path
     evaluate = (tmp_path / "evaluate.py").read_text()
     assert "`evaluate.py` builds the mesh and imports another file that does" in evaluate
     assert _without_todos(evaluate) == "from train import main\n" + EVAL_SCRIPT
+
+
+def test_a_cause_that_recurs_in_a_function_is_marked_once_there() -> None:
+    source = SCRIPT.replace(
+        "skip_bias_add=True).to(device)",
+        "skip_bias_add=True).to(device)\n    head = layers.ColumnParallelLinear(8, 8, gather_output=False, skip_bias_add=True)",
+    )
+    result = rewrite_source(source, "train.py")
+    assert result.migrated.count("`ColumnParallelLinear(skip_bias_add=True)` has no native counterpart here") == 1
+    assert "the 2 lines marked NM025 below hold it back" in result.migrated  # the layer and the clipping

@@ -2,8 +2,9 @@
 
 NxD's layers and process groups run on torch_xla: rewriting a file's device, step or launch code
 while its NxD stays gives a program that runs on neither stack. Such a file is given back as it
-was, with a TODO above every line that holds its NxD back, so that a person sees all of them at
-once, and one above its first NxD import that says why nothing else moved.
+was, with a TODO above every line that holds its NxD back (the first in a function, where one
+cause recurs there), so that a person sees all of them at once, and one above its first NxD
+import that says why nothing else moved.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import ast
 
 from neuron_migrate.core.ast_nodes import statement_starts
 from neuron_migrate.rewrite.codemods.nxd_program import NXD
-from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import ALREADY_LEFT, Plan
+from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import ALREADY_LEFT, Blocker, Plan
 from neuron_migrate.rewrite.verify import with_todos
 from neuron_migrate.rewrite.verify.checks import Problem
 
@@ -26,7 +27,11 @@ def left_whole(text: str, tree: ast.Module, blocked: Plan) -> str:
     if blocked.blocked == ALREADY_LEFT:
         return text  # an earlier run marked it
     starts = statement_starts(tree)
-    at_lines = [b for b in blocked.blockers if b.line]
+    function = _functions(tree)
+    first: dict[tuple[str, int], Blocker] = {}
+    for b in sorted((b for b in blocked.blockers if b.line), key=lambda b: b.line):
+        first.setdefault((b.reason, function.get(b.line, 0)), b)  # one TODO per cause per function
+    at_lines = list(first.values())
     header = _first_nxd_import(tree)
     why = WHY
     if at_lines:
@@ -36,6 +41,17 @@ def left_whole(text: str, tree: ast.Module, blocked: Plan) -> str:
     problems += [Problem(header, b.reason) for b in blocked.blockers if not b.line]
     problems += [Problem(starts.get(b.line, b.line), b.reason) for b in at_lines]
     return with_todos(text, problems, CODE)
+
+
+def _functions(tree: ast.Module) -> dict[int, int]:
+    """Each line inside a function -> the line of the innermost `def` holding it."""
+    found: dict[int, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                if found.get(line, 0) < node.lineno:
+                    found[line] = node.lineno
+    return found
 
 
 def _first_nxd_import(tree: ast.Module) -> int:
