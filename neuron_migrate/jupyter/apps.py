@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ipywidgets as widgets
+from IPython import get_ipython
 
 from neuron_migrate.core.files import SourceError, discover
 from neuron_migrate.core.wording import plural
@@ -97,6 +98,11 @@ class MigrationApp(StaticView, widgets.VBox):
         )
         self.status = widgets.HTML()
         self.review = widgets.HTML()  # what the last Apply wrote
+        # Where JupyterLab lacks the extension, the app writes to disk behind an open tab's back.
+        self.notice = widgets.HTML()
+        if getattr(get_ipython(), "kernel", None) is not None and not bridge.extension_installed():
+            missing = bridge.EXTENSION_MISSING
+            self.notice.value = _status("note", "warn", missing[0].upper() + missing[1:])
         super().__init__(
             [
                 widgets.HBox([self.file_picker, self.cell_picker]),
@@ -106,6 +112,7 @@ class MigrationApp(StaticView, widgets.VBox):
                 self.findings,
                 self.checks,
                 widgets.HBox([self.apply_button, self.undo_button, self.next_button, self.status]),
+                self.notice,
                 self.review,
             ]
         )

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 TARGET = "neuron_migrate"
+EXTENSION = "neuron-migrate"  # the JupyterLab extension's name, its folder in labextensions/
 PROTOCOL = 1
 REPLY_TIMEOUT = 10.0  # seconds a tab has to answer an edit before it is taken to be gone
 
@@ -154,6 +155,27 @@ class Bridge:
         they save, next to the widget's view (see neuron_migrate.jupyter.static_views)."""
         if self.connected:
             self._send({"op": "static", "model_id": model_id, "data": bundle})
+
+
+def extension_installed() -> bool:
+    """Whether the JupyterLab extension is installed where JupyterLab looks for it (what
+    `jupyter labextension list` lists), as this kernel's environment sees it."""
+    try:
+        from jupyter_core.paths import jupyter_path
+    except ImportError:  # no Jupyter here: no tab either
+        return False
+    return any(
+        (Path(folder) / EXTENSION / "package.json").is_file()
+        for folder in jupyter_path("labextensions")
+    )
+
+
+EXTENSION_MISSING = (
+    "the JupyterLab extension is not installed (reinstall: `pip install neuron-migrate`, or "
+    "`pip install -e .` in a checkout, then reload the page): a tab showing a file the app writes "
+    "keeps the old code (saving it would undo the write), and %%neuron_migrate's Replace cell / "
+    "Insert below buttons are hidden"
+)
 
 
 _BRIDGE: Bridge | None = None  # one per kernel process

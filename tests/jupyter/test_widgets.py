@@ -289,6 +289,23 @@ def test_the_app_output_carries_a_static_view(
     )
 
 
+def test_the_app_says_in_one_line_when_the_jupyterlab_extension_is_missing(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jupyter_core.paths
+    from IPython.testing.globalipapp import get_ipython
+
+    folder = project / "labextensions"
+    monkeypatch.setattr(jupyter_core.paths, "jupyter_path", lambda *parts: [str(folder)])
+    monkeypatch.setattr(get_ipython(), "kernel", object(), raising=False)
+    notice = text_of(MigrationApp([project / "train.py"]).notice.value)
+    assert notice.startswith("note The JupyterLab extension is not installed")
+    assert "keeps the old code" in notice and "\n" not in notice
+    (folder / "neuron-migrate").mkdir(parents=True)
+    (folder / "neuron-migrate" / "package.json").write_text("{}")
+    assert MigrationApp([project / "train.py"]).notice.value == ""
+
+
 def test_app_with_nothing_to_show(tmp_path: Path) -> None:
     app = MigrationApp([tmp_path])
     assert app.file_picker.options == ()
