@@ -150,11 +150,15 @@ class Bridge:
 
         loop.call_later(REPLY_TIMEOUT, expired)
 
-    def static_view(self, model_id: str, bundle: dict[str, Any]) -> None:
+    def static_view(self, model_id: str, bundle: dict[str, Any], now: bool = False) -> None:
         """The static representation of a widget changed: the tabs put it in the notebook
-        they save, next to the widget's view (see neuron_migrate.jupyter.static_views)."""
+        they save, next to the widget's view (see neuron_migrate.jupyter.views); with `now`,
+        into the notebook at once (a result that the next save must hold), else when they save."""
         if self.connected:
-            self._send({"op": "static", "model_id": model_id, "data": bundle})
+            message: Reply = {"op": "static", "model_id": model_id, "data": bundle}
+            if now:
+                message["now"] = True
+            self._send(message)
 
 
 def extension_installed() -> bool:

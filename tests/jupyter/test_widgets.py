@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from neuron_migrate.jupyter import MigrationApp, ValidationDashboard, bridge
+from neuron_migrate.jupyter import dashboard as dashboard_module
 from neuron_migrate.jupyter.dashboard import summary
 from tests.jupyter.conftest import DATA, text_of
 
@@ -474,6 +476,66 @@ def test_the_dashboard_output_carries_the_verdict_the_table_and_the_curves() -> 
     assert bundle["text/plain"].startswith("ValidationDashboard: MATCH")
     empty = ValidationDashboard()._repr_mimebundle_()["text/html"]
     assert "press Validate" in empty
+
+
+class HeldValidation:
+    """A validation that ends when the test says so, with the document it is given."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.document: dict | None = None
+        self.seconds, self.end = 0.0, threading.Event()
+
+    @property
+    def running(self) -> bool:
+        return self.document is None
+
+    def progress(self) -> dict:
+        return {side: {"lines": 0, "step": None, "last": ""} for side in ("original", "migrated")}
+
+    def log(self, label: str) -> str:
+        return ""
+
+    def wait(self, on_tick: object = None) -> dict:
+        assert self.end.wait(30)
+        self.document = load("diverge")
+        return self.document
+
+
+def test_a_verdict_is_in_the_notebook_before_the_page_shows_it_and_a_new_run_clears_it(
+    tab: tuple[bridge.Bridge, FakeTab], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, channel = tab
+    dashboard = ValidationDashboard()
+    sent: list[tuple[dict, str]] = []  # each static view sent, and the verdict the page had then
+    monkeypatch.setattr(
+        channel, "send", lambda data: sent.append((data, text_of(dashboard.headline.value)))
+    )
+
+    def views() -> list[tuple[str, bool, str]]:
+        return [
+            (text_of(m["data"]["text/html"]), m.get("now", False), page)
+            for m, page in sent
+            if m.get("op") == "static" and m["model_id"] == dashboard.model_id
+        ]
+
+    dashboard.result = load("match")
+    [(notebook, now, page)] = views()
+    # The tab puts it into the notebook at once, before the page shows the verdict.
+    assert now and "MATCH: the migrated program computes" in notebook and "MATCH" not in page
+    assert "MATCH" in dashboard.headline.value
+
+    monkeypatch.setattr(dashboard_module, "Validation", HeldValidation)
+    sent.clear()
+    assert dashboard.start("a.py", "b.py")
+    # The last verdict leaves the page and the notebook before the new run ends.
+    [(notebook, now, page)] = views()
+    assert now and "MATCH" not in notebook and "Validating" in notebook
+    assert "MATCH" not in text_of(dashboard.headline.value)
+    assert "Validating" in dashboard._repr_mimebundle_()["text/html"]
+    dashboard.validation.end.set()
+    assert dashboard.wait()["verdict"] == "diverge"
+    (notebook, now, page) = views()[-1]
+    assert now and "DIVERGE" in notebook and "DIVERGE" not in page
 
 
 WAITING = """\
