@@ -379,7 +379,9 @@ class MigrationApp(StaticView, widgets.VBox):
 def _state(migration: Migration) -> str:
     if migration.error:
         return "error"
-    return "to migrate" if migration.changed else "nothing to do"
+    if migration.changed:
+        return "to migrate"
+    return "to review" if migration.manual else "nothing to do"
 
 
 def _status(word: str, tone: str, text: str) -> str:

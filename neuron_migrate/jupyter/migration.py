@@ -83,10 +83,13 @@ class Migration:
             return f"{self.label}: {self.unresolved_text()}"
         if not self.changed and not self.manual:
             return f"{self.label}: nothing to migrate"
-        # Import tidying is not listed as a change of its own.
-        parts = [plural(len(self.changes), "change") if self.changes else "imports updated"]
-        if self.kind == "notebook":
-            parts[0] += f" in {plural(len(self.cells), 'cell')}"
+        if self.changed:
+            # Import tidying is not listed as a change of its own.
+            parts = [plural(len(self.changes), "change") if self.changes else "imports updated"]
+            if self.kind == "notebook":
+                parts[0] += f" in {plural(len(self.cells), 'cell')}"
+        else:  # migrated already: what is left are its TODO comments
+            parts = ["nothing left to change"]
         if self.manual:
             parts.append(f"{plural(len(self.manual), 'manual item')} to review")
         if self.notes:

@@ -142,6 +142,29 @@ def test_apply_writes_the_file_shows_what_it_wrote_and_refreshes(project: Path) 
     assert not app.undo_button.disabled
 
 
+def test_after_a_whole_notebook_apply_the_headline_says_what_is_left(tmp_path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    path = tmp_path / "ranks.ipynb"
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()"),
+                new_code_cell("xm.rendezvous('ready')"),  # becomes a barrier with a TODO
+            ]
+        ),
+        path,
+    )
+    app = MigrationApp([path])
+    assert "to migrate" in app.headline.value
+    app.apply_button.click()
+    assert "TODO(neuron-migrate" in path.read_text()
+    headline = text_of(app.headline.value)
+    assert headline == f"to review {path}: nothing left to change, 1 manual item to review"
+    assert labels(app)["ranks.ipynb"].endswith("(to review)") and app.apply_button.disabled
+
+
 def test_undo_restores_what_apply_wrote(project: Path) -> None:
     app = MigrationApp([project / "train.py"])
     app.apply_button.click()
