@@ -312,7 +312,7 @@ class MigrationApp(StaticView, widgets.VBox):
             try:
                 write(edit)
             except SourceError as exc:
-                self._failed(str(exc))
+                self._failed(str(exc), edit)
                 return
             then("on disk")
 
@@ -322,14 +322,14 @@ class MigrationApp(StaticView, widgets.VBox):
             elif not reply.get("open"):
                 on_disk()
             else:
-                self._failed(str(reply.get("error") or "the open tab refused the change"))
+                self._failed(str(reply.get("error") or "the open tab refused the change"), edit)
 
         tab = bridge.current()
         if tab is None or not tab.edit(edit, answered):
             on_disk()
 
-    def _failed(self, why: str) -> None:
-        self.status.value = _status("not written", "bad", why)
+    def _failed(self, why: str, edit: bridge.Edit) -> None:
+        self.status.value = _status("not undone" if edit.undoing else "not written", "bad", why)
         self._show()
 
     def _reload(self, label: str) -> None:

@@ -38,12 +38,14 @@ class Edit:
     path: Path
     cells: list[tuple[int, str, str]] = field(default_factory=list)  # (index, old, new)
     text: tuple[str, str] | None = None  # (old, new) for a file that is not a notebook
+    undoing: bool = False  # takes back an edit: a refusal says what was not restored
 
     def undo(self) -> Edit:
         return Edit(
             self.path,
             [(index, new, old) for index, old, new in self.cells],
             None if self.text is None else (self.text[1], self.text[0]),
+            not self.undoing,
         )
 
 
@@ -125,6 +127,8 @@ class Bridge:
         number = next(self._requests)
         self._waiting[number] = answer
         request: Reply = {"request": number, "op": "edit", "path": relative}
+        if change.undoing:
+            request["undo"] = True
         if change.text is not None:
             request["text"] = {"old": change.text[0], "new": change.text[1]}
         else:

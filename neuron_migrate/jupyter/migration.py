@@ -200,7 +200,9 @@ class Migration:
         wanted = None if cells is None else set(cells)
         chosen = [c for c in self.cells if wanted is None or c[0] in wanted]
         if wanted is not None:
-            chosen = _keeping_imports_of_the_rest(chosen, [c for c in self.cells if c[0] not in wanted])
+            chosen = _keeping_imports_of_the_rest(
+                chosen, [c for c in self.cells if c[0] not in wanted]
+            )
         return Edit(Path(self.label), cells=chosen)
 
 
@@ -435,7 +437,9 @@ def write(edit: Edit) -> None:
         old, new = edit.text
         if source.text != old:
             raise SourceError(
-                f"{edit.path}: changed on disk since it was migrated; migrate it again"
+                f"{edit.path}: edited since the migration was written, so it is not restored"
+                if edit.undoing
+                else f"{edit.path}: changed on disk since it was migrated; migrate it again"
             )
         write_back(source, new)
         return
@@ -447,7 +451,11 @@ def write(edit: Edit) -> None:
     for index, old, _ in edit.cells:
         if index not in by_index or by_index[index].source != old:
             raise SourceError(
-                f"{edit.path}: cell {index + 1} changed on disk since it was migrated; migrate it again"
+                f"{edit.path}: cell {index + 1} was edited since the migration was written, so "
+                "the cells are not restored"
+                if edit.undoing
+                else f"{edit.path}: cell {index + 1} changed on disk since it was migrated; "
+                "migrate it again"
             )
     new_sources = {index: new for index, _, new in edit.cells}
     write_back(source, replace_sources(source.text, cells, new_sources))

@@ -21,7 +21,8 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # Loads the extension as JupyterLab's loader does (window._JUPYTERLAB[name].get("./extension")),
 # activates its plugin on one notebook panel whose kernel then opens the `neuron_migrate` comm,
 # and plays the messages given on stdin: {"kernel": data} is a comm message from the kernel,
-# {"save": true} a save of the notebook. Prints the outputs of the notebook's model after each.
+# {"save": true} a save of the notebook. Prints, after each, the outputs and sources of the
+# notebook's model, how often it was saved, and the tab's last answer to the kernel.
 HARNESS = r"""
 const fs = require("fs");
 const vm = require("vm");
@@ -38,7 +39,9 @@ function output(json) {
 const model = { dirty: false, stateChanged: signal() };
 const cells = JSON.parse(fs.readFileSync(notebook, "utf8")).cells.map((cell) => {
   const items = (cell.outputs || []).map(output);
+  let source = cell.source;
   return {
+    sharedModel: { getSource: () => source, setSource: (text) => { source = text; } },
     outputs: {
       get length() { return items.length; },
       get: (i) => items[i],
@@ -47,6 +50,7 @@ const cells = JSON.parse(fs.readFileSync(notebook, "utf8")).cells.map((cell) => 
     },
   };
 });
+model.cells = { get length() { return cells.length; }, get: (i) => cells[i] };
 let target = null;
 const kernel = {
   id: "kernel-1",
@@ -54,12 +58,14 @@ const kernel = {
   requestCommInfo: () => Promise.resolve({ content: { comms: {} } }),
   hasComm: () => false,
 };
+let saves = 0;
 const context = {
   path: "nb.ipynb", model, pathChanged: signal(), saveState: signal(), ready: Promise.resolve(),
+  save: () => { saves += 1; return Promise.resolve(); },
 };
 const panel = {
   context,
-  content: { model: { cells: { get length() { return cells.length; }, get: (i) => cells[i] } } },
+  content: { model },
   sessionContext: { session: { kernel }, kernelChanged: signal(), ready: Promise.resolve() },
   node: {},
 };
@@ -92,7 +98,14 @@ vm.runInNewContext(fs.readFileSync(extension, "utf8"), { window, document, conso
     } else if (step.save) {
       context.saveState.emit(context, "started");
     }
-    seen.push({ outputs: cells.map((cell) => cell.outputs.toJSON()), dirty: model.dirty });
+    await new Promise((resolve) => setTimeout(resolve, 0)); // an edit answers once saved
+    seen.push({
+      outputs: cells.map((cell) => cell.outputs.toJSON()),
+      sources: cells.map((cell) => cell.sharedModel.getSource()),
+      dirty: model.dirty,
+      saves,
+      answer: sent.length > 1 ? sent[sent.length - 1] : null,
+    });
   }
   console.log(JSON.stringify({ hello: sent[0], seen }));
 })();
@@ -190,3 +203,43 @@ def test_other_static_views_reach_the_notebook_when_it_is_saved(node: str, tmp_p
     before, saved = played["seen"]
     assert "press Validate" in _shown(before) and not before["dirty"]
     assert "cell 3 selected" in _shown(saved)
+
+
+def _edit(request: int, index: int, old: str, new: str, undo: bool = False) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "op": "edit",
+        "request": request,
+        "path": "nb.ipynb",
+        "cells": [{"index": index, "old": old, "new": new}],
+    }
+    if undo:
+        message["undo"] = True
+    return message
+
+
+def test_an_edit_changes_the_open_notebook_and_an_undo_refused_says_so_as_an_undo(
+    node: str, tmp_path: Path
+) -> None:
+    played = _play(
+        node,
+        tmp_path,
+        [
+            {"kernel": _edit(1, 0, "x = 1", "x = 2")},
+            {"kernel": _edit(2, 0, "x = 2", "x = 1", undo=True)},
+            {"kernel": _edit(3, 0, "x = 1", "x = 2")},
+            # Edited in the tab since: neither the undo nor a new apply goes through.
+            {"kernel": _edit(4, 0, "x = 3", "x = 1", undo=True)},
+            {"kernel": _edit(5, 0, "x = 3", "x = 2")},
+        ],
+    )
+    applied, undone, again, undo_refused, apply_refused = played["seen"]
+    assert applied["sources"][0] == "x = 2" and applied["saves"] == 1
+    assert applied["answer"] == {"done": True, "open": True, "reply": 1}
+    assert undone["sources"][0] == "x = 1" and undone["answer"]["done"]
+    assert again["sources"][0] == "x = 2"
+    assert undo_refused["sources"][0] == "x = 2" and undo_refused["saves"] == 3
+    assert undo_refused["answer"]["error"] == (
+        "cell 1 in the open tab was edited since the migration was written, so the cells are "
+        "not restored (the tab's own undo, Ctrl+Z, still can)"
+    )
+    assert "save the notebook, then migrate it again" in apply_refused["answer"]["error"]

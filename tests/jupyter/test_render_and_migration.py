@@ -337,7 +337,9 @@ def test_applying_one_cell_writes_it_and_what_it_needs(tmp_path: Path) -> None:
     # Undo restores it, and refuses once the cell was edited since.
     write(migration.edit([1]).undo())
     assert path.read_text() == raw
-    with pytest.raises(SourceError, match="cell 2 changed on disk since it was migrated"):
+    with pytest.raises(
+        SourceError, match="cell 2 was edited since the migration was written, so the cells are"
+    ):
         write(migration.edit([1]).undo())
 
 

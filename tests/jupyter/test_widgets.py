@@ -15,6 +15,7 @@ import pytest
 
 from neuron_migrate.jupyter import MigrationApp, ValidationDashboard, bridge
 from neuron_migrate.jupyter import dashboard as dashboard_module
+from neuron_migrate.jupyter.apps import WHOLE_FILE
 from neuron_migrate.jupyter.dashboard import summary
 from tests.jupyter.conftest import DATA, text_of
 
@@ -180,8 +181,52 @@ def test_undo_refuses_when_the_file_was_edited_since(project: Path) -> None:
     edited = (project / "train.py").read_text() + "# edited by hand\n"
     (project / "train.py").write_text(edited)
     app.undo_button.click()
-    assert "not written" in app.status.value and "changed on disk" in app.status.value
+    assert text_of(app.status.value) == (
+        f"not undone {project / 'train.py'}: edited since the migration was written, so it is "
+        "not restored"
+    )
     assert (project / "train.py").read_text() == edited
+
+
+def test_undo_after_a_multi_cell_apply_restores_every_cell_or_says_why_not(
+    project: Path, tab: tuple[bridge.Bridge, FakeTab]
+) -> None:
+    connected, channel = tab
+    path = project / "tutorial.ipynb"
+    before = path.read_text()
+    app = MigrationApp([path])
+    app.cell_picker.value = WHOLE_FILE
+    app.apply_button.click()  # through the open tab: cells 2 and 4
+    apply = channel.sent[-1]
+    assert [c["index"] for c in apply["cells"]] == [1, 3] and "undo" not in apply
+    connected.receive({"reply": apply["request"], "done": False, "open": False})  # not open
+    assert "written on disk" in app.status.value
+    assert "xla" not in json.dumps([c["source"] for c in json.loads(path.read_text())["cells"]])
+    app.undo_button.click()
+    undo = channel.sent[-1]
+    assert undo["undo"] is True and [c["index"] for c in undo["cells"]] == [1, 3]
+    assert [(c["old"], c["new"]) for c in undo["cells"]] == [
+        (c["new"], c["old"]) for c in apply["cells"]
+    ]
+    connected.receive({"reply": undo["request"], "done": False, "open": False})
+    assert [c["source"] for c in json.loads(path.read_text())["cells"]] == [
+        c["source"] for c in json.loads(before)["cells"]
+    ]
+    assert "undone" in app.status.value and app.undo_button.disabled
+
+    # Edited since it was written: the undo names the cell, and restores none of them.
+    app.apply_button.click()
+    connected.receive({"reply": channel.sent[-1]["request"], "done": False, "open": False})
+    notebook = json.loads(path.read_text())
+    notebook["cells"][3]["source"] = "# edited by hand\n"
+    path.write_text(json.dumps(notebook))
+    app.undo_button.click()
+    connected.receive({"reply": channel.sent[-1]["request"], "done": False, "open": False})
+    assert text_of(app.status.value) == (
+        f"not undone {path}: cell 4 was edited since the migration was written, so the cells "
+        "are not restored"
+    )
+    assert json.loads(path.read_text()) == notebook
 
 
 def test_apply_writes_only_the_selected_cell(project: Path) -> None:

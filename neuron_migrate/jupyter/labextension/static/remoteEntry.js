@@ -65,8 +65,11 @@
           return Promise.resolve({
             done: false,
             open: true,
-            error: "cell " + (c.index + 1) + " in the open tab is not the cell that was migrated " +
-              "(it was edited since, or not saved): save the notebook, then migrate it again"
+            error: request.undo
+              ? "cell " + (c.index + 1) + " in the open tab was edited since the migration was " +
+                "written, so the cells are not restored (the tab's own undo, Ctrl+Z, still can)"
+              : "cell " + (c.index + 1) + " in the open tab is not the cell that was migrated " +
+                "(it was edited since, or not saved): save the notebook, then migrate it again"
           });
         }
       }
@@ -78,8 +81,11 @@
         return Promise.resolve({
           done: false,
           open: true,
-          error: "the open tab does not hold the text that was migrated (it was edited since, " +
-            "or not saved): save it, then migrate it again"
+          error: request.undo
+            ? "the open tab was edited since the migration was written, so it is not restored " +
+              "(the tab's own undo, Ctrl+Z, still can)"
+            : "the open tab does not hold the text that was migrated (it was edited since, " +
+              "or not saved): save it, then migrate it again"
         });
       }
       model.sharedModel.setSource(request.text.new);
