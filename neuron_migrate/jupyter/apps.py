@@ -310,15 +310,19 @@ class MigrationApp(StaticView, widgets.VBox):
 
         def on_disk() -> None:
             try:
-                write(edit)
+                wrote = write(edit)
             except SourceError as exc:
                 self._failed(str(exc), edit)
                 return
-            then("on disk")
+            then("on disk" if wrote else "(the file held it already)")
 
         def answered(reply: bridge.Reply) -> None:
             if reply.get("done"):
-                then("through its open tab")
+                then(
+                    "(its open tab held it already)"
+                    if reply.get("already")
+                    else "through its open tab"
+                )
             elif not reply.get("open"):
                 on_disk()
             else:

@@ -229,12 +229,12 @@ def test_an_edit_changes_the_open_notebook_and_an_undo_refused_says_so_as_an_und
             {"kernel": _edit(3, 0, "x = 1", "x = 2")},
             # Edited in the tab since: neither the undo nor a new apply goes through.
             {"kernel": _edit(4, 0, "x = 3", "x = 1", undo=True)},
-            {"kernel": _edit(5, 0, "x = 3", "x = 2")},
+            {"kernel": _edit(5, 0, "x = 3", "x = 4")},
         ],
     )
     applied, undone, again, undo_refused, apply_refused = played["seen"]
     assert applied["sources"][0] == "x = 2" and applied["saves"] == 1
-    assert applied["answer"] == {"done": True, "open": True, "reply": 1}
+    assert applied["answer"] == {"done": True, "open": True, "already": False, "reply": 1}
     assert undone["sources"][0] == "x = 1" and undone["answer"]["done"]
     assert again["sources"][0] == "x = 2"
     assert undo_refused["sources"][0] == "x = 2" and undo_refused["saves"] == 3
@@ -243,3 +243,13 @@ def test_an_edit_changes_the_open_notebook_and_an_undo_refused_says_so_as_an_und
         "not restored (the tab's own undo, Ctrl+Z, still can)"
     )
     assert "save the notebook, then migrate it again" in apply_refused["answer"]["error"]
+
+
+def test_an_undo_where_the_tab_holds_the_original_already_is_done(
+    node: str, tmp_path: Path
+) -> None:
+    # Applied on disk while the tab showed the old code, and the tab saved over it since.
+    played = _play(node, tmp_path, [{"kernel": _edit(1, 0, "x = 2", "x = 1", undo=True)}])
+    [undone] = played["seen"]
+    assert undone["sources"][0] == "x = 1" and undone["saves"] == 1
+    assert undone["answer"] == {"done": True, "open": True, "already": True, "reply": 1}

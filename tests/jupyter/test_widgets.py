@@ -188,6 +188,18 @@ def test_undo_refuses_when_the_file_was_edited_since(project: Path) -> None:
     assert (project / "train.py").read_text() == edited
 
 
+def test_undo_after_a_stale_tab_saved_over_the_migration_is_done_already(project: Path) -> None:
+    path = project / "tutorial.ipynb"
+    before = path.read_text()
+    app = MigrationApp([path])
+    app.apply_button.click()
+    assert "written on disk" in app.status.value
+    path.write_text(before)  # "File Changed" ▸ Overwrite, in a tab that kept the old code
+    app.undo_button.click()
+    assert text_of(app.status.value) == (f"undone {path}: restored (the file held it already)")
+    assert path.read_text() == before and app.undo_button.disabled
+
+
 def test_undo_after_a_multi_cell_apply_restores_every_cell_or_says_why_not(
     project: Path, tab: tuple[bridge.Bridge, FakeTab]
 ) -> None:

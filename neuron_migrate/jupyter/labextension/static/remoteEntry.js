@@ -58,9 +58,14 @@
     }
     var context = open[0].context;
     var model = context.model;
+    var already = false; // the tab holds what the edit writes already
     if (request.cells) {
       var cells = model.cells;
-      for (var c of request.cells) {
+      // A cell that holds what the edit writes already is left as it is.
+      var changes = request.cells.filter(function (c) {
+        return !(c.index < cells.length && cells.get(c.index).sharedModel.getSource() === c.new);
+      });
+      for (var c of changes) {
         if (c.index >= cells.length || cells.get(c.index).sharedModel.getSource() !== c.old) {
           return Promise.resolve({
             done: false,
@@ -73,9 +78,12 @@
           });
         }
       }
-      for (var change of request.cells) {
+      for (var change of changes) {
         cells.get(change.index).sharedModel.setSource(change.new);
       }
+      already = !changes.length;
+    } else if (model.sharedModel.getSource() === request.text.new) {
+      already = true;
     } else {
       if (model.sharedModel.getSource() !== request.text.old) {
         return Promise.resolve({
@@ -90,8 +98,9 @@
       }
       model.sharedModel.setSource(request.text.new);
     }
+    // Saved also when it held the edit already: what the tab shows is what the file holds.
     return context.save().then(
-      function () { return { done: true, open: true }; },
+      function () { return { done: true, open: true, already: already }; },
       function (error) {
         return { done: false, open: true, error: "the tab could not save it: " + error };
       }
