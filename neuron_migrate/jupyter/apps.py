@@ -100,7 +100,7 @@ class MigrationApp(StaticView, widgets.VBox):
         self.review = widgets.HTML()  # what the last Apply wrote
         # Where JupyterLab lacks the extension, the app writes to disk behind an open tab's back.
         self.notice = widgets.HTML()
-        if getattr(get_ipython(), "kernel", None) is not None and not bridge.extension_installed():
+        if bridge.extension_missing(get_ipython()):
             missing = bridge.EXTENSION_MISSING
             self.notice.value = _status("note", "warn", missing[0].upper() + missing[1:])
         super().__init__(

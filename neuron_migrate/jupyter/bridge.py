@@ -165,6 +165,12 @@ class Bridge:
             self._send(message)
 
 
+def extension_missing(shell: Any) -> bool:
+    """Whether `shell` runs in a Jupyter kernel, whose tabs would need the JupyterLab extension,
+    and the extension is not installed."""
+    return getattr(shell, "kernel", None) is not None and not extension_installed()
+
+
 def extension_installed() -> bool:
     """Whether the JupyterLab extension is installed where JupyterLab looks for it (what
     `jupyter labextension list` lists), as this kernel's environment sees it."""

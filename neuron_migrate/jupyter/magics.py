@@ -293,7 +293,7 @@ def register(ipython: Any) -> None:
     ipython.register_magics(NeuronMigrateMagics)
     bridge.start()
     print(LOADED)
-    if getattr(ipython, "kernel", None) is not None and not bridge.extension_installed():
+    if bridge.extension_missing(ipython):
         print(f"neuron-migrate: {bridge.EXTENSION_MISSING}")
 
 

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -372,14 +373,13 @@ def test_the_app_output_carries_a_static_view(
 
 
 def test_the_app_says_in_one_line_when_the_jupyterlab_extension_is_missing(
-    project: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, shell: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import jupyter_core.paths
-    from IPython.testing.globalipapp import get_ipython
 
     folder = project / "labextensions"
     monkeypatch.setattr(jupyter_core.paths, "jupyter_path", lambda *parts: [str(folder)])
-    monkeypatch.setattr(get_ipython(), "kernel", object(), raising=False)
+    monkeypatch.setattr(shell, "kernel", object(), raising=False)  # the app's shell, in a kernel
     notice = text_of(MigrationApp([project / "train.py"]).notice.value)
     assert notice.startswith("note The JupyterLab extension is not installed")
     assert "keeps the old code" in notice and "\n" not in notice
