@@ -135,7 +135,9 @@ def _stamp_ok(root: Path) -> dict[str, str] | None:
 
 
 def ensure(root: Path, base_python: str | None = None, log=print) -> RefEnv:
-    """Build the reference env at `root` unless a complete one is already there."""
+    """Build the reference env at `root` unless a complete one whose old stack runs is there
+    already; one that no longer runs is repaired (installed again, its virtualenv made again
+    where its Python cannot start)."""
     root = root.expanduser().absolute()
     if _stamp_ok(root) is not None and python_in(root).exists():
         try:
