@@ -7,6 +7,7 @@ __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension"]
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
-    """Where the JupyterLab piece is, for `jupyter labextension develop --overwrite .` (an
-    editable install; a regular one puts it in share/jupyter/labextensions)."""
+    """Where the JupyterLab extension is in the package, for `jupyter labextension develop
+    --overwrite .`, which links it from a checkout (an install, editable or not, copies it into
+    share/jupyter/labextensions)."""
     return [{"src": "jupyter/labextension", "dest": "neuron-migrate"}]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ipywidgets as widgets
+from IPython import get_ipython
 
 from neuron_migrate.core.files import SourceError, discover
 from neuron_migrate.core.wording import plural
@@ -97,6 +98,11 @@ class MigrationApp(StaticView, widgets.VBox):
         )
         self.status = widgets.HTML()
         self.review = widgets.HTML()  # what the last Apply wrote
+        # Where JupyterLab lacks the extension, the app writes to disk behind an open tab's back.
+        self.notice = widgets.HTML()
+        if bridge.extension_missing(get_ipython()):
+            missing = bridge.EXTENSION_MISSING
+            self.notice.value = _status("note", "warn", missing[0].upper() + missing[1:])
         super().__init__(
             [
                 widgets.HBox([self.file_picker, self.cell_picker]),
@@ -106,6 +112,7 @@ class MigrationApp(StaticView, widgets.VBox):
                 self.findings,
                 self.checks,
                 widgets.HBox([self.apply_button, self.undo_button, self.next_button, self.status]),
+                self.notice,
                 self.review,
             ]
         )
@@ -303,26 +310,30 @@ class MigrationApp(StaticView, widgets.VBox):
 
         def on_disk() -> None:
             try:
-                write(edit)
+                wrote = write(edit)
             except SourceError as exc:
-                self._failed(str(exc))
+                self._failed(str(exc), edit)
                 return
-            then("on disk")
+            then("on disk" if wrote else "(the file held it already)")
 
         def answered(reply: bridge.Reply) -> None:
             if reply.get("done"):
-                then("through its open tab")
+                then(
+                    "(its open tab held it already)"
+                    if reply.get("already")
+                    else "through its open tab"
+                )
             elif not reply.get("open"):
                 on_disk()
             else:
-                self._failed(str(reply.get("error") or "the open tab refused the change"))
+                self._failed(str(reply.get("error") or "the open tab refused the change"), edit)
 
         tab = bridge.current()
         if tab is None or not tab.edit(edit, answered):
             on_disk()
 
-    def _failed(self, why: str) -> None:
-        self.status.value = _status("not written", "bad", why)
+    def _failed(self, why: str, edit: bridge.Edit) -> None:
+        self.status.value = _status("not undone" if edit.undoing else "not written", "bad", why)
         self._show()
 
     def _reload(self, label: str) -> None:
@@ -372,7 +383,9 @@ class MigrationApp(StaticView, widgets.VBox):
 def _state(migration: Migration) -> str:
     if migration.error:
         return "error"
-    return "to migrate" if migration.changed else "nothing to do"
+    if migration.changed:
+        return "to migrate"
+    return "to review" if migration.manual else "nothing to do"
 
 
 def _status(word: str, tone: str, text: str) -> str:

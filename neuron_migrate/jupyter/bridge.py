@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 TARGET = "neuron_migrate"
+EXTENSION = "neuron-migrate"  # the JupyterLab extension's name, its folder in labextensions/
 PROTOCOL = 1
 REPLY_TIMEOUT = 10.0  # seconds a tab has to answer an edit before it is taken to be gone
 
@@ -37,12 +38,14 @@ class Edit:
     path: Path
     cells: list[tuple[int, str, str]] = field(default_factory=list)  # (index, old, new)
     text: tuple[str, str] | None = None  # (old, new) for a file that is not a notebook
+    undoing: bool = False  # takes back an edit: a refusal says what was not restored
 
     def undo(self) -> Edit:
         return Edit(
             self.path,
             [(index, new, old) for index, old, new in self.cells],
             None if self.text is None else (self.text[1], self.text[0]),
+            not self.undoing,
         )
 
 
@@ -124,6 +127,8 @@ class Bridge:
         number = next(self._requests)
         self._waiting[number] = answer
         request: Reply = {"request": number, "op": "edit", "path": relative}
+        if change.undoing:
+            request["undo"] = True
         if change.text is not None:
             request["text"] = {"old": change.text[0], "new": change.text[1]}
         else:
@@ -149,11 +154,42 @@ class Bridge:
 
         loop.call_later(REPLY_TIMEOUT, expired)
 
-    def static_view(self, model_id: str, bundle: dict[str, Any]) -> None:
+    def static_view(self, model_id: str, bundle: dict[str, Any], now: bool = False) -> None:
         """The static representation of a widget changed: the tabs put it in the notebook
-        they save, next to the widget's view (see neuron_migrate.jupyter.static_views)."""
+        they save, next to the widget's view (see neuron_migrate.jupyter.views); with `now`,
+        into the notebook at once (a result that the next save must hold), else when they save."""
         if self.connected:
-            self._send({"op": "static", "model_id": model_id, "data": bundle})
+            message: Reply = {"op": "static", "model_id": model_id, "data": bundle}
+            if now:
+                message["now"] = True
+            self._send(message)
+
+
+def extension_missing(shell: Any) -> bool:
+    """Whether `shell` runs in a Jupyter kernel, whose tabs would need the JupyterLab extension,
+    and the extension is not installed."""
+    return getattr(shell, "kernel", None) is not None and not extension_installed()
+
+
+def extension_installed() -> bool:
+    """Whether the JupyterLab extension is installed where JupyterLab looks for it (what
+    `jupyter labextension list` lists), as this kernel's environment sees it."""
+    try:
+        from jupyter_core.paths import jupyter_path
+    except ImportError:  # no Jupyter here: no tab either
+        return False
+    return any(
+        (Path(folder) / EXTENSION / "package.json").is_file()
+        for folder in jupyter_path("labextensions")
+    )
+
+
+EXTENSION_MISSING = (
+    "the JupyterLab extension is not installed (reinstall: `pip install neuron-migrate`, or "
+    "`pip install -e .` in a checkout, then reload the page): a tab showing a file the app writes "
+    "keeps the old code (saving it would undo the write), and %%neuron_migrate's Replace cell / "
+    "Insert below buttons are hidden"
+)
 
 
 _BRIDGE: Bridge | None = None  # one per kernel process

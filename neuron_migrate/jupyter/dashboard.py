@@ -507,6 +507,7 @@ class ValidationDashboard(StaticView, widgets.VBox):
             self.tabs.set_title(index, title)
         self.options: list[str] = []
         self.validation: Validation | None = None
+        self._static: dict[str, Any] = {}  # what the views show, for the static view
         self._thread: threading.Thread | None = None
         super().__init__(
             [
@@ -526,7 +527,8 @@ class ValidationDashboard(StaticView, widgets.VBox):
         self.cancel_button.on_click(lambda _: self.cancel())
         self.observe(self._render, names="result")
         self.result = result
-        self._render()
+        if result is None:
+            self._render()
 
     def __repr__(self) -> str:
         return f"ValidationDashboard: {self.summary()}"
@@ -616,6 +618,11 @@ class ValidationDashboard(StaticView, widgets.VBox):
         self.progress_bar.layout.display = None if steps else "none"
         self.log_box.layout.display = None
         self.run_button.disabled, self.cancel_button.disabled = True, False
+        # The last verdict goes, from the page and from the notebook, before the new run shows.
+        if self.result is None:
+            self._render()
+        else:
+            self.result = None
         self._tick(self.validation)
         self._thread = threading.Thread(target=self._watch, args=(self.validation,), daemon=True)
         self._thread.start()
@@ -671,63 +678,75 @@ class ValidationDashboard(StaticView, widgets.VBox):
     # -- views ------------------------------------------------------------------------------------
 
     def _render(self, _change: object = None) -> None:
-        document = self.result
-        if not document:
-            self.headline.value = (
-                "<i>Name the original and the migrated program, then press Validate.</i>"
+        """Show the result. Its static view goes to the open tab first, into the notebook at
+        once: by the time the page shows a verdict, the notebook's next save holds it."""
+        shown = self._shown(self.result)
+        self._static = shown
+        self.publish(now=True)
+        for name in ("original", "migrated"):
+            if name in shown:
+                getattr(self, name).value = shown[name]
+        for name in ("headline", "runs", "table", "details", "curves_note", "curves"):
+            getattr(self, name).value = shown[name]
+        self.curves.layout.display = None if shown["curves"] else "none"
+        if self.result:
+            # Open on what matters: the curves when there are any, else the table or the errors.
+            self.tabs.selected_index = (
+                0 if shown["curves"] else 1 if self.result.get("items") else 2
             )
-            self.runs.value = self.table.value = self.details.value = self.curves_note.value = ""
-            self.curves.value = b""
-            self.publish()
-            return
+
+    def _shown(self, document: dict[str, Any] | None) -> dict[str, Any]:
+        """What each view shows for `document`, by the name of its widget."""
+        if not document:
+            running = self.validation is not None and self.validation.running
+            headline = (
+                "<i>Validating: the verdict shows here when both programs have finished.</i>"
+                if running
+                else "<i>Name the original and the migrated program, then press Validate.</i>"
+            )
+            empty = dict.fromkeys(("runs", "table", "details", "curves_note"), "")
+            return {"headline": headline, **empty, "curves": b""}
         # The programs compared, so that Validate runs them again.
         scripts = {run["label"]: run["script"] for run in document.get("runs", [])}
-        self.original.value = scripts.get("original", self.original.value)
-        self.migrated.value = scripts.get("migrated", self.migrated.value)
         word, tone, _ = VERDICTS.get(document.get("verdict", "error"), VERDICTS["error"])
-        self.headline.value = (
-            f'<div class="nm-verdict" style="margin: 6px 0; font-size: 14px;">{render.badge(word, tone)} '
-            f"{render.escape(summary(document))}</div>"
-        )
-        self.runs.value = runs_html(document)
-        self.table.value = comparison_table_html(document)
-        self.details.value = details_html(document)
         try:
-            png = loss_curves_png(document)
+            png, note = loss_curves_png(document), ""
         except ImportError:
-            png, self.curves_note.value = (
-                None,
-                "<i>The loss curves need matplotlib: pip install matplotlib</i>",
-            )
-        else:
-            self.curves_note.value = (
-                ""
-                if png
-                else "<i>No losses were recorded (the programs never called backward()).</i>"
-            )
-        self.curves.value = png or b""
-        self.curves.layout.display = None if png else "none"
-        # Open on what matters: the curves when there are any, else the table or the errors.
-        self.tabs.selected_index = 0 if png else 1 if document.get("items") else 2
-        self.publish()
+            png, note = None, "<i>The loss curves need matplotlib: pip install matplotlib</i>"
+        if not png and not note:
+            note = "<i>No losses were recorded (the programs never called backward()).</i>"
+        return {
+            "original": scripts.get("original", self.original.value),
+            "migrated": scripts.get("migrated", self.migrated.value),
+            "headline": (
+                f'<div class="nm-verdict" style="margin: 6px 0; font-size: 14px;">'
+                f"{render.badge(word, tone)} {render.escape(summary(document))}</div>"
+            ),
+            "runs": runs_html(document),
+            "table": comparison_table_html(document),
+            "details": details_html(document),
+            "curves_note": note,
+            "curves": png or b"",
+        }
 
     def static_html(self) -> str:
         """The verdict, the runs, the curves (an embedded PNG), the table and the details."""
+        shown = self._static
         if not self.result:
-            return self.headline.value
+            return str(shown["headline"])
         curves = ""
-        if self.curves.value:
-            encoded = base64.b64encode(self.curves.value).decode("ascii")
+        if shown["curves"]:
+            encoded = base64.b64encode(shown["curves"]).decode("ascii")
             curves = (
                 f'<img class="nm-curves" alt="loss per step, original and migrated" '
                 f'style="max-width: 820px; width: 100%;" src="data:image/png;base64,{encoded}">'
             )
         return (
-            self.headline.value
-            + self.runs.value
-            + (curves or self.curves_note.value)
-            + self.table.value
-            + f"<details><summary>Details</summary>{self.details.value}</details>"
+            shown["headline"]
+            + shown["runs"]
+            + (curves or shown["curves_note"])
+            + shown["table"]
+            + f"<details><summary>Details</summary>{shown['details']}</details>"
         )
 
 

@@ -293,6 +293,8 @@ def register(ipython: Any) -> None:
     ipython.register_magics(NeuronMigrateMagics)
     bridge.start()
     print(LOADED)
+    if bridge.extension_missing(ipython):
+        print(f"neuron-migrate: {bridge.EXTENSION_MISSING}")
 
 
 def unregister(ipython: Any) -> None:

@@ -83,10 +83,13 @@ class Migration:
             return f"{self.label}: {self.unresolved_text()}"
         if not self.changed and not self.manual:
             return f"{self.label}: nothing to migrate"
-        # Import tidying is not listed as a change of its own.
-        parts = [plural(len(self.changes), "change") if self.changes else "imports updated"]
-        if self.kind == "notebook":
-            parts[0] += f" in {plural(len(self.cells), 'cell')}"
+        if self.changed:
+            # Import tidying is not listed as a change of its own.
+            parts = [plural(len(self.changes), "change") if self.changes else "imports updated"]
+            if self.kind == "notebook":
+                parts[0] += f" in {plural(len(self.cells), 'cell')}"
+        else:  # migrated already: what is left are its TODO comments
+            parts = ["nothing left to change"]
         if self.manual:
             parts.append(f"{plural(len(self.manual), 'manual item')} to review")
         if self.notes:
@@ -197,7 +200,9 @@ class Migration:
         wanted = None if cells is None else set(cells)
         chosen = [c for c in self.cells if wanted is None or c[0] in wanted]
         if wanted is not None:
-            chosen = _keeping_imports_of_the_rest(chosen, [c for c in self.cells if c[0] not in wanted])
+            chosen = _keeping_imports_of_the_rest(
+                chosen, [c for c in self.cells if c[0] not in wanted]
+            )
         return Edit(Path(self.label), cells=chosen)
 
 
@@ -424,30 +429,42 @@ def _kind(path: Path) -> str:
     return "notebook" if path.suffix == ".ipynb" else "script"
 
 
-def write(edit: Edit) -> None:
-    """Make `edit` on disk (atomically); refuses, with SourceError, where the file does not hold
-    what the edit expects (it changed since it was migrated)."""
+def write(edit: Edit) -> bool:
+    """Make `edit` on disk (atomically); False when the file holds what it writes already (an
+    undo after a save of a stale tab put the original back, say). Refuses, with SourceError,
+    where the file holds neither what the edit expects nor what it writes: it changed since."""
     source = read_source(edit.path)
     if edit.text is not None:
         old, new = edit.text
+        if source.text == new:
+            return False
         if source.text != old:
             raise SourceError(
-                f"{edit.path}: changed on disk since it was migrated; migrate it again"
+                f"{edit.path}: edited since the migration was written, so it is not restored"
+                if edit.undoing
+                else f"{edit.path}: changed on disk since it was migrated; migrate it again"
             )
         write_back(source, new)
-        return
+        return True
     try:
         cells = locate_cells(source.text)
     except (ValueError, KeyError, IndexError) as exc:
         raise SourceError(f"{edit.path}: not a readable notebook ({exc})") from None
     by_index = {cell.index: cell for cell in cells}
-    for index, old, _ in edit.cells:
-        if index not in by_index or by_index[index].source != old:
+    for index, old, new in edit.cells:
+        if index not in by_index or by_index[index].source not in (old, new):
             raise SourceError(
-                f"{edit.path}: cell {index + 1} changed on disk since it was migrated; migrate it again"
+                f"{edit.path}: cell {index + 1} was edited since the migration was written, so "
+                "the cells are not restored"
+                if edit.undoing
+                else f"{edit.path}: cell {index + 1} changed on disk since it was migrated; "
+                "migrate it again"
             )
-    new_sources = {index: new for index, _, new in edit.cells}
+    new_sources = {index: new for index, old, new in edit.cells if by_index[index].source == old}
+    if not new_sources:
+        return False
     write_back(source, replace_sources(source.text, cells, new_sources))
+    return True
 
 
 def apply(migration: Migration) -> None:

@@ -5,7 +5,8 @@ output, on GitHub. So the apps put a static HTML view of what they show (verdict
 curves) in their output next to the widget, for every reader that cannot show the widget: nbconvert
 and GitHub use it where the notebook carries no widget state, and neuron-migrate's JupyterLab
 piece shows it where the widget's model is gone. The output is written when the cell runs; as the
-widget changes later, the piece puts the latest view into the notebook it saves.
+widget changes later, the piece puts the latest view into the notebook it saves, or at once for a
+result (a validation's verdict, or its clearing when a new run starts).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ class StaticView:
         bundle.update(self.static_bundle())
         return bundle
 
-    def publish(self) -> None:
-        """Tell the open tab what the widget shows now, for the notebook it saves next."""
+    def publish(self, now: bool = False) -> None:
+        """Tell the open tab what the widget shows now, for the notebook it saves next; with
+        `now`, the tab puts it into the notebook at once (a result, rather than a view of it)."""
         tab = bridge.current()
         model_id = getattr(self, "model_id", None)
         if tab is not None and model_id:
-            tab.static_view(model_id, self.static_bundle())
+            tab.static_view(model_id, self.static_bundle(), now)

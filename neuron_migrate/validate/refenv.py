@@ -2,7 +2,7 @@
 
 The old and the new stack cannot share one interpreter, exactly as on a real Trainium host, so
 `validate` runs the original program with this environment's Python. `neuron-migrate env
-reference DIR` builds it once; later calls find it complete and return at once.
+reference DIR` builds it once; later calls find it complete and working and return, or repair it.
 """
 
 from __future__ import annotations
@@ -81,9 +81,49 @@ def probe(python: Path, timeout: float = 300) -> dict[str, str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RefEnvError(f"{python}: cannot run: {exc}") from exc
     if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:]) or f"exit status {done.returncode}"
         raise RefEnvError(f"{python}: the old stack does not import or run:\n{tail}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _reason(error: RefEnvError) -> str:
+    """The last line of why an environment does not work (the exception its Python raised)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else "it does not work"
+
+
+def check(python: str | Path | None = None, timeout: float = 300) -> tuple[Path | None, str]:
+    """The reference Python to run an original program with, and one line that says which; or
+    None, and one line that says why there is none and what to do. `python` if given, else
+    `default_python()`; it has to run the old stack (see `probe`), not only exist."""
+    chosen = Path(python) if python else default_python()
+    build = "build one with `neuron-migrate env reference`"
+    if chosen is None:
+        return None, (
+            f"no reference environment (torch 2.9 + torch_xla 2.9) in {DEFAULT_DIR} and "
+            f"${ENV_VAR} is not set: {build}"
+        )
+    if not chosen.exists():
+        return None, (
+            f"the reference Python {chosen} does not exist: {build}, or set ${ENV_VAR} to the "
+            "Python of one"
+        )
+    try:
+        versions = probe(chosen, timeout)
+    except RefEnvError as exc:
+        root = chosen.parent.parent
+        repair = (
+            f"`neuron-migrate env reference {root}` repairs it"
+            # one `env reference` built (never a virtualenv of other things: it would get torch 2.9)
+            if python_in(root) == chosen and ((root / STAMP).exists() or root == DEFAULT_DIR)
+            else f"repair it, or set ${ENV_VAR} to the Python of a working one ({build})"
+        )
+        reason = _reason(exc).removeprefix(f"{chosen}: ")
+        return None, f"the reference environment {chosen} does not work ({reason}): {repair}"
+    stack = ", ".join(
+        f"{name} {versions[name]}" for name in ("torch", "torch_xla") if name in versions
+    )
+    return chosen, f"reference environment: {chosen} ({stack})"
 
 
 def _stamp_ok(root: Path) -> dict[str, str] | None:
@@ -95,20 +135,30 @@ def _stamp_ok(root: Path) -> dict[str, str] | None:
 
 
 def ensure(root: Path, base_python: str | None = None, log=print) -> RefEnv:
-    """Build the reference env at `root` unless a complete one is already there."""
+    """Build the reference env at `root` unless a complete one whose old stack runs is there
+    already; one that no longer runs is repaired (installed again, its virtualenv made again
+    where its Python cannot start)."""
     root = root.expanduser().absolute()
-    versions = _stamp_ok(root)
-    if versions is not None and python_in(root).exists():
-        log(
-            f"reference env {root}: present (torch {versions['torch']}, torch_xla {versions['torch_xla']})"
-        )
-        return RefEnv(root, versions)
-    if not python_in(root).exists():
-        log(f"creating virtualenv {root}")
-        if base_python:
-            _run([base_python, "-m", "venv", str(root)])
+    if _stamp_ok(root) is not None and python_in(root).exists():
+        try:
+            versions = probe(python_in(root))
+        except RefEnvError as exc:
+            log(
+                f"reference env {root}: present, but it does not work ({_reason(exc)}); repairing it"
+            )
         else:
-            venv.EnvBuilder(with_pip=True, clear=False).create(root)
+            log(
+                f"reference env {root}: present (torch {versions['torch']}, torch_xla {versions['torch_xla']})"
+            )
+            return RefEnv(root, versions)
+    if not _runs(python_in(root)):
+        # A virtualenv whose Python cannot start (its base interpreter is gone) is made again.
+        clear = (root / "pyvenv.cfg").exists()
+        log(f"{'recreating' if clear else 'creating'} virtualenv {root}")
+        if base_python:
+            _run([base_python, "-m", "venv", *(["--clear"] if clear else []), str(root)])
+        else:
+            venv.EnvBuilder(with_pip=True, clear=clear).create(root)
     python = str(python_in(root))
     log(f"installing {' '.join(PINS)} (torch 2.9 is a large download the first time)")
     _run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *PINS])
@@ -120,6 +170,17 @@ def ensure(root: Path, base_python: str | None = None, log=print) -> RefEnv:
         f"reference env {root}: ready (torch {versions['torch']}, torch_xla {versions['torch_xla']})"
     )
     return RefEnv(root, versions)
+
+
+def _runs(python: Path) -> bool:
+    """Whether `python` starts at all."""
+    try:
+        return (
+            subprocess.run([str(python), "-c", "pass"], capture_output=True, timeout=60).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def _run(cmd: list[str]) -> None:

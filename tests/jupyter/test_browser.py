@@ -7,7 +7,9 @@ page and in the notebook JupyterLab saved. Then the buttons under a diff replace
 open notebook (and undo it), the migration app applies one cell of a notebook open in another tab
 (which shows it, saved, with no conflict dialog on its next save), a notebook saved with the
 validation dashboard, reopened without the dashboard's kernel, still shows its verdict and curves,
-and the buttons of outputs a notebook brought with it (not trusted) change nothing.
+a validation's verdict is in the notebook's next save as soon as the page shows it (and a new run
+takes the last one away first), and the buttons of outputs a notebook brought with it (not
+trusted) change nothing.
 
 Screenshots are kept under the artifacts folder (`build/test-artifacts/jupyter`, or
 $NEURON_MIGRATE_TEST_ARTIFACTS); with NEURON_MIGRATE_DOCS_SCREENSHOTS=1, those of the magic, the
@@ -37,6 +39,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from tests.jupyter.conftest import DATA, NOTEBOOKS, ROOT, artifacts_dir
+from tests.jupyter.test_widgets import PROGRAM
 
 pytestmark = pytest.mark.slow
 
@@ -133,6 +136,24 @@ def _scratch_notebooks(root: Path) -> None:
             metadata={"kernelspec": KERNELSPEC},
         ),
         root / "dashboard.ipynb",
+    )
+    # Two programs whose losses part (the second's learning rate is doubled), validated from a
+    # dashboard that shows an earlier MATCH.
+    (root / "a.py").write_text(PROGRAM)
+    (root / "b.py").write_text(PROGRAM.replace("float(sys.argv[1])", "2 * float(sys.argv[1])"))
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell("%load_ext neuron_migrate"),
+                new_code_cell(
+                    "from neuron_migrate.jupyter import ValidationDashboard\n\n"
+                    "dashboard = ValidationDashboard.from_json('validate_match.json')\ndashboard"
+                ),
+                new_code_cell("dashboard.start('a.py', 'b.py', '0.1', '3')"),
+            ],
+            metadata={"kernelspec": KERNELSPEC},
+        ),
+        root / "validate.ipynb",
     )
 
 
@@ -558,6 +579,39 @@ def test_a_saved_notebook_reopened_without_its_kernel_shows_the_dashboard(
     assert curves.evaluate("img => img.naturalWidth") > 0
     assert output.locator("table.nm-comparison").count() == 1
     screenshot(output, "jupyter-dashboard-reopened.png")
+
+
+def test_a_validation_result_is_in_the_first_save_after_the_page_shows_it(
+    page: Any, lab: Lab
+) -> None:
+    path = lab.root / "validate.ipynb"
+
+    def saved_view() -> str:
+        """What the notebook on disk holds as the dashboard's output, once saved from the menu
+        (the kernel is sent nothing)."""
+        _save_until_clean(page)
+        return json.dumps(json.loads(path.read_text())["cells"][1]["outputs"])
+
+    _open(page, "validate.ipynb")
+    _run_all(page)  # the run starts; its tab says hello to the kernel meanwhile
+    dashboard = page.locator(".nm-validation-dashboard").first
+    _until(lambda: "DIVERGE" in dashboard.inner_text(), "no verdict", timeout=240)
+    assert "DIVERGE" in saved_view()
+
+    # Validate again: the last verdict goes, on the page and in the notebook, while it runs.
+    start = _cells(page).nth(2)
+    start.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    _until(lambda: "Validating" in dashboard.inner_text(), "the new run did not show")
+    assert "DIVERGE" not in dashboard.inner_text() and "MATCH" not in dashboard.inner_text()
+    running = saved_view()
+    assert "DIVERGE" in running or ("Validating" in running and "MATCH" not in running)
+
+    # The run ends: one save, as soon as the page shows the verdict, holds it.
+    _until(lambda: "DIVERGE" in dashboard.inner_text(), "no verdict", timeout=240)
+    assert "DIVERGE" in saved_view()
+    _menu(page, "Kernel", "Shut Down Kernel")
+    _menu(page, "File", re.compile(r"^Close Tab$"))
 
 
 def test_the_buttons_of_an_untrusted_output_change_nothing(page: Any) -> None:

@@ -6,7 +6,11 @@ saved without their state."""
 from __future__ import annotations
 
 import json
+import queue
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -169,3 +173,78 @@ def test_widgets_leave_their_view_in_a_notebook_saved_without_widget_state(tmp_p
     assert "data:image/png;base64," in page  # the loss curves
     assert "train.py: 2 changes" in shown and "torch.accelerator.current_accelerator" in shown
     assert json.dumps(notebook.metadata).count("widget-state") == 0
+
+
+def test_a_validation_result_reaches_the_tab_when_the_run_ends_with_no_other_message(
+    tmp_path: Path,
+) -> None:
+    """In a real kernel, with this test as the JupyterLab tab: the validation ends in the
+    dashboard's thread, and its static view is sent at once (no request of the tab's wakes the
+    kernel), marked to go into the notebook now, before the widget shows the verdict. Starting
+    the run first took the last verdict away."""
+    from jupyter_client.manager import start_new_kernel
+
+    from tests.jupyter.test_widgets import PROGRAM
+
+    (tmp_path / "a.py").write_text(PROGRAM)
+    (tmp_path / "b.py").write_text(PROGRAM.replace("float(sys.argv[1])", "2 * float(sys.argv[1])"))
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        client.execute("%load_ext neuron_migrate", reply=True, timeout=TIMEOUT)
+        opened = _iopub_until(client, lambda m: m["msg_type"] == "comm_open", 30)[-1]
+        assert opened["content"]["target_name"] == "neuron_migrate"
+        hello = {"event": "hello", "root": str(tmp_path), "path": "nb.ipynb", "dirty": False}
+        client.shell_channel.send(
+            client.session.msg("comm_msg", {"comm_id": opened["content"]["comm_id"], "data": hello})
+        )
+        client.execute(
+            "from neuron_migrate.jupyter import ValidationDashboard, bridge\n"
+            f"dashboard = ValidationDashboard.from_json({str(DATA / 'validate_match.json')!r})\n"
+            "assert bridge.current() is not None\n"
+            "dashboard.start('a.py', 'b.py', '0.1', '3')",
+            reply=True,
+            timeout=TIMEOUT,
+        )
+        # From here on the test sends the kernel nothing: it only listens, until the page would
+        # show the verdict.
+        messages = _iopub_until(client, _shows_the_verdict, TIMEOUT)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    views = [_static(m) for m in messages]
+    sent = [view for view in views if view is not None]
+    cleared = next(view for view in sent if "Validating" in view["data"]["text/html"])
+    assert cleared["now"] and "MATCH" not in cleared["data"]["text/html"]
+    # The notebook gets the verdict before the page shows it.
+    [verdict] = [view for view in sent if "DIVERGE" in view["data"]["text/html"]]
+    assert verdict["now"] and views.index(verdict) < len(messages) - 1
+
+
+def _shows_the_verdict(message: dict) -> bool:
+    """Whether a kernel message sets a widget to show the DIVERGE verdict."""
+    state = (message["content"].get("data") or {}).get("state") or {}
+    value = str(state.get("value", "")) if message["msg_type"] == "comm_msg" else ""
+    return "nm-verdict" in value and "DIVERGE" in value
+
+
+def _static(message: dict) -> dict | None:
+    """The static view a kernel message sends to the tab, if it is one."""
+    if message["msg_type"] != "comm_msg":
+        return None
+    data = message["content"].get("data") or {}
+    return data if data.get("op") == "static" else None
+
+
+def _iopub_until(client: Any, done: Callable[[dict], bool], timeout: float) -> list[dict]:
+    """The kernel's IOPub messages, up to the first for which `done` is true."""
+    messages, deadline = [], time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"not seen in {timeout:g} s; last: {messages[-3:]}"
+        try:
+            message = client.get_iopub_msg(timeout=min(remaining, 1))
+        except queue.Empty:
+            continue
+        messages.append(message)
+        if done(message):
+            return messages

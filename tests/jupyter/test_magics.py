@@ -47,6 +47,45 @@ def test_load_ext_registers_the_magics_says_so_and_unload_removes_them(shell: An
     assert "%%neuron_migrate" in captured.stdout and "--help" in captured.stdout
 
 
+def _labextensions(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """JupyterLab's extension folders, as the kernel sees them: only `folder`."""
+    import jupyter_core.paths
+
+    monkeypatch.setattr(jupyter_core.paths, "jupyter_path", lambda *parts: [str(folder)])
+
+
+def _reload(shell: Any) -> str:
+    shell.run_line_magic("unload_ext", "neuron_migrate")
+    with capture_output() as captured:
+        shell.run_line_magic("load_ext", "neuron_migrate")
+    return captured.stdout
+
+
+def test_load_ext_in_a_kernel_says_in_one_line_when_the_jupyterlab_extension_is_missing(
+    shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shell, "kernel", object(), raising=False)  # as in a Jupyter kernel
+    _labextensions(monkeypatch, tmp_path)
+    said = _reload(shell).splitlines()
+    assert said[0] == magics.LOADED and len(said) == 2
+    assert said[1].startswith("neuron-migrate: the JupyterLab extension is not installed")
+    assert "pip install -e ." in said[1] and "keeps the old code" in said[1]
+    assert "Replace cell / Insert below buttons are hidden" in said[1]
+
+    # Installed where JupyterLab looks: nothing more is said.
+    (tmp_path / "neuron-migrate").mkdir()
+    (tmp_path / "neuron-migrate" / "package.json").write_text("{}")
+    assert _reload(shell) == magics.LOADED + "\n"
+
+
+def test_load_ext_outside_a_kernel_says_nothing_of_the_jupyterlab_extension(
+    shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _labextensions(monkeypatch, tmp_path)  # none installed, but no tab could use it anyway
+    assert getattr(shell, "kernel", None) is None
+    assert _reload(shell) == magics.LOADED + "\n"
+
+
 @pytest.mark.parametrize(
     ("cell", "usage"),
     [

@@ -334,10 +334,17 @@ def test_applying_one_cell_writes_it_and_what_it_needs(tmp_path: Path) -> None:
     written = json.loads(path.read_text())["cells"]
     assert written[1]["source"] != cells[1] and written[2]["source"] == cells[2]
     assert written[0]["source"] == cells[0]
-    # Undo restores it, and refuses once the cell was edited since.
-    write(migration.edit([1]).undo())
-    assert path.read_text() == raw
-    with pytest.raises(SourceError, match="cell 2 changed on disk since it was migrated"):
+    # Undo restores it; again, it has nothing left to do.
+    assert write(migration.edit([1]).undo()) and path.read_text() == raw
+    assert not write(migration.edit([1]).undo()) and path.read_text() == raw
+    # It refuses once the cell was edited since it was written.
+    assert write(migration.edit([1]))
+    edited = json.loads(path.read_text())
+    edited["cells"][1]["source"] = "# edited by hand\n"
+    path.write_text(json.dumps(edited))
+    with pytest.raises(
+        SourceError, match="cell 2 was edited since the migration was written, so the cells are"
+    ):
         write(migration.edit([1]).undo())
 
 

@@ -251,20 +251,53 @@ def test_05_validate_side_by_side(tmp_path: Path) -> None:
 
     notebook = execute("05_validate_side_by_side.ipynb", tmp_path / "work")
     verdict = text(cell(notebook, "if reference_python:\n    print(dashboard.summary())"))
-    reference = refenv.default_python()
-    if reference is not None and reference.exists():
+    reference, said = refenv.check()
+    assert text(cell(notebook, "found, said = refenv.check(")).startswith(
+        said if reference else "The validation below is skipped: "
+    )
+    if reference is not None:
         assert "MATCH: the migrated program computes what the original did" in verdict
         assert "ValidationDashboard: MATCH" in text(
             cell(notebook, "dashboard = ValidationDashboard()")
         )
     else:
-        assert "skipped: no reference environment" in verdict
+        assert "skipped: no working reference environment" in verdict
     hand_port = text(cell(notebook, "print(hand_port.summary())"))
     assert "DIVERGE" in hand_port and "losses" in hand_port and "final parameters" in hand_port
     assert "the losses agree until step 2, where they part" in hand_port
     assert 'class="nm-comparison"' in widget_html(notebook)
     assert "DIVERGE" in widget_html(notebook) and "data:image/png;base64," in widget_html(notebook)
     assert_skipped_on_cpu(notebook)
+
+
+@pytest.mark.slow
+def test_05_with_a_reference_environment_that_does_not_work_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    from neuron_migrate.validate import refenv
+
+    # An environment `neuron-migrate env reference` built, whose old stack no longer imports.
+    root = tmp_path / "refenv"
+    (root / "bin").mkdir(parents=True)
+    (root / refenv.STAMP).write_text("{}")
+    broken = root / "bin" / "python"
+    broken.write_text(
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+    )
+    broken.chmod(0o755)
+    notebook = execute(
+        "05_validate_side_by_side.ipynb", tmp_path / "work", reference_python=str(broken)
+    )
+    said = text(cell(notebook, "found, said = refenv.check(")).strip()
+    assert said == (
+        f"The validation below is skipped: the reference environment {broken} does not work "
+        f"(ModuleNotFoundError: No module named 'torch'): `neuron-migrate env reference {root}` "
+        "repairs it"
+    )
+    verdict = text(cell(notebook, "if reference_python:\n    print(dashboard.summary())"))
+    assert "skipped: no working reference environment (see above)" in verdict
+    # The rest of the walkthrough ran: the hand port is found out.
+    assert "DIVERGE" in text(cell(notebook, "print(hand_port.summary())"))
 
 
 @pytest.mark.slow

@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from neuron_migrate.jupyter import MigrationApp, ValidationDashboard, bridge
+from neuron_migrate.jupyter import dashboard as dashboard_module
+from neuron_migrate.jupyter.apps import WHOLE_FILE
 from neuron_migrate.jupyter.dashboard import summary
 from tests.jupyter.conftest import DATA, text_of
 
@@ -140,6 +144,29 @@ def test_apply_writes_the_file_shows_what_it_wrote_and_refreshes(project: Path) 
     assert not app.undo_button.disabled
 
 
+def test_after_a_whole_notebook_apply_the_headline_says_what_is_left(tmp_path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    path = tmp_path / "ranks.ipynb"
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()"),
+                new_code_cell("xm.rendezvous('ready')"),  # becomes a barrier with a TODO
+            ]
+        ),
+        path,
+    )
+    app = MigrationApp([path])
+    assert "to migrate" in app.headline.value
+    app.apply_button.click()
+    assert "TODO(neuron-migrate" in path.read_text()
+    headline = text_of(app.headline.value)
+    assert headline == f"to review {path}: nothing left to change, 1 manual item to review"
+    assert labels(app)["ranks.ipynb"].endswith("(to review)") and app.apply_button.disabled
+
+
 def test_undo_restores_what_apply_wrote(project: Path) -> None:
     app = MigrationApp([project / "train.py"])
     app.apply_button.click()
@@ -155,8 +182,64 @@ def test_undo_refuses_when_the_file_was_edited_since(project: Path) -> None:
     edited = (project / "train.py").read_text() + "# edited by hand\n"
     (project / "train.py").write_text(edited)
     app.undo_button.click()
-    assert "not written" in app.status.value and "changed on disk" in app.status.value
+    assert text_of(app.status.value) == (
+        f"not undone {project / 'train.py'}: edited since the migration was written, so it is "
+        "not restored"
+    )
     assert (project / "train.py").read_text() == edited
+
+
+def test_undo_after_a_stale_tab_saved_over_the_migration_is_done_already(project: Path) -> None:
+    path = project / "tutorial.ipynb"
+    before = path.read_text()
+    app = MigrationApp([path])
+    app.apply_button.click()
+    assert "written on disk" in app.status.value
+    path.write_text(before)  # "File Changed" ▸ Overwrite, in a tab that kept the old code
+    app.undo_button.click()
+    assert text_of(app.status.value) == (f"undone {path}: restored (the file held it already)")
+    assert path.read_text() == before and app.undo_button.disabled
+
+
+def test_undo_after_a_multi_cell_apply_restores_every_cell_or_says_why_not(
+    project: Path, tab: tuple[bridge.Bridge, FakeTab]
+) -> None:
+    connected, channel = tab
+    path = project / "tutorial.ipynb"
+    before = path.read_text()
+    app = MigrationApp([path])
+    app.cell_picker.value = WHOLE_FILE
+    app.apply_button.click()  # through the open tab: cells 2 and 4
+    apply = channel.sent[-1]
+    assert [c["index"] for c in apply["cells"]] == [1, 3] and "undo" not in apply
+    connected.receive({"reply": apply["request"], "done": False, "open": False})  # not open
+    assert "written on disk" in app.status.value
+    assert "xla" not in json.dumps([c["source"] for c in json.loads(path.read_text())["cells"]])
+    app.undo_button.click()
+    undo = channel.sent[-1]
+    assert undo["undo"] is True and [c["index"] for c in undo["cells"]] == [1, 3]
+    assert [(c["old"], c["new"]) for c in undo["cells"]] == [
+        (c["new"], c["old"]) for c in apply["cells"]
+    ]
+    connected.receive({"reply": undo["request"], "done": False, "open": False})
+    assert [c["source"] for c in json.loads(path.read_text())["cells"]] == [
+        c["source"] for c in json.loads(before)["cells"]
+    ]
+    assert "undone" in app.status.value and app.undo_button.disabled
+
+    # Edited since it was written: the undo names the cell, and restores none of them.
+    app.apply_button.click()
+    connected.receive({"reply": channel.sent[-1]["request"], "done": False, "open": False})
+    notebook = json.loads(path.read_text())
+    notebook["cells"][3]["source"] = "# edited by hand\n"
+    path.write_text(json.dumps(notebook))
+    app.undo_button.click()
+    connected.receive({"reply": channel.sent[-1]["request"], "done": False, "open": False})
+    assert text_of(app.status.value) == (
+        f"not undone {path}: cell 4 was edited since the migration was written, so the cells "
+        "are not restored"
+    )
+    assert json.loads(path.read_text()) == notebook
 
 
 def test_apply_writes_only_the_selected_cell(project: Path) -> None:
@@ -287,6 +370,22 @@ def test_the_app_output_carries_a_static_view(
         and sent[-1]["model_id"] == app.model_id
         and "nm-unified" in sent[-1]["data"]["text/html"]
     )
+
+
+def test_the_app_says_in_one_line_when_the_jupyterlab_extension_is_missing(
+    project: Path, shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jupyter_core.paths
+
+    folder = project / "labextensions"
+    monkeypatch.setattr(jupyter_core.paths, "jupyter_path", lambda *parts: [str(folder)])
+    monkeypatch.setattr(shell, "kernel", object(), raising=False)  # the app's shell, in a kernel
+    notice = text_of(MigrationApp([project / "train.py"]).notice.value)
+    assert notice.startswith("note The JupyterLab extension is not installed")
+    assert "keeps the old code" in notice and "\n" not in notice
+    (folder / "neuron-migrate").mkdir(parents=True)
+    (folder / "neuron-migrate" / "package.json").write_text("{}")
+    assert MigrationApp([project / "train.py"]).notice.value == ""
 
 
 def test_app_with_nothing_to_show(tmp_path: Path) -> None:
@@ -457,6 +556,66 @@ def test_the_dashboard_output_carries_the_verdict_the_table_and_the_curves() -> 
     assert bundle["text/plain"].startswith("ValidationDashboard: MATCH")
     empty = ValidationDashboard()._repr_mimebundle_()["text/html"]
     assert "press Validate" in empty
+
+
+class HeldValidation:
+    """A validation that ends when the test says so, with the document it is given."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.document: dict | None = None
+        self.seconds, self.end = 0.0, threading.Event()
+
+    @property
+    def running(self) -> bool:
+        return self.document is None
+
+    def progress(self) -> dict:
+        return {side: {"lines": 0, "step": None, "last": ""} for side in ("original", "migrated")}
+
+    def log(self, label: str) -> str:
+        return ""
+
+    def wait(self, on_tick: object = None) -> dict:
+        assert self.end.wait(30)
+        self.document = load("diverge")
+        return self.document
+
+
+def test_a_verdict_is_in_the_notebook_before_the_page_shows_it_and_a_new_run_clears_it(
+    tab: tuple[bridge.Bridge, FakeTab], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, channel = tab
+    dashboard = ValidationDashboard()
+    sent: list[tuple[dict, str]] = []  # each static view sent, and the verdict the page had then
+    monkeypatch.setattr(
+        channel, "send", lambda data: sent.append((data, text_of(dashboard.headline.value)))
+    )
+
+    def views() -> list[tuple[str, bool, str]]:
+        return [
+            (text_of(m["data"]["text/html"]), m.get("now", False), page)
+            for m, page in sent
+            if m.get("op") == "static" and m["model_id"] == dashboard.model_id
+        ]
+
+    dashboard.result = load("match")
+    [(notebook, now, page)] = views()
+    # The tab puts it into the notebook at once, before the page shows the verdict.
+    assert now and "MATCH: the migrated program computes" in notebook and "MATCH" not in page
+    assert "MATCH" in dashboard.headline.value
+
+    monkeypatch.setattr(dashboard_module, "Validation", HeldValidation)
+    sent.clear()
+    assert dashboard.start("a.py", "b.py")
+    # The last verdict leaves the page and the notebook before the new run ends.
+    [(notebook, now, page)] = views()
+    assert now and "MATCH" not in notebook and "Validating" in notebook
+    assert "MATCH" not in text_of(dashboard.headline.value)
+    assert "Validating" in dashboard._repr_mimebundle_()["text/html"]
+    dashboard.validation.end.set()
+    assert dashboard.wait()["verdict"] == "diverge"
+    (notebook, now, page) = views()[-1]
+    assert now and "DIVERGE" in notebook and "DIVERGE" not in page
 
 
 WAITING = """\

@@ -92,7 +92,11 @@ def test_all_flags_parse():
         Path("r.html"),
     )
     default = parse("validate", "a.py", "b.py")
-    assert (default.localize, default.native_random, default.noise_floor) == (False, False, "original")
+    assert (default.localize, default.native_random, default.noise_floor) == (
+        False,
+        False,
+        "original",
+    )
 
 
 def test_two_programs_are_needed(capsys):
@@ -180,16 +184,79 @@ def test_env_needs_a_subcommand(capsys):
     )
 
 
+VERSIONS = {"torch": "2.9.0", "torch_xla": "2.9.0"}
+NO_XLA = "ModuleNotFoundError: No module named 'torch_xla'"
+
+
+def _stand_in_env(root: Path, works_once: Path | None = None, stamped: bool = True) -> Path:
+    """A virtualenv at `root` whose Python starts and answers the probe with VERSIONS: always, or
+    (with `works_once`) once that file exists, failing as a Python without torch_xla before."""
+    (root / "bin").mkdir(parents=True)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    answer = f"echo '{json.dumps(VERSIONS)}'"
+    if works_once is not None:
+        answer = f'if [ -f "{works_once}" ]; then {answer}; else echo "{NO_XLA}" >&2; exit 1; fi'
+    python = root / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nif [ "$2" = "pass" ]; then exit 0; fi\n{answer}\n')
+    python.chmod(0o755)
+    if stamped:
+        stamp = {"pins": list(refenv.PINS), "versions": VERSIONS}
+        (root / refenv.STAMP).write_text(json.dumps(stamp))
+    return python
+
+
 def test_env_reference_finds_a_complete_env(tmp_path, capsys):
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "python").write_text("")
-    stamp = {"pins": list(refenv.PINS), "versions": {"torch": "2.9.0", "torch_xla": "2.9.0"}}
-    (tmp_path / refenv.STAMP).write_text(json.dumps(stamp))
+    _stand_in_env(tmp_path)
     assert main(["env", "reference", str(tmp_path)]) == 0
     assert (
         f"reference env {tmp_path}: present (torch 2.9.0, torch_xla 2.9.0)"
         in capsys.readouterr().err
     )
+
+
+def test_env_reference_repairs_a_complete_env_whose_stack_does_not_run(
+    tmp_path, capsys, monkeypatch
+):
+    root, installed = tmp_path / "refenv", tmp_path / "installed"
+    _stand_in_env(root, works_once=installed)
+    commands = []
+    monkeypatch.setattr(refenv, "_run", lambda cmd: (commands.append(cmd), installed.touch()))
+    assert main(["env", "reference", str(root)]) == 0
+    said = capsys.readouterr().err
+    assert f"reference env {root}: present, but it does not work ({NO_XLA}); repairing it" in said
+    assert f"reference env {root}: ready (torch 2.9.0, torch_xla 2.9.0)" in said
+    [install] = commands
+    assert install[:4] == [str(root / "bin" / "python"), "-m", "pip", "install"]
+    assert "torch-xla==2.9.0" in install
+
+
+def test_check_names_the_reference_python_that_runs_the_old_stack(tmp_path, monkeypatch):
+    python = _stand_in_env(tmp_path / "refenv")
+    assert refenv.check(python) == (
+        python,
+        f"reference environment: {python} (torch 2.9.0, torch_xla 2.9.0)",
+    )
+    monkeypatch.setenv(refenv.ENV_VAR, str(python))  # the default, when none is given
+    assert refenv.check()[0] == python
+
+
+def test_check_says_in_one_line_why_there_is_no_reference_python_and_what_to_do(
+    tmp_path, monkeypatch
+):
+    broken = _stand_in_env(tmp_path / "refenv", works_once=tmp_path / "never")
+    found, said = refenv.check(broken)
+    assert found is None and "\n" not in said
+    assert said == (
+        f"the reference environment {broken} does not work ({NO_XLA}): "
+        f"`neuron-migrate env reference {tmp_path / 'refenv'}` repairs it"
+    )
+    found, said = refenv.check(sys.executable)  # a Python that is no virtualenv of the tool's
+    assert found is None and f"({NO_XLA})" in said and "\n" not in said
+    assert f"set ${refenv.ENV_VAR} to the Python of a working one" in said
+    monkeypatch.setenv(refenv.ENV_VAR, str(tmp_path / "gone" / "bin" / "python"))
+    found, said = refenv.check()
+    assert found is None and said.startswith(f"the reference Python {tmp_path}/gone/bin/python")
+    assert "does not exist: build one with `neuron-migrate env reference`" in said
 
 
 def test_env_reference_reports_a_broken_stack():

@@ -7,8 +7,9 @@
  * window, which it does in the open document (so that undo works there and no later save brings
  * the old text back), then saves it through Jupyter's contents API. It also makes the "Replace
  * cell" and "Insert below" buttons of %%neuron_migrate work, keeps the static view a
- * neuron-migrate widget carries up to date in the notebook it saves, and shows that view where
- * the widget itself is gone (a saved notebook, reopened).
+ * neuron-migrate widget carries up to date in the notebook it saves (a validation's result goes
+ * into the notebook as soon as the kernel sends it), and shows that view where the widget itself
+ * is gone (a saved notebook, reopened).
  *
  * A prebuilt extension without a build step: this file registers the module-federation container
  * (`init`, `get`) that JupyterLab's loader asks for, imports nothing, and reaches JupyterLab only
@@ -57,34 +58,49 @@
     }
     var context = open[0].context;
     var model = context.model;
+    var already = false; // the tab holds what the edit writes already
     if (request.cells) {
       var cells = model.cells;
-      for (var c of request.cells) {
+      // A cell that holds what the edit writes already is left as it is.
+      var changes = request.cells.filter(function (c) {
+        return !(c.index < cells.length && cells.get(c.index).sharedModel.getSource() === c.new);
+      });
+      for (var c of changes) {
         if (c.index >= cells.length || cells.get(c.index).sharedModel.getSource() !== c.old) {
           return Promise.resolve({
             done: false,
             open: true,
-            error: "cell " + (c.index + 1) + " in the open tab is not the cell that was migrated " +
-              "(it was edited since, or not saved): save the notebook, then migrate it again"
+            error: request.undo
+              ? "cell " + (c.index + 1) + " in the open tab was edited since the migration was " +
+                "written, so the cells are not restored (the tab's own undo, Ctrl+Z, still can)"
+              : "cell " + (c.index + 1) + " in the open tab is not the cell that was migrated " +
+                "(it was edited since, or not saved): save the notebook, then migrate it again"
           });
         }
       }
-      for (var change of request.cells) {
+      for (var change of changes) {
         cells.get(change.index).sharedModel.setSource(change.new);
       }
+      already = !changes.length;
+    } else if (model.sharedModel.getSource() === request.text.new) {
+      already = true;
     } else {
       if (model.sharedModel.getSource() !== request.text.old) {
         return Promise.resolve({
           done: false,
           open: true,
-          error: "the open tab does not hold the text that was migrated (it was edited since, " +
-            "or not saved): save it, then migrate it again"
+          error: request.undo
+            ? "the open tab was edited since the migration was written, so it is not restored " +
+              "(the tab's own undo, Ctrl+Z, still can)"
+            : "the open tab does not hold the text that was migrated (it was edited since, " +
+              "or not saved): save it, then migrate it again"
         });
       }
       model.sharedModel.setSource(request.text.new);
     }
+    // Saved also when it held the edit already: what the tab shows is what the file holds.
     return context.save().then(
-      function () { return { done: true, open: true }; },
+      function () { return { done: true, open: true, already: already }; },
       function (error) {
         return { done: false, open: true, error: "the tab could not save it: " + error };
       }
@@ -119,6 +135,10 @@
         });
       } else if (data.op === "static" && data.model_id) {
         staticViews.set(data.model_id, data.data || {});
+        if (data.now) {
+          // A result (a validation's verdict): into the notebook at once, for its next save.
+          putStaticViews(panel);
+        }
       }
     };
     hello("hello");
@@ -212,31 +232,39 @@
   function keepStaticViews(panel) {
     // Just before a save, put the latest static view of each widget into its output.
     panel.context.saveState.connect(function (context, state) {
-      if (state !== "started" || !staticViews.size) {
-        return;
-      }
-      var cells = panel.content.model.cells;
-      for (var i = 0; i < cells.length; i++) {
-        var outputs = cells.get(i).outputs;
-        for (var j = 0; outputs && j < outputs.length; j++) {
-          var output = outputs.get(j);
-          var view = output.data[WIDGET_VIEW];
-          var fresh = view && staticViews.get(view.model_id);
-          if (!fresh) {
-            continue;
-          }
-          var json = output.toJSON();
-          var stale = Object.keys(fresh).some(function (key) {
-            return JSON.stringify(json.data[key]) !== JSON.stringify(fresh[key]);
-          });
-          if (stale) {
-            json.data = Object.assign({}, json.data, fresh);
-            json.data[WIDGET_VIEW] = JSON.parse(JSON.stringify(view));
-            outputs.set(j, json);
-          }
-        }
+      if (state === "started") {
+        putStaticViews(panel);
       }
     });
+  }
+
+  function putStaticViews(panel) {
+    // The latest static view of each widget, into the widget's outputs in the notebook's model
+    // (those that differ from it only: a changed output is drawn again).
+    if (!staticViews.size || !panel.content || !panel.content.model) {
+      return;
+    }
+    var cells = panel.content.model.cells;
+    for (var i = 0; i < cells.length; i++) {
+      var outputs = cells.get(i).outputs;
+      for (var j = 0; outputs && j < outputs.length; j++) {
+        var output = outputs.get(j);
+        var view = output.data[WIDGET_VIEW];
+        var fresh = view && staticViews.get(view.model_id);
+        if (!fresh) {
+          continue;
+        }
+        var json = output.toJSON();
+        var stale = Object.keys(fresh).some(function (key) {
+          return JSON.stringify(json.data[key]) !== JSON.stringify(fresh[key]);
+        });
+        if (stale) {
+          json.data = Object.assign({}, json.data, fresh);
+          json.data[WIDGET_VIEW] = JSON.parse(JSON.stringify(view));
+          outputs.set(j, json);
+        }
+      }
+    }
   }
 
   // -- the buttons of %%neuron_migrate ----------------------------------------------------------
