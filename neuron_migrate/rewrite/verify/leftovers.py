@@ -21,7 +21,7 @@ TODO = "TODO(neuron-migrate "
 def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int, int]]:
     """`(name, statement line, function)` of each old-stack name read on a statement that
     carries no TODO (on its line or in the comments right above it), where no earlier statement of
-    the same function that reads it carries one (one TODO per name per function says enough);
+    the same function carries one that names it (one TODO per name per function says enough);
     `function` is the line of the enclosing `def` (0: module level)."""
     table = ImportTable.from_ast(tree)
     # A kernel's language moves with the kernel, whose TODO is at its `@nki.jit`.
@@ -35,14 +35,16 @@ def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int
     def first_line(statement: ast.stmt) -> int:
         return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
 
-    def marked(statement: ast.stmt) -> bool:
+    def todos(statement: ast.stmt) -> list[str]:
+        """The TODO comments on the statement's first line and right above it."""
         first = first_line(statement)
+        found = [lines[first - 1]] if TODO in lines[first - 1] else []
         row = first - 2
         while row >= 0 and lines[row].lstrip().startswith("#"):
             if TODO in lines[row]:
-                return True
+                found.append(lines[row])
             row -= 1
-        return TODO in lines[first - 1]
+        return found
 
     def visit(node: ast.AST, statement: ast.stmt | None, function: int) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -51,9 +53,10 @@ def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int
             statement = node
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names and statement is not None:
             key = (function, node.id)
-            if marked(statement):
-                told.add(key)
-            elif key not in told:
+            marks = todos(statement)
+            if any(f"`{node.id}" in todo for todo in marks):
+                told.add(key)  # and the rest of the function with it
+            elif not marks and key not in told:
                 left.append((node, first_line(statement), function))
         inner = node.lineno if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) else function
         for child in ast.iter_child_nodes(node):
