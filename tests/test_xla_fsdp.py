@@ -96,6 +96,16 @@ POLICY_PROGRAM = FSDP_PROGRAM.replace(
 )
 
 
+# The same, computing in bfloat16 (`compute_dtype`) and clipping with the wrapper's own method.
+MIXED_PROGRAM = POLICY_PROGRAM.replace(
+    "transformer_layer_cls={torch.nn.Linear}))",
+    "transformer_layer_cls={torch.nn.Linear}), compute_dtype=torch.bfloat16)",
+).replace(
+    "        loss = torch.nn.functional.mse_loss(model(x[xm.get_ordinal()]), y[xm.get_ordinal()])\n",
+    "        loss = torch.nn.functional.mse_loss(model(x[xm.get_ordinal()]).float(), y[xm.get_ordinal()])\n",
+).replace("        xm.optimizer_step(optimizer)\n", "        model.clip_grad_norm_(0.5)\n        optimizer.step()\n")
+
+
 def migrate(source: str) -> str:
     result = rewrite_source(source, "train.py")
     assert result.error is None, result.error
@@ -135,8 +145,28 @@ def unsharded_losses(max_norm: float | None) -> list[float]:
     return losses
 
 
-def close(a: list[float], b: list[float]) -> bool:
-    return all(abs(x - y) <= 1e-5 * max(1.0, abs(y)) for x, y in zip(a, b, strict=True))
+def bfloat16_losses(max_norm: float) -> list[float]:
+    """One process, the whole batch, computing in bfloat16 from float32 parameters, as torch_xla's
+    FSDP did with `compute_dtype=torch.bfloat16`; the gradients clipped, then stepped in float32."""
+    namespace: dict[str, object] = {}
+    exec(SETUP, namespace)
+    model: nn.Module = namespace["make_model"]()  # type: ignore[operator]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for x, y in namespace["batches"](STEPS):  # type: ignore[operator]
+        optimizer.zero_grad()
+        low = {name: p.bfloat16() for name, p in model.named_parameters()}
+        out = torch.func.functional_call(model, low, (x.flatten(0, 1).bfloat16(),))
+        loss = nn.functional.mse_loss(out.float(), y.flatten(0, 1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def close(a: list[float], b: list[float], rtol: float = 1e-5) -> bool:
+    return all(abs(x - y) <= rtol * max(1.0, abs(y)) for x, y in zip(a, b, strict=True))
 
 
 def test_fsdp_becomes_fully_shard_without_an_extra_all_reduce() -> None:
@@ -158,6 +188,17 @@ def test_migrated_auto_wrap_policy_trains_as_one_unsharded_process(tmp_path: Pat
     program = migrate(POLICY_PROGRAM.replace("STEPS", str(STEPS)))
     assert "if isinstance(submodule, (torch.nn.Linear,)):" in program
     assert close(run_two_ranks(tmp_path, program), unsharded_losses(max_norm=None))
+
+
+@pytest.mark.slow
+def test_migrated_compute_dtype_trains_in_bfloat16_from_float32_parameters(tmp_path: Path) -> None:
+    program = migrate(MIXED_PROGRAM.replace("STEPS", str(STEPS)))
+    assert "mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)" in program
+    assert "torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)" in program
+    assert "import torch_xla" not in program and "from torch_xla" not in program
+    losses = run_two_ranks(tmp_path, program)
+    assert close(losses, bfloat16_losses(max_norm=0.5), rtol=2e-2)  # bfloat16's rounding
+    assert not close(losses, unsharded_losses(max_norm=0.5))  # and not the float32 run
 
 
 @pytest.mark.slow

@@ -53,6 +53,20 @@ FSDP_XLA_ONLY = frozenset({
 FSDP_KEPT = frozenset({"reshard_after_forward"})  # same name and meaning in `fully_shard`
 # Precision options given their default (full fp32 compute, buffers and reductions): FSDP2's too.
 FSDP_FP32 = {"compute_dtype": "torch.float32", "buffer_dtype": "torch.float32"}
+# Lower precision: torch_xla gathered the parameters and computed in `compute_dtype`, reduced the
+# gradients in it too (unless `fp32_reduce_scatter=True`), and cast the floating buffers to
+# `buffer_dtype` (`compute_dtype` when not given); FSDP2 says the first two with a
+# `MixedPrecisionPolicy` and leaves buffers alone, so they are cast once, as torch_xla did.
+FSDP_PRECISION = frozenset({"compute_dtype", "buffer_dtype", "fp32_reduce_scatter"})
+CAST_BUFFERS = '''\
+def $name(module, dtype):
+    """`module` with its floating-point buffers in `dtype`, as torch_xla's FSDP kept them for its
+    `compute_dtype`; FSDP2 leaves buffers as they are."""
+    for buffer in module.buffers():
+        if buffer.is_floating_point():
+            buffer.data = buffer.data.to(dtype)
+    return module
+'''
 
 # ZeRO options that only steered torch_xla's collectives; every other keyword the two classes do
 # not share (groups, lazy init, dtypes, master weights) is left for a person.
@@ -117,6 +131,8 @@ class XlaFsdp(Codemod):
     | `FSDP(module, reshard_after_forward=...)` | `fully_shard(module, reshard_after_forward=...)` |
     | `flatten_parameters=`, `optimization_barrier_in_forward=`, `pin_layout_in_collective_ops=`, ... | dropped (they only steered XLA graphs and collectives) |
     | `compute_dtype=torch.float32`, `buffer_dtype=torch.float32` | dropped (the default, FSDP2's too) |
+    | `FSDP(model, compute_dtype=torch.bfloat16, fp32_reduce_scatter=True)` | `fully_shard(cast_floating_buffers(model, torch.bfloat16), mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`: gathered and computed in it, float32 parameters stepped, buffers cast once as torch_xla did (`buffer_dtype`, when given) |
+    | `model.clip_grad_norm_(max_norm)` on a module the file sharded | `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, which sees the whole sharded norm |
     | `m = FSDP(model, auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={Block}))` | a loop calling `fully_shard` on each `Block` submodule, innermost first, then `m = fully_shard(model)` |
     | `ZeroRedundancyOptimizer(params, optim.Adam, lr=...)` (torch_xla), float32 parameters | `AveragingZeroRedundancyOptimizer(params, optim.Adam, lr=...)`, a subclass of `torch.distributed.optim.ZeroRedundancyOptimizer` added to the file |
 
@@ -144,13 +160,14 @@ class XlaFsdp(Codemod):
 
     ## Fix safety
     Safe for the rewritten calls: the losses of a few steps match an unsharded run (tested under
-    torchrun). A wrapper call with an option that changes the numbers or the module's layout
-    (`compute_dtype`, `buffer_dtype`, `fp32_reduce_scatter`, sharding groups, a size-based or
+    torchrun; in bfloat16, within its rounding of a one-process bfloat16 run). A wrapper call
+    with an option that changes the numbers or the module's layout (a precision option computed
+    where it is passed, sharding groups, a size-based or
     custom `auto_wrap_policy` or one named by a variable, `auto_wrapper_callable`,
     `param_init_fn`), positional options or `**kwargs` is left with a
     TODO, as is a file that reads `.module` (a `fully_shard` module is not a wrapper) or that
     patches, subclasses or `isinstance`-tests either class (native code would lose that), and every
-    `get_shard_metadata()`, `clip_grad_norm_` on the wrapper, `checkpoint_module` and
+    `get_shard_metadata()`, `clip_grad_norm_` on a wrapper the file did not build or with `groups=`, `checkpoint_module` and
     `consolidate_sharded_model_checkpoints` (sharded checkpoints become DCP). Native ZeRO's
     `state_dict()` needs `consolidate_state_dict(to=0)` first on every rank (the report says so).
     torch_xla's ZeRO-1 stepped float32 copies of the parameters (`optimizer_dtype`) and cast the
@@ -160,12 +177,8 @@ class XlaFsdp(Codemod):
     by a string) keeps the torch_xla call with a TODO, and the added class refuses parameters that
     are not float32. So does a file that does not create the process group for every run: native
     ZeRO needs one, where torch_xla's also ran in a single process without. By hand,
-    `compute_dtype` and `fp32_reduce_scatter` become
-    `mp_policy=MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` (buffers are no longer
-    cast) and sharding groups `mesh=`; a full checkpoint is `get_model_state_dict(model,
-    options=StateDictOptions(full_state_dict=True, cpu_offload=True))` on rank 0; a
-    `fully_shard` module has no `clip_grad_norm_`, while
-    `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)` sees the whole sharded norm.
+    sharding groups become `mesh=`; a full checkpoint is `get_model_state_dict(model,
+    options=StateDictOptions(full_state_dict=True, cpu_offload=True))` on rank 0.
     """
 
     code = "NM014"
@@ -190,6 +203,7 @@ class XlaFsdp(Codemod):
         super().__init__(*args, **kwargs)
         self._only_constructed: dict[tuple[str, ...], bool] = {}
         self._precision_sign: str | None = None  # "" once the file is known to show none
+        self._sharded: set[str] = set()  # what holds a module `fully_shard` returned (`model`, `self.model`)
 
     # -- calls ---------------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -199,8 +213,26 @@ class XlaFsdp(Codemod):
         if name == ZERO:
             return self._zero(updated_node)
         if name is None and isinstance(updated_node.func, cst.Attribute) and self._uses_fsdp():
+            receiver = code_of(updated_node.func.value)
+            if updated_node.func.attr.value == "clip_grad_norm_" and receiver in self._sharded:
+                return self._clip(receiver, updated_node)
             self._wrapper_method(updated_node.func.attr.value)
         return updated_node
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        if self.called(original_node.value, *FSDP_CLASSES) and not self.called(updated_node.value, *FSDP_CLASSES):
+            self._sharded.update(code_of(target.target) for target in updated_node.targets)
+        return updated_node
+
+    def _clip(self, receiver: str, call: cst.Call) -> cst.BaseExpression:
+        """`model.clip_grad_norm_(max_norm[, norm_type])` of torch_xla's wrapper: torch's over the
+        module's parameters, which sees the whole norm of FSDP2's sharded ones."""
+        if len(call.args) > 2 or any(a.star or (a.keyword is not None and a.keyword.value == "groups") for a in call.args):
+            self._wrapper_method("clip_grad_norm_")
+            return call
+        args = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args]
+        self.changed("torch_xla FSDP's `clip_grad_norm_` -> `torch.nn.utils.clip_grad_norm_` over the module's parameters")
+        return expr(f"{self.ctx.torch()}.nn.utils.clip_grad_norm_({', '.join([f'{receiver}.parameters()', *args])})")
 
     def _fully_shard(self, call: cst.Call) -> cst.BaseExpression:
         module = arg_value(call, 0, "module")
@@ -210,10 +242,23 @@ class XlaFsdp(Codemod):
             return call
         kept = [module.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
         kept += [arg for arg in call.args if arg.keyword is not None and arg.keyword.value in FSDP_KEPT]
+        precision = self._precision(call)
+        if precision is not None:
+            policy, cast = precision
+            between = kept[0].comma if isinstance(kept[0].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            kept[-1] = kept[-1].with_changes(comma=between)  # laid out as the arguments before it
+            kept.append(cst.Arg(keyword=cst.Name("mp_policy"), value=expr(policy), equal=_EQUAL))
+            if cast is not None:
+                kept[0] = kept[0].with_changes(value=expr(f"{cast[0]}({code_of(module.value)}, {cast[1]})"))
         dropped = sorted(
             arg.keyword.value
             for arg in call.args
-            if arg.keyword is not None and arg.keyword.value in FSDP_XLA_ONLY | FSDP_FP32.keys()
+            if arg.keyword is not None
+            and (
+                arg.keyword.value in FSDP_XLA_ONLY
+                or (arg.keyword.value in FSDP_FP32 and self.qualify(arg.value) == FSDP_FP32[arg.keyword.value])
+                or (arg.keyword.value == "fp32_reduce_scatter" and code_of(arg.value) == "False")
+            )
         )
         if dropped:
             self.ctx.note(self.code, f"dropped torch_xla FSDP options with no native meaning: {', '.join(dropped)}")
@@ -238,9 +283,32 @@ class XlaFsdp(Codemod):
 
     def _droppable(self, arg: cst.Arg) -> bool:
         keyword = arg.keyword.value if arg.keyword is not None else ""
-        if keyword in FSDP_FP32:
-            return self.qualify(arg.value) == FSDP_FP32[keyword]
+        if keyword == "fp32_reduce_scatter":
+            return code_of(arg.value) in ("True", "False")
+        if keyword in FSDP_PRECISION:
+            return _pure(arg.value)
         return keyword in FSDP_KEPT | FSDP_XLA_ONLY
+
+    def _precision(self, call: cst.Call) -> tuple[str, tuple[str, str] | None] | None:
+        """`MixedPrecisionPolicy(...)` for the wrapper's `compute_dtype`, and the helper and dtype
+        that cast its buffers (None: left in float32); None at full precision."""
+        given = {a.keyword.value: a.value for a in call.args if a.keyword is not None and a.keyword.value in FSDP_PRECISION}
+        compute = given.get("compute_dtype")
+        buffers = given.get("buffer_dtype", compute)
+        full = compute is None or self.qualify(compute) == FSDP_FP32["compute_dtype"]
+        if full and (buffers is None or self.qualify(buffers) == FSDP_FP32["buffer_dtype"]):
+            return None
+        torch = self.ctx.torch()
+        policy = self.ctx.need_from("torch.distributed.fsdp", "MixedPrecisionPolicy")
+        options = [f"param_dtype={code_of(compute)}"] if compute is not None else []
+        if "fp32_reduce_scatter" in given and code_of(given["fp32_reduce_scatter"]) == "True":
+            options.append(f"reduce_dtype={torch}.float32")
+        self.changed("torch_xla FSDP's `compute_dtype` -> FSDP2 `mp_policy=MixedPrecisionPolicy(...)`")
+        cast = None
+        if buffers is not None and self.qualify(buffers) != FSDP_FP32["buffer_dtype"]:
+            name = self.ctx.unused_name("cast_floating_buffers")
+            cast = (self.ctx.need_helper(name, Template(CAST_BUFFERS).substitute(name=name)), code_of(buffers))
+        return f"{policy}({', '.join(options)})", cast
 
     def _zero(self, call: cst.Call) -> cst.BaseExpression:
         positional = [arg for arg in call.args if arg.keyword is None]
@@ -324,12 +392,19 @@ class XlaFsdp(Codemod):
             return updated_node
         fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
         name, submodule = module.value.value, self.ctx.unused_name("submodule")
+        # torch_xla wrapped each submodule with the root's options (its buffers were cast with the root's)
+        options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in cst.ensure_type(sharded, cst.Call).args[1:]]
+        call_line = f"{fully_shard}({', '.join([submodule, *options])})"
+        if len(call_line) > 90:  # one argument a line, as a formatter would
+            call_line = f"{fully_shard}(\n" + "".join(f"            {a},\n" for a in [submodule, *options]) + "        )"
         loop = (
             f"for {submodule} in reversed(list({name}.modules())[1:]):\n"
             f"    if isinstance({submodule}, {classes}):\n"
-            f"        {fully_shard}({submodule})\n"
+            f"        {call_line}\n"
         )
         self.ctx.insert_before(stmt(loop))
+        if isinstance(small, cst.Assign):
+            self._sharded.update(code_of(target.target) for target in small.targets)
         self.changed("torch_xla `transformer_auto_wrap_policy` -> `fully_shard` on each submodule of its classes")
         return updated_node.with_changes(body=[small.with_changes(value=sharded)])
 
@@ -373,6 +448,21 @@ class XlaFsdp(Codemod):
         """A file that reads `.module` may mean the wrapped module, which `fully_shard` does not keep
         apart (the module is the result)."""
         return re.search(r"\.module\b", self.ctx.source) is not None
+
+
+_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def _pure(value: cst.BaseExpression) -> bool:
+    """A value read again where it is used twice: a name, an attribute, or `getattr(torch, name)`."""
+    if dotted_name(value) is not None:
+        return True
+    return (
+        isinstance(value, cst.Call)
+        and code_of(value.func) == "getattr"
+        and len(value.args) == 2
+        and all(dotted_name(a.value) is not None for a in value.args)
+    )
 
 
 def _ending_as(call: cst.Call, kept: list[cst.Arg]) -> list[cst.Arg]:
