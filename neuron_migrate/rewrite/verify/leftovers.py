@@ -71,10 +71,13 @@ def old_stack_left(tree: ast.Module, source: str) -> list[Problem]:
     codemods could not see (a variable or parameter holding the module, not its import) with no
     TODO on it. A name that is its import here was the codemods' to migrate or to mark, or the
     user's to keep: a rule they turned off is theirs."""
+    left = uses_without_todo(source, tree)
+    if not left:
+        return []
     table = ImportTable.from_ast(tree)
     scopes = ScopeTable.from_ast(tree, source)
     problems: dict[tuple[int, str], Problem] = {}
-    for node, statement, function in uses_without_todo(source, tree):
+    for node, statement, function in left:
         name = node.id
         if scopes.innermost(node.lineno, node.col_offset).meaning(name) is not None:
             continue
