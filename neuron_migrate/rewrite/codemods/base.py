@@ -531,7 +531,11 @@ class MigrationContext:
         return found
 
     def _spell(self, written: str, how: tuple[str, str, str | None]) -> str:
-        self.spelled.setdefault(written.split(".")[0], how)
+        head = written.split(".")[0]
+        kind, module, alias = how
+        if kind == "import" and alias is None and written == module and "." in module:
+            how = (kind, head, None)  # `torch.distributed` written through `torch`: the head is torch itself
+        self.spelled.setdefault(head, how)
         return written
 
     def shared(self, kind: type[S]) -> S:
