@@ -1121,7 +1121,13 @@ class OptimumTraining(RenamingCodemod):
                 elements[-1] = last.with_changes(
                     comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
                 )
-                elements.append(cst.Element(value=cst.Name(var)))
+                # The dataclasses come first, in order; the remaining strings, when asked for, last.
+                remaining = arg_value(value, None, "return_remaining_strings")
+                at = len(elements) - 1 if remaining is not None and code_of(remaining.value) == "True" else len(elements)
+                new = cst.Element(value=cst.Name(var), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                elements.insert(at, new if at < len(elements) else new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+                if at < len(elements) - 1:
+                    elements[-1] = elements[-1].with_changes(comma=last.comma)
                 self.changed(
                     "the parser also returns `ModelParallelArguments` (the `--tensor_parallel_size` family of flags)"
                 )
