@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -323,6 +324,7 @@ class NeuronxTrace(Codemod):
         self._traced_anywhere: set[tuple[object, str]] = set()
         self._known: tuple[set[str], set[tuple[object, str]]] = (set(), set())
         self._loop_traces: set[str] = set()  # loop variables that may hold a traced model
+        self._returned_traces: set[str] = set()  # names bound to what a tracing function of the file returns
         self._traced_names: set[str] = set()  # names some `torch_neuronx.trace` result is bound to
         # The blocks around the statement being rewritten, and those around each trace (by the
         # module it compiled): a load outside them may run where the trace, and its move, did not.
@@ -353,6 +355,7 @@ class NeuronxTrace(Codemod):
                     self._scripted |= names
         self._loop_traces = _maybe_traces(self._tree, traced)
         self._traced_names = traced
+        self._returned_traces = _bound_to_returned_traces(self._tree, self.ctx.imports.resolve_dotted)
         self._read_after = _read_after_trace(self._tree, self.ctx.imports.resolve_dotted)
 
     def visit_Expr(self, node: cst.Expr) -> None:
@@ -571,7 +574,7 @@ class NeuronxTrace(Codemod):
             jit_save = self.qualify(call.func) in JIT_SAVE
             scripted = isinstance(saved, cst.Name) and saved.value in self._scripted
             if (jit_save and not scripted and self._traced_names) or (
-                isinstance(saved, cst.Name) and saved.value in self._loop_traces
+                isinstance(saved, cst.Name) and saved.value in self._loop_traces | self._returned_traces
             ):
                 self.todo(
                     f"`{code_of(saved)}` may be compiled natively, no TorchScript: save the compiled module's `state_dict()`"
@@ -831,3 +834,39 @@ def _short(node: cst.BaseExpression) -> str:
     """`node` as code, where it is short enough to quote in a TODO line."""
     code = code_of(node)
     return code if len(code) <= 32 and "\n" not in code else "the file"
+
+
+def _bound_to_returned_traces(tree: ast.Module, resolve: Callable[[str], str | None]) -> set[str]:
+    """Names assigned what a function of the file returns from `torch_neuronx.trace`
+    (`def compile(m, x): return torch_neuronx.trace(m, x)`; `model_neuron = compile(model, x)`):
+    a compiled model natively, with no `.save()`."""
+    tracing: set[str] = set()
+    for function in all_nodes(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        traced = {
+            target.id
+            for node in ast.walk(function)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _resolves(node.value.func, resolve) in TRACE
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(function):
+            if isinstance(node, ast.Return) and node.value is not None and (
+                (isinstance(node.value, ast.Call) and _resolves(node.value.func, resolve) in TRACE)
+                or (isinstance(node.value, ast.Name) and node.value.id in traced)
+            ):
+                tracing.add(function.name)
+    return {
+        target.id
+        for node in all_nodes(tree)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+        and node.value.func.id in tracing
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _resolves(func: ast.expr, resolve: Callable[[str], str | None]) -> str | None:
+    dotted = ast_dotted_name(func)
+    return resolve(dotted) if dotted else None
