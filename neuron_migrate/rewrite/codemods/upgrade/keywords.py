@@ -12,6 +12,7 @@ from neuron_migrate.rewrite.codemods.optimum.support import literal, with_args
 from neuron_migrate.rewrite.codemods.upgrade.table import (
     KEYWORDS,
     PIPELINE,
+    REMOVED_OPTIMIZERS,
     Keyword,
     canonical,
     loader_group,
@@ -100,9 +101,43 @@ def _arg_comment(arg: cst.Arg) -> str | None:
     return None
 
 
+def _optimizer(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
+    """`optim="adamw_hf"`: transformers 5 refuses it at start-up; torch's AdamW is the one left."""
+    name = literal(arg.value)
+    if not isinstance(name, str) or name not in REMOVED_OPTIMIZERS:
+        return arg
+    new = REMOVED_OPTIMIZERS[name]
+    codemod.changed(f'`optim="{name}"` -> `optim="{new}"` (transformers 5 removed its own AdamW)')
+    codemod.ctx.note(
+        codemod.code,
+        "torch's AdamW adds `eps` after bias correction, transformers 4's before: the first updates differ slightly",
+    )
+    return arg.with_changes(value=cst.SimpleString(f'"{new}"'))
+
+
+def _dtype(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
+    """`torch_dtype=None` loaded float32 in transformers 4; `dtype=None` loads the checkpoint's dtype."""
+    if "dtype" in present:
+        codemod.changed("dropped `torch_dtype=`: `dtype=` is given, and transformers 5 knows only that")
+        return None
+    value = arg.value
+    torch = codemod.ctx.torch()
+    if isinstance(value, cst.Name) and value.value == "None":
+        codemod.changed("`torch_dtype=None` -> `dtype=torch.float32` (transformers 4 loaded float32 then)")
+        return arg.with_changes(keyword=cst.Name("dtype"), value=cst.parse_expression(f"{torch}.float32"))
+    if dotted_name(value) is not None and codemod.qualify(value) is None:
+        # a variable that may hold None, as a `--torch_dtype` flag left unset does
+        codemod.changed(f"`torch_dtype={code_of(value)}` -> `dtype={code_of(value)} or torch.float32` (None loaded float32 before)")
+        return arg.with_changes(keyword=cst.Name("dtype"), value=cst.parse_expression(f"{code_of(value)} or {torch}.float32"))
+    codemod.changed("`torch_dtype=` -> `dtype=`")
+    return arg.with_changes(keyword=cst.Name("dtype"))
+
+
 SPECIAL: dict[str, Callable[[Codemod, cst.Arg, Collection[str]], cst.Arg | None]] = {
     "ratio": _warmup_ratio,
     "environment": _logging_dir,
+    "optimizer": _optimizer,
+    "dtype": _dtype,
 }
 
 

@@ -71,6 +71,7 @@ class Keyword:
     drop: bool = False
     why: str = ""
     rule: str = ""  # a translation written in code (`keywords.SPECIAL`)
+    kept: bool = False  # the keyword itself stays: only what `rule` translates went
 
 
 def _off(*defaults: object) -> tuple[tuple[object, None, None], ...]:
@@ -119,6 +120,7 @@ TRAINING_KEYWORDS = (
         why='give it as `fsdp_config={"transformer_layer_cls_to_wrap": [...]}`',
     ),
     Keyword("warmup_ratio", "warmup_steps", rule="ratio"),
+    Keyword("optim", rule="optimizer", kept=True),
     Keyword("logging_dir", rule="environment"),
 )
 TRAINER_KEYWORDS = (Keyword("tokenizer", "processing_class"),)
@@ -135,7 +137,12 @@ LOADER_KEYWORDS = (
     Keyword("from_flax", values=_off(False), why="transformers 5 loads no Flax checkpoints: convert it to safetensors first"),
 )
 MODEL_LOADER_KEYWORDS = (
-    Keyword("torch_dtype", "dtype"),
+    Keyword("torch_dtype", "dtype", rule="dtype"),
+    Keyword(
+        "use_flash_attention_2",
+        values=((True, "attn_implementation", '"flash_attention_2"'), *_off(False)),
+        why='pass `attn_implementation="flash_attention_2"` where it is true',
+    ),
     Keyword("load_in_8bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_8bit=True)` (bitsandbytes needs CUDA)"),
     Keyword("load_in_4bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_4bit=True)` (bitsandbytes needs CUDA)"),
 )
@@ -285,3 +292,7 @@ def _spellings() -> tuple[Spelling, ...]:
 
 
 ENTRIES = _spellings()
+
+# `TrainingArguments(optim=...)` values transformers 5 removed, and what computes the same: its
+# own AdamW went, torch's stays (they differ in where `eps` meets the bias correction).
+REMOVED_OPTIMIZERS = {"adamw_hf": "adamw_torch"}
