@@ -322,6 +322,7 @@ class _ImportRemover(Transformer):
         ):
             return updated_node  # the handler also caught what the rest of the block may raise
         # The old stack's availability guard: keep the accelerator branch, now native.
+        kept = self._labels_marked(kept, updated_node.handlers)
         if updated_node.orelse is not None:
             kept += list(updated_node.orelse.body.body)
         if updated_node.finalbody is not None:
@@ -333,6 +334,35 @@ class _ImportRemover(Transformer):
             leading_lines=[*updated_node.leading_lines, *kept[0].leading_lines]
         )
         return cst.FlattenSentinel(kept)
+
+    def _labels_marked(self, kept: list[Any], handlers: Sequence[cst.ExceptHandler]) -> list[Any]:
+        """`accelerator = "trn1"` in the accelerator branch named the hardware where the `except`
+        branch names another (`"gpu"`): natively the accelerator branch always runs, so every host
+        gets the Trainium label. The first such statement gets a TODO. (A flag such as
+        `HAS_XLA = True` gates code that is native now, and runs anywhere.)"""
+        fallback = {
+            code_of(target.target): code_of(small.value)
+            for handler in handlers
+            for line in handler.body.body
+            if isinstance(line, cst.SimpleStatementLine)
+            for small in line.body
+            if isinstance(small, cst.Assign)
+            for target in small.targets
+        }
+        for index, statement in enumerate(kept):
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                    continue
+                name, value = code_of(small.targets[0].target), code_of(small.value)
+                other = fallback.get(name)
+                if isinstance(small.value, cst.SimpleString) and other is not None and value != other:
+                    otherwise = f", else `{other}`" if len(other) <= 16 else ""
+                    message = f"`{name} = {value}` where torch_xla imported{otherwise}: every host runs this now: set it from `torch.accelerator`"
+                    kept[index] = add_todos(statement, [("NM012", message)])
+                    return kept
+        return kept
 
     def _still_guarding(self, node: cst.Try, inside: _Bindings) -> cst.Try:
         """A guard that keeps an import: of another optional package, it guards that one still; of
