@@ -276,3 +276,29 @@ def test_the_old_stack_reached_through_a_variable_gets_one_todo_per_function(tmp
 def test_a_rule_turned_off_keeps_its_old_stack_without_a_todo(tmp_path: Path) -> None:
     migrated, _ = _rewrite(tmp_path, "import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n", "--ignore", "NM002")
     assert f"TODO(neuron-migrate {CODE})" not in migrated
+
+
+TRAINER_SUBCLASS = '''\
+from transformers import Trainer
+
+
+class StepTrainer(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False):
+        self.flush_neuron_cache(model)
+        return model(**inputs).loss
+
+
+class PlainTrainer(Trainer):
+    pass
+
+
+def build(model, tokenizer):
+    return PlainTrainer(model=model, tokenizer=tokenizer), StepTrainer(model=model)
+'''
+
+
+def test_a_subclass_of_a_library_class_is_checked_against_it(tmp_path: Path) -> None:
+    migrated, _ = _rewrite(tmp_path, "import torch_xla.core.xla_model as xm\n" + TRAINER_SUBCLASS + "xm.mark_step()\n")
+    assert "`compute_loss` overrides `Trainer`'s, which takes `num_items_in_batch` too" in _todo_above(migrated, "    def compute_loss")
+    assert "`self.flush_neuron_cache()`: `Trainer` has no such method" in _todo_above(migrated, "        self.flush_neuron_cache(model)")
+    assert "no keyword `tokenizer`" in _todo_above(migrated, "    return PlainTrainer(")

@@ -4,7 +4,10 @@ Every import of a target library must resolve, and every call whose callee the f
 name (`TrainingArguments(...)`, `torch.compile(...)`) must fit the callee's real signature:
 keywords it accepts, no more positional arguments than it takes, no required one left out. A
 call the migration wrote and a transformers-4 call left in a file that now runs on transformers
-5 are checked alike. What cannot be known (a method of a value, a call spreading `*args` or
+5 are checked alike. A class of the file built on library classes alone (a trainer subclass
+whose base the migration swapped) is checked against them: the methods it calls on `self`, the
+methods it overrides (they must take what the library passes), and its constructor, where it
+inherits one. What cannot be known (a method of a value, a call spreading `*args` or
 `**kwargs`) is not judged.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -24,6 +28,12 @@ from neuron_migrate.rewrite.verify.target import Answer, TargetEnvironment
 TARGET_PACKAGES = frozenset(
     {"torch", "transformers", "trl", "peft", "diffusers", "accelerate", "safetensors", "datasets", "huggingface_hub"}
 )
+
+# Libraries whose classes a migration puts under a user's subclass (`NeuronTrainer` -> `Trainer`):
+# such a class is checked against its new bases. A model class is not: its submodules are set at
+# run time.
+SWAPPED_BASES = frozenset({"transformers", "trl", "peft", "diffusers", "accelerate"})
+MODULE_CLASS = re.compile(r"^(?:\w*Model\w*|\w+For[A-Z]\w*|\w*(?:Attention|Layer|Block|Embeddings|MLP|Norm|Decoder|Encoder))$")
 
 # Namespaces filled at run time: an op library a script loads (`torch.ops.my_ops`), and the
 # `neuron` device module, which torch-neuronx registers. Nothing here can say what they hold.
@@ -62,9 +72,12 @@ def check(tree: ast.Module, source: str, target: TargetEnvironment, local: froze
     for statement, guarded in _imports(tree):
         if not guarded:
             _check_import(statement, target, verdict, statements)
+    inherited = _inherited_constructors(tree, table)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            _check_call(node, table, target, verdict, statements)
+            _check_call(node, table, target, verdict, statements, inherited)
+        elif isinstance(node, ast.ClassDef):
+            _check_subclass(node, table, target, verdict, statements)
     if target.broken is not None:
         verdict.unknown = target.broken
     return verdict
@@ -114,10 +127,34 @@ def _check_import(node: ast.Import | ast.ImportFrom, target: TargetEnvironment, 
             )
 
 
-def _check_call(call: ast.Call, table: ScopeTable, target: TargetEnvironment, verdict: Verdict, statements: dict[int, int]) -> None:
+def _inherited_constructors(tree: ast.Module, table: ScopeTable) -> dict[str, str]:
+    """Module-level classes of the file that take their constructor from one target-library base
+    (`class MyTrainer(Trainer)` with no `__init__`): called, they take what that base takes."""
+    found: dict[str, str] = {}
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef) or len(cls.bases) != 1 or cls.keywords:
+            continue
+        if any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in ("__init__", "__new__") for node in cls.body):
+            continue
+        base = table.module.resolve_dotted(ast_dotted_name(cls.bases[0]) or "")
+        if base is not None and base.split(".")[0] in TARGET_PACKAGES and table.module.meaning(cls.name) is None:
+            found[cls.name] = base
+    return found
+
+
+def _check_call(
+    call: ast.Call,
+    table: ScopeTable,
+    target: TargetEnvironment,
+    verdict: Verdict,
+    statements: dict[int, int],
+    inherited: dict[str, str] | None = None,
+) -> None:
     dotted = ast_dotted_name(call.func)
     # What the name is where the call stands: an import there, and nothing else bound to it.
     qualified = table.innermost(call.lineno, call.col_offset).resolve_dotted(dotted) if dotted else None
+    if qualified is None and dotted in (inherited or {}):
+        qualified = (inherited or {})[dotted]  # a subclass of the file's own, built as its base is
     if qualified is None:
         return
     answer = _ask(qualified, target, verdict)
@@ -135,6 +172,60 @@ def _check_call(call: ast.Call, table: ScopeTable, target: TargetEnvironment, ve
         return
     for why, subject in _mismatches(call, answer.parameters):
         verdict.problems.append(Problem(line, f"{shown}: {why} in {_where(answer, qualified)}", subject))
+
+
+def _check_subclass(cls: ast.ClassDef, table: ScopeTable, target: TargetEnvironment, verdict: Verdict, statements: dict[int, int]) -> None:
+    """A class built on a target library's classes alone (`class MyTrainer(Trainer)`, the base a
+    migration may have swapped): the methods it calls on `self` must exist there, and a method it
+    overrides must take what the library passes it (`compute_loss(..., num_items_in_batch=...)`)."""
+    scope = table.innermost(cls.lineno, cls.col_offset)
+    bases = [scope.resolve_dotted(ast_dotted_name(base) or "") for base in cls.bases]
+    if not bases or any(base is None or base.split(".")[0] not in SWAPPED_BASES for base in bases):
+        return  # a base of the user's own may define anything, and torch's were not swapped
+    if any(MODULE_CLASS.match(base.rsplit(".", 1)[-1]) for base in bases if base):
+        return  # a model: its submodules are attributes set at run time
+    known = [b for b in bases if b is not None]
+    own = {node.name for node in cls.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    own |= {
+        target.attr if isinstance(target, ast.Attribute) else target.id
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name) or (isinstance(target, ast.Attribute) and ast_dotted_name(target.value) == "self")
+    }
+    shown = ", ".join(f"`{b.rsplit('.', 1)[-1]}`" for b in known)
+    for node in ast.walk(cls):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and ast_dotted_name(node.func.value) == "self"
+            and node.func.attr not in own
+            and not node.func.attr.startswith("__")
+        ):
+            answers = [_ask(f"{base}.{node.func.attr}", target, verdict) for base in known]
+            if answers and all(a is not None and a.missing is not None for a in answers):
+                where = _where(answers[0], known[0])  # type: ignore[arg-type]
+                line = statements.get(node.lineno, node.lineno)
+                verdict.problems.append(Problem(line, f"`self.{node.func.attr}()`: {shown} has no such method in {where}", node.func.attr))
+    for method in cls.body:
+        if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef) or method.args.kwarg is not None:
+            continue
+        if method.name.startswith("__"):
+            continue  # the user calls constructors and operators, the library the hooks
+        answer = next((a for a in (_ask(f"{b}.{method.name}", target, verdict) for b in known) if a is not None and a.parameters), None)
+        if answer is None or answer.parameters is None:
+            continue
+        taken = {a.arg for a in (*method.args.posonlyargs, *method.args.args, *method.args.kwonlyargs)}
+        passed = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        named = [name for name, kind, _ in answer.parameters if kind in passed]
+        if method.args.vararg is not None or len(taken) >= len(named):
+            continue  # as many parameters: renamed ones still take what is passed by position
+        missing = [name for name in named if name not in taken and name != "self"]
+        if missing:
+            line = statements.get(method.lineno, method.lineno)
+            verdict.problems.append(
+                Problem(line, f"`{method.name}` overrides {shown}'s, which takes `{missing[0]}` too in {_where(answer, known[0])}: add it", method.name)
+            )
 
 
 def _mismatches(call: ast.Call, parameters: tuple[tuple[str, int, bool], ...]) -> Iterator[tuple[str, str]]:
