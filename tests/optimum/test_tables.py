@@ -357,9 +357,8 @@ def test_inference_keywords_exist(wheel: dict[str, ast.Module]) -> None:
         | _parameters(pipeline)
         | _strings(pipeline)  # kwargs.pop("num_cores"), "sequence_length", ...
     )
-    consumed = set(fields.EXPORT_OPTIONS) - {
-        "dtype"
-    }  # `dtype` is transformers' own spelling, passed through
+    # `dtype` is transformers' own spelling, passed through; the aliases are earlier releases' names.
+    consumed = set(fields.EXPORT_OPTIONS) - {"dtype", *fields.EXPORT_ALIASES}
     assert sorted(consumed - accepted) == []
 
 

@@ -217,6 +217,9 @@ EXPORT_SHAPES = (
     "num_images_per_prompt",
 )
 TP_KEYWORDS = ("num_cores", "tensor_parallel_size")
+# Earlier optimum-neuron releases, on transformers-neuronx, named the compiled sequence length as
+# it did: `n_positions`.
+EXPORT_ALIASES = {"n_positions": "sequence_length"}
 CAST_DTYPES = {
     "bf16": "bfloat16",
     "bfloat16": "bfloat16",
@@ -231,6 +234,7 @@ EXPORT_OPTIONS = {
     *LOADING_KEPT,
     *EXPORT_SHAPES,
     *TP_KEYWORDS,
+    *EXPORT_ALIASES,
     "auto_cast_type",
     "torch_dtype",
     "dtype",

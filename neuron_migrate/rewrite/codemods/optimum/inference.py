@@ -22,6 +22,7 @@ from neuron_migrate.core.static_shapes import (
 from neuron_migrate.rewrite.codemods.base import arg_value, code_of, expr, fix_trailing_comma, stmt
 from neuron_migrate.rewrite.codemods.optimum.fields import (
     CAST_DTYPES,
+    EXPORT_ALIASES,
     EXPORT_DROPPED,
     EXPORT_OPTIONS,
     LOADING_KEPT,
@@ -660,7 +661,7 @@ class OptimumInference(RenamingCodemod):
                 and arg.keyword.value in EXPORT_OPTIONS
                 and arg.keyword.value not in LOADING_KEPT
             ):
-                options[arg.keyword.value] = arg.value
+                options.setdefault(EXPORT_ALIASES.get(arg.keyword.value, arg.keyword.value), arg.value)
                 continue
             kept.append(arg)
         if len([a for a in kept if a.keyword is None and not a.star]) > 1:
