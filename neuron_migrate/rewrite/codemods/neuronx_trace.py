@@ -707,9 +707,7 @@ class NeuronxTrace(Codemod):
         compiled = cst.parse_expression(self._compile(moved))
         if isinstance(compiled, cst.Call) and len(code_of(compiled)) > 88:
             compiled = one_per_line(compiled)
-        self.changed(
-            "`torch_neuronx.trace` -> `torch.compile(model.to(device), dynamic=False)` + warm-up"
-        )
+        self.changed("`torch_neuronx.trace` -> `torch.compile(model.to(device), dynamic=False)`")
         self.ctx.note(
             self.code,
             "inputs of compiled models must be on the model's device: Neuron copies host tensors into compiled graphs itself (unless TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1), other devices do not",
@@ -793,6 +791,7 @@ class NeuronxTrace(Codemod):
         else:
             warm = f"{compiled}({_atom(example)}.to({device}))"
         self.ctx.insert_after(stmt(f"{warm}\n"))
+        self.changed("a warm-up call on the example inputs compiles their shapes, as the trace did")
         self.ctx.comment(
             "# Compiled for the shapes of the example inputs, as torch_neuronx.trace did: the first call compiles."
         )
