@@ -242,6 +242,22 @@ def test_shell_lines_that_configure_or_launch_old_stack_work() -> None:
     assert again == new
 
 
+def test_a_cell_that_installs_the_old_stack_gets_a_todo() -> None:
+    cells = [
+        ("code", "!pip install -q torch_xla[tpu] -f https://storage.googleapis.com/libtpu-releases/index.html"),
+        ("code", "!pip install -U torch-neuronx==2.1.2.2.3 neuronx-cc transformers"),
+        ("code", "!pip install -q torch-neuronx==2.13.* transformers"),
+        ("code", "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()"),
+    ]
+    new, _ = rewrite(nbformat.writes(build(cells)))
+    sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
+    assert "# TODO(neuron-migrate NM020): this installs the old stack (`torch_xla`)" in sources[0]
+    assert sources[1].startswith("# TODO(neuron-migrate NM020): this installs the old stack (`torch-neuronx==2.1`)")
+    assert sources[2] == cells[2][1]  # TorchNeuron's own package family
+    again, _ = rewrite(new)
+    assert again == new
+
+
 # A sum bf16 cannot hold: torch_xla 2.9 on PJRT CPU prints 1.0 under XLA_USE_BF16=1 (the
 # device stored the tensor as bf16) and 1.0009765625 without.
 BF16_PROBE = "x = torch.ones(1, device=xm.xla_device()) + 2 ** -10\nprint(x.cpu().item())"

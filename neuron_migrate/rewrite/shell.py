@@ -141,6 +141,9 @@ def old_stack_command(command: str) -> str | None:
     if not shell:
         return None
     words = _CONTINUATION.sub(" ", shell.group(2)).split()
+    installed = _old_stack_installed(words)
+    if installed is not None:
+        return f"this installs the old stack (`{installed}`): install TorchNeuron, `torch-neuronx==2.13.*` with `torch==2.13.*`"
     for at, word in enumerate(words):
         if word == "optimum-cli" and words[at + 1 : at + 2] == ["neuron"]:
             step = " ".join(words[at : at + 3])
@@ -157,6 +160,32 @@ def old_stack_command(command: str) -> str | None:
             "(`neuron-migrate rewrite`), then pass a tensor- or pipeline-parallel size as its "
             "`DistributedConfig(tp_size=..., pp_size=...)` and drop the flags the native Trainer does not take"
         )
+    return None
+
+
+# What installs a package, and the distributions of the old stack (their wheels' and pins' names).
+_INSTALLERS = frozenset({"pip", "pip3", "conda", "mamba", "uv", "dpkg", "apt", "apt-get"})
+_OLD_DISTRIBUTIONS = re.compile(
+    r"(?:^|[/\s'\"])(torch[_-]?xla|neuronx[_-]distributed(?:[_-]training)?|optimum[_-]neuron|optimum\[neuronx\]|"
+    r"transformers[_-]neuronx|libneuronxla|torch[_-]neuron)(?=$|[\s=<>~!\[.,'\"*/-])",
+    re.IGNORECASE,
+)
+# torch-neuronx up to 2.9 was the XLA-based package; from 2.10 on the name is TorchNeuron's.
+_XLA_TORCH_NEURONX = re.compile(r"torch[_-]neuronx==(\d+)\.(\d+)", re.IGNORECASE)
+
+
+def _old_stack_installed(words: list[str]) -> str | None:
+    """The first old-stack distribution an install command names (`pip install torch_xla[tpu]`,
+    `dpkg -i torchxla.deb`); None for any other command."""
+    if not any(word in _INSTALLERS or word.endswith("/pip") for word in words) or not {"install", "-i"} & set(words):
+        return None
+    for word in words:
+        match = _OLD_DISTRIBUTIONS.search(word)
+        if match:
+            return match.group(1)
+        pinned = _XLA_TORCH_NEURONX.search(word)
+        if pinned and (int(pinned.group(1)), int(pinned.group(2))) < (2, 10):
+            return pinned.group()
     return None
 
 
