@@ -302,3 +302,17 @@ def test_a_subclass_of_a_library_class_is_checked_against_it(tmp_path: Path) -> 
     assert "`compute_loss` overrides `Trainer`'s, which takes `num_items_in_batch` too" in _todo_above(migrated, "    def compute_loss")
     assert "`self.flush_neuron_cache()`: `Trainer` has no such method" in _todo_above(migrated, "        self.flush_neuron_cache(model)")
     assert "no keyword `tokenizer`" in _todo_above(migrated, "    return PlainTrainer(")
+
+
+def test_a_parameter_forwarded_by_position_into_a_renamed_one_gets_a_todo(tmp_path: Path) -> None:
+    source = (
+        "import torch_xla.core.xla_model as xm\n"
+        "from transformers.models.bert.modeling_bert import BertSelfAttention\n\n\n"
+        "class ParallelSelfAttention(BertSelfAttention):\n"
+        "    def __init__(self, config, position_embedding_type=None):\n"
+        "        super().__init__(config, position_embedding_type)\n"
+        "        self.device = xm.xla_device()\n"
+    )
+    migrated, _ = _rewrite(tmp_path, source)
+    todo = _todo_above(migrated, "        super().__init__(config, position_embedding_type)")
+    assert "`position_embedding_type` goes to `BertSelfAttention`'s `is_causal` by position" in todo

@@ -7,7 +7,8 @@ call the migration wrote and a transformers-4 call left in a file that now runs 
 5 are checked alike. A class of the file built on library classes alone (a trainer subclass
 whose base the migration swapped) is checked against them: the methods it calls on `self`, the
 methods it overrides (they must take what the library passes), and its constructor, where it
-inherits one. What cannot be known (a method of a value, a call spreading `*args` or
+inherits one; and a parameter of its own it forwards by position to `super().__init__` must land
+in a parameter of the same meaning (transformers 5 renamed optional ones). What cannot be known (a method of a value, a call spreading `*args` or
 `**kwargs`) is not judged.
 """
 
@@ -182,9 +183,10 @@ def _check_subclass(cls: ast.ClassDef, table: ScopeTable, target: TargetEnvironm
     bases = [scope.resolve_dotted(ast_dotted_name(base) or "") for base in cls.bases]
     if not bases or any(base is None or base.split(".")[0] not in SWAPPED_BASES for base in bases):
         return  # a base of the user's own may define anything, and torch's were not swapped
+    known = [b for b in bases if b is not None]
+    _check_super_init(cls, known, target, verdict, statements)
     if any(MODULE_CLASS.match(base.rsplit(".", 1)[-1]) for base in bases if base):
         return  # a model: its submodules are attributes set at run time
-    known = [b for b in bases if b is not None]
     own = {node.name for node in cls.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
     own |= {
         target.attr if isinstance(target, ast.Attribute) else target.id
@@ -226,6 +228,38 @@ def _check_subclass(cls: ast.ClassDef, table: ScopeTable, target: TargetEnvironm
             verdict.problems.append(
                 Problem(line, f"`{method.name}` overrides {shown}'s, which takes `{missing[0]}` too in {_where(answer, known[0])}: add it", method.name)
             )
+
+
+def _check_super_init(cls: ast.ClassDef, bases: list[str], target: TargetEnvironment, verdict: Verdict, statements: dict[int, int]) -> None:
+    """`super().__init__(config, position_embedding_type)` forwarding the subclass's own parameter
+    by position: where the library renamed or reordered its optional parameters
+    (`BertSelfAttention(config, is_causal=...)` in transformers 5), the value lands in another."""
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None or len(bases) != 1:
+        return
+    forwarded = {a.arg for a in (*init.args.posonlyargs, *init.args.args, *init.args.kwonlyargs)}
+    for node in ast.walk(init):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "__init__"
+            and isinstance(node.func.value, ast.Call)
+            and ast_dotted_name(node.func.value.func) == "super"
+        ):
+            continue
+        answer = _ask(bases[0], target, verdict)
+        if answer is None or answer.parameters is None or any(isinstance(a, ast.Starred) for a in node.args):
+            return
+        positional = [p for p in answer.parameters if p[1] in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        names = {p[0] for p in answer.parameters}
+        for arg, (name, _, optional) in zip(node.args, positional, strict=False):
+            if isinstance(arg, ast.Name) and arg.id != name and arg.id in forwarded and arg.id not in names and optional:
+                line = statements.get(node.lineno, node.lineno)
+                base = bases[0].rsplit(".", 1)[-1]
+                verdict.problems.append(
+                    Problem(line, f"`{arg.id}` goes to `{base}`'s `{name}` by position in {_where(answer, bases[0])}: pass what `{name}` means by keyword", arg.id)
+                )
+        return
 
 
 def _mismatches(call: ast.Call, parameters: tuple[tuple[str, int, bool], ...]) -> Iterator[tuple[str, str]]:
