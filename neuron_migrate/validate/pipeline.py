@@ -344,7 +344,7 @@ def _perturbation_floor(
         else "the float64 run could not serve as the floor"
     )
     start(
-        f"perturbation floor: the {settings.noise_floor} program {PERTURBED_RUNS} times more in "
+        f"perturbation floor: the {settings.noise_floor} program {PERTURBED_RUNS} more times in "
         f"float32, every module output moved by one ulp, because {why}"
     )
     source = _floor_source(programs, settings)

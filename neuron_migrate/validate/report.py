@@ -102,7 +102,7 @@ def short_rule(item: Item | dict[str, Any], precision: str) -> str:
     if "or float64 noise floor" in rule:
         return f"{precision.split(' ')[0]} tol|f64 R"
     if "or perturbation noise floor" in rule:
-        return f"{precision.split(' ')[0]} tol|pert R"
+        return f"{precision.split(' ')[0]} tol|ptb R"
     if rule.startswith("teacher forcing: noise"):
         return "forced, floor"
     if rule.startswith("teacher forcing"):
@@ -659,8 +659,8 @@ def _floor_line(floor: dict, bar: str, minus: str, markdown: bool = False) -> st
             "against the farther perturbed run"
         )
         return (
-            f"{'Perturbation' if markdown else 'perturbation'} floor: {program} {floor.get('runs', 2)} "
-            f"times more in float32, every module output moved by one ulp at every call; {r} passes "
+            f"{'Perturbation' if markdown else 'perturbation'} floor: {program} {floor.get('runs', 2)} more "
+            f"times in float32, every module output moved by one ulp at every call; {r} passes "
             f"at {marks} for what the float32 tolerances did not settle" + ("." if markdown else "")
         )
     width = floor.get("width", "float32")
