@@ -229,7 +229,7 @@ def floor_rule(threshold: float = noise_floor.RUN_THRESHOLD) -> str:
     return f"noise floor (R ≤ {threshold:g})"
 
 
-def _floored_rule(tol: Tolerance, second_opinion: bool, name: str = "float64") -> str:
+def _floored_rule(tol: Tolerance, second_opinion: bool, name: str) -> str:
     return f"{tolerance_rule(tol)} or {name} {floor_rule()}" if second_opinion else floor_rule()
 
 
