@@ -8,12 +8,15 @@ copy, which sums its convolutions in another order, and against that copy with a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from neuron_migrate.validate import noise_floor
+from neuron_migrate.validate import noise_floor, pipeline
 from neuron_migrate.validate.compare import DIVERGE, MATCH, PRECISIONS, compare_runs
 from neuron_migrate.validate.localize import localize
+from neuron_migrate.validate.runner import CaptureOptions, Program, Run
 
 from .conftest import PROGRAMS, items_by_key, plant, validate_json
 from .test_validate_compare import capture, training
@@ -24,8 +27,10 @@ FAITHFUL = PROGRAMS / "small_resnet_reordered.py"
 
 
 def chaotic(seed: int) -> dict[str, torch.Tensor]:
-    """A float32 run whose rounding grew to 3e-3 over its steps, as a BatchNorm model's does."""
-    return rounded_apart(training(), seed, 3e-3)
+    """A float32 run from the original's weights whose rounding grew to 3e-3 over its steps, as a
+    BatchNorm model's does."""
+    run = training()
+    return dict(rounded_apart(run, seed, 3e-3), **{"init/w": run["init/w"]})
 
 
 def test_rounding_grown_past_the_tolerance_passes_on_the_perturbation_floor():
@@ -91,6 +96,70 @@ def test_localization_names_the_first_module_past_its_own_floor():
     assert fc1.ratio.value <= noise_floor.COMPONENT_THRESHOLD
     assert fc2.ratio is not None and fc2.ratio.value > 10
     assert "or perturbation noise floor (R ≤ 1.2, per module)" in found.rule
+
+
+# -- the passes, with made-up runs ------------------------------------------------------------------
+
+
+def fake_runs(monkeypatch, perturbed: dict[int, dict[str, torch.Tensor]], moved: bool) -> list[str]:
+    """validate's runs replaced by made-up ones: the original, a faithful migration whose rounding
+    grew past the tolerance, a float64 run that strays (a dropout mask drawn in float64), and
+    the perturbed runs given. Returns the options each run was started with."""
+    started = []
+
+    def run_programs(programs, options: CaptureOptions, work_dir, timeout):
+        runs = []
+        for program in programs:
+            changed = None
+            if options.upcast == "float64":
+                tensors = {k: v * 1.05 for k, v in training().items()}
+                changed = {"module widened": 1}
+            elif options.perturb:
+                tensors = perturbed[options.perturb]
+                changed = {"module outputs moved by 1 ulp": 4} if moved else {}
+            else:
+                tensors = training() if program.label == "original" else chaotic(3)
+            started.append(
+                options.upcast or (f"perturb {options.perturb}" if options.perturb else program.label)
+            )
+            capture_ = capture(tensors, upcast=changed)
+            status = [{"torch_imported": True, "attached": True}]
+            runs.append(Run(program, [], 0, 0.0, work_dir / "log", [capture_], processes=status))
+        return runs
+
+    monkeypatch.setattr(pipeline, "run_programs", run_programs)
+    return started
+
+
+def run_validate(tmp_path: Path) -> pipeline.Result:
+    programs = [
+        Program(label, tmp_path / f"{label}.py", Path("python"), cwd=tmp_path)
+        for label in ("original", "migrated")
+    ]
+    return pipeline.validate(programs, pipeline.Settings(), tmp_path / "work")
+
+
+def test_where_the_float64_run_strays_the_perturbation_floor_judges(monkeypatch, tmp_path):
+    started = fake_runs(monkeypatch, {1: chaotic(1), 2: chaotic(2)}, moved=True)
+    result = run_validate(tmp_path)
+    assert started == ["original", "migrated", "float64", "perturb 1", "perturb 2"]
+    assert result.verdict == MATCH and result.comparison is not None
+    assert result.comparison.judged_by == "perturbation floor"
+    assert result.passes[-1].startswith("perturbation floor: the original program 2 more times")
+    assert result.passes[-1].endswith("because the float64 run could not serve as the floor")
+    assert any("float64 run of the original strays" in n for n in result.comparison.notes)
+    assert len(result.perturbed_runs) == 2
+
+
+def test_perturbed_runs_bit_identical_to_the_original_leave_the_tolerances(monkeypatch, tmp_path):
+    fake_runs(monkeypatch, {1: training(), 2: training()}, moved=False)
+    result = run_validate(tmp_path)
+    assert result.verdict == DIVERGE and result.comparison is not None
+    assert result.comparison.judged_by == "tolerances"
+    assert any(
+        n.startswith("no perturbation floor: the perturbed runs came out bit-identical")
+        for n in result.comparison.notes
+    )
 
 
 # -- the small ResNet, end to end ------------------------------------------------------------------
