@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuron_migrate.validate import noise_floor, pipeline
+from neuron_migrate.validate import noise_floor, pipeline, report
 from neuron_migrate.validate.compare import DIVERGE, MATCH, PRECISIONS, compare_runs
 from neuron_migrate.validate.localize import localize
 from neuron_migrate.validate.runner import CaptureOptions, Program, Run
@@ -149,6 +149,13 @@ def test_where_the_float64_run_strays_the_perturbation_floor_judges(monkeypatch,
     assert result.passes[-1].endswith("because the float64 run could not serve as the floor")
     assert any("float64 run of the original strays" in n for n in result.comparison.notes)
     assert len(result.perturbed_runs) == 2
+    table = report.format_table(result)
+    assert table.rstrip().endswith("judged by the perturbation floor")
+    assert "perturbation floor: " in table and "tol|ptb R" in table
+    document = report.document(result)
+    assert document["judged_by"] == "perturbation floor"
+    assert [r["label"] for r in document["perturbed_runs"]] == ["perturbed1", "perturbed2"]
+    assert "judged by the perturbation floor" in report.markdown(document)
 
 
 def test_perturbed_runs_bit_identical_to_the_original_leave_the_tolerances(monkeypatch, tmp_path):
