@@ -372,10 +372,14 @@ def _perturbation_floor(
         return comparison
     reference = result.runs[0 if settings.noise_floor == "original" else 1].captures
     if not _changed(runs) or all(_bit_identical(r.captures, reference) for r in runs):
+        why = (
+            ""
+            if _changed(runs)
+            else " (they moved no module output: the program computes outside `nn.Module` calls)"
+        )
         notes.append(
             "no perturbation floor: the perturbed runs came out bit-identical to the "
-            f"{settings.noise_floor} (no module output to move: the program computes outside "
-            f"`nn.Module` calls); {fallback} apply"
+            f"{settings.noise_floor}{why}; {fallback} apply"
         )
         return comparison
     original, migrated = result.runs
