@@ -37,6 +37,8 @@ COMPONENT_THRESHOLD = 1.2
 RUN_THRESHOLD = 2.0
 # The float32 scale below which no difference counts: relative to ||floor||.
 FLOAT32_REL = 1e-6
+# The name of the floor measured by perturbed float32 runs.
+PERTURBATION = "perturbation"
 
 
 @dataclass(frozen=True, eq=False)  # told apart by identity: they hold tensors
@@ -58,9 +60,6 @@ class Yardstick(Generic[T]):
 
     def map(self, read: Callable[[T], U]) -> Yardstick[U]:
         return Yardstick(self.name, read(self.reference), read(self.faithful), read(self.candidate))
-
-
-PERTURBATION = "perturbation"
 
 
 @dataclass(frozen=True)
