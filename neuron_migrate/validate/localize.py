@@ -4,7 +4,9 @@ A rerun of both programs records step S in detail (`child/neuron_migrate_capture
 every module's output, the parameters the forward used, the gradients as backward leaves them and
 as the optimizer sees them, and the parameters after the update; and for every step before S the
 gradients the optimizer saw and the parameters after its update. Read in causal order, the first
-of these that differs is the answer:
+of these that differs is the answer; where the comparison had a noise floor, the floor runs are
+recorded too, and "differs" means by more than that floor allows (rounding that a faithful
+migration changes can grow past the tolerances before the real difference starts):
 
 1. before S, the first step whose gradients differ (the backward or what follows it), or whose
    update differs while its gradients agree (the optimizer);

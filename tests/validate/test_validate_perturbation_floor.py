@@ -63,6 +63,22 @@ def test_r_is_measured_against_the_farther_perturbed_run():
     assert alone.verdict == DIVERGE
 
 
+def test_perturbed_runs_of_the_migrated_program_measure_from_it():
+    # --noise-floor migrated: R = ||original - migrated|| / ||perturbed migrated - migrated||.
+    migrated = chaotic(3)
+    perturbed = [[capture(chaotic(1))], [capture(chaotic(2))]]
+    result = compare_runs(
+        [capture(training())], [capture(migrated)], perturbed=perturbed, perturbed_of="migrated"
+    )
+    assert result.verdict == MATCH
+    assert any("||perturbed - migrated||" in n for n in result.notes)
+    same = [[capture(migrated)], [capture(migrated)]]  # bit-identical: the tolerances judge
+    result = compare_runs(
+        [capture(training())], [capture(migrated)], perturbed=same, perturbed_of="migrated"
+    )
+    assert result.verdict == DIVERGE
+
+
 def test_a_perturbed_run_bit_identical_to_the_original_leaves_the_tolerance_to_judge():
     original = training()
     perturbed = [[capture(dict(original))], [capture(dict(original))]]
