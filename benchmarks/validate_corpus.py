@@ -275,14 +275,14 @@ def _explain(document: dict) -> list[str]:
             )
     if not notes:
         notes += [error.splitlines()[0] for error in document["errors"]]
-    floor = document.get("noise_floor") or {}
-    if floor.get("width") == "float64":
+    judged = document.get("judged_by")
+    if judged:
         settled = [
             f"{item['key']} R {_number(item['ratio']['r'])}"
             for item in document.get("items", [])
-            if "float64" in (item.get("rule") or "") and item.get("ratio")
+            if item.get("ratio")
         ]
-        notes.append(f"judged on a float64 noise floor ({', '.join(settled)})")
+        notes.append(f"judged by the {judged}" + (f" ({', '.join(settled)})" if settled else ""))
     notes += [_what_ran(run) for run in document["runs"] if run.get("what_ran")]
     return notes
 

@@ -56,8 +56,13 @@ the noise floor of that precision: a faithful migration is near 1 (--noise-floor
 migrated program in float32 instead; --noise-floor off falls back to bf16 tolerances, 2e-2 and
 1.6e-2). Where float32 runs differ past the fp32 tolerances by numbers alone (another backend's
 kernels round differently, a gradient that is zero but for rounding), the original runs a third
-time in float64 and what the tolerances left is judged by R against that floor. The table says
-which rule judged each item. A change of precision policy is itself a
+time in float64 and what the tolerances left is judged by R against that floor. Where the float64
+run cannot serve (rounding amplified step by step, as BatchNorm over a small batch does, sends it
+along a trajectory of its own) or leaves an item diverging, the original runs twice more in
+float32 with every module output moved by one ulp, and each item is judged by
+R = ||migrated - original|| / ||perturbed - original|| against the farther of the two (the
+perturbation floor); the loss row says from which step the curves part. The table says which
+rule judged each item, and the result which floor judged the verdict. A change of precision policy is itself a
 divergence. --precision names the tolerance class; --rtol and --atol override the tolerances (and
 turn the noise floor off).
 
@@ -65,7 +70,8 @@ Where generated tokens part, every program runs again with its generate() calls 
 original's tokens (teacher forcing): the logits are compared position by position, and the first
 parting is called a near tie or a real difference. With several ranks, every rank is compared and
 the first to diverge is named. --localize reruns the first diverging step recording every module's
-output, the gradients and the updates, and names the first module, gradient or update that differs.
+output, the gradients and the updates, and names the first module, gradient or update that differs
+by more than the floor the comparison used allows it (R ≤ 1.2 per module), the floor runs rerun too.
 
 --compile-stats runs one or two programs under a stand-in `neuron` compile backend that, like the
 real one, rejects dynamic shapes (torch.compile's default backend is sent to it, as on Trainium),

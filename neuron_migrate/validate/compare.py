@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from neuron_migrate.validate import noise_floor
-from neuron_migrate.validate.noise_floor import Ratio, r_ratio
+from neuron_migrate.validate.noise_floor import Ratio, Yardstick, r_ratio
 from neuron_migrate.validate.runner import Capture
 
 MATCH, DIVERGE, SKIPPED = "match", "diverge", "skipped"
@@ -125,6 +125,12 @@ class Comparison:
         return min(diverging, key=lambda r: (r.step, r.rank), default=None)
 
     @property
+    def judged_by(self) -> str:
+        """What the verdict was reached against: a noise floor (float32, float64, perturbation),
+        or the tolerances alone."""
+        return f"{self.floor['name']} floor" if self.floor else "tolerances"
+
+    @property
     def verdict(self) -> str:
         verdicts = {item.verdict for item in self.items}
         if DIVERGE in verdicts:
@@ -223,21 +229,22 @@ def floor_rule(threshold: float = noise_floor.RUN_THRESHOLD) -> str:
     return f"noise floor (R ≤ {threshold:g})"
 
 
-def _floored_rule(tol: Tolerance, second_opinion: bool) -> str:
-    return f"{tolerance_rule(tol)} or float64 {floor_rule()}" if second_opinion else floor_rule()
+def _floored_rule(tol: Tolerance, second_opinion: bool, name: str) -> str:
+    return f"{tolerance_rule(tol)} or {name} {floor_rule()}" if second_opinion else floor_rule()
 
 
 def compare_losses(
     original: Capture,
     migrated: Capture,
     tol: Tolerance,
-    floor: Capture | None = None,
+    floors: list[Yardstick[Capture]] | None = None,
     second_opinion: bool = False,
 ) -> Item:
     """Step by step with the plain tolerance. Against a noise floor, the whole curve is judged by
     its R, and the first diverging step is where R over the steps up to it passes the mark (one
-    step's R alone is too noisy to judge). As a `second_opinion` (a float32 run's float64 floor),
-    a step passes within the tolerance or within the mark."""
+    step's R alone is too noisy to judge). As a `second_opinion` (a float32 run's float64 or
+    perturbation floor), a step passes within the tolerance or within the mark, and the item says
+    from which step the curves part beyond the tolerance, the migrated one and the floor's."""
     e = original.tensors.get("loss")
     a = migrated.tensors.get("loss")
     if e is None and a is None:
@@ -247,9 +254,20 @@ def compare_losses(
         return Item(
             "losses", "losses", DIVERGE, detail=f"the {missing} program never called backward()"
         )
-    f = floor.tensors.get("loss") if floor is not None else None
-    n = min(len(e), len(a), len(f) if f is not None else len(e))
-    prefix = noise_floor.prefix_ratios(e[:n], a[:n], f[:n]) if f is not None and n else None
+    usable: list[Yardstick[torch.Tensor]] = []
+    for y in floors or []:
+        curves = [c.tensors.get("loss") for c in (y.reference, y.faithful, y.candidate)]
+        if all(t is not None for t in curves):
+            flat = (t.detach().double().flatten() for t in curves if t is not None)
+            usable.append(Yardstick(y.name, *flat))
+    n = min(len(e), len(a), *(len(t) for y in usable for t in (y.reference, y.faithful)))
+    usable = [y.map(lambda t: t[:n]) for y in usable]
+    if second_opinion:  # a faithful run bit-identical to the reference: no scale to measure R in
+        usable = [y for y in usable if not torch.equal(y.faithful, y.reference)]
+    prefix = None
+    if usable and n:
+        each = [noise_floor.prefix_ratios(y.faithful, y.candidate, y.reference) for y in usable]
+        prefix = [min(rs) for rs in zip(*each, strict=True)]
     diverging_from = None
     if prefix is not None and prefix[-1] > noise_floor.RUN_THRESHOLD:
         diverging_from = next(k for k, r in enumerate(prefix) if r > noise_floor.RUN_THRESHOLD)
@@ -277,14 +295,48 @@ def compare_losses(
     if failing:
         details.append(f"first diverging step {failing[0]} ({entries[failing[0]].detail})")
     title = f"losses ({n} steps)"
-    series = {"original": e.tolist(), "migrated": a.tolist(), "rel_diff": rel_diff}
+    series: dict[str, Any] = {"original": e.tolist(), "migrated": a.tolist(), "rel_diff": rel_diff}
     item = Item("losses", title, verdict, stats, "; ".join(details), entries, tol, series)
-    item.rule = tolerance_rule(tol) if f is None else _floored_rule(tol, second_opinion)
     item.first_step = failing[0] if failing else (n if lengths_differ else None)
-    if f is not None and n:
-        item.ratio = r_ratio(e[:n], a[:n], f[:n])
-        series.update(floor=f.tolist(), r_prefix=prefix or [])
+    if not usable or not n:
+        item.rule = tolerance_rule(tol)
+        return item
+    item.rule = _floored_rule(tol, second_opinion, usable[0].name)
+    item.ratio = noise_floor.least([r_ratio(y.faithful, y.candidate, y.reference) for y in usable])
+    series["r_prefix"] = prefix or []
+    if usable[0].perturbed:
+        series["perturbed"] = [y.faithful.tolist() for y in usable]
+    else:
+        series["floor"] = usable[0].reference.tolist()
+    if second_opinion:
+        parts = {
+            "migrated": _parting(e[:n], a[:n], tol),
+            "floor": min(
+                (p for y in usable if (p := _parting(y.reference, y.faithful, tol)) is not None),
+                default=None,
+            ),
+        }
+        series["parts_from"] = parts
+        item.detail = "; ".join([*details, _parting_text(parts, usable[0].perturbed)])
     return item
+
+
+def _parting(reference: torch.Tensor, other: torch.Tensor, tol: Tolerance) -> int | None:
+    """The first step at which two loss curves are apart by more than the tolerance."""
+    reference, other = reference.double(), other.double()
+    apart = (other - reference).abs() > tol.atol + tol.rtol * reference.abs()
+    return int(apart.nonzero()[0]) if bool(apart.any()) else None
+
+
+def _parting_text(parts: dict[str, int | None], perturbed: bool) -> str:
+    def at(step: int | None) -> str:
+        return "never" if step is None else f"from step {step}"
+
+    floor = "the perturbed runs from the original" if perturbed else "the original from float64"
+    return (
+        "trajectories part beyond the tolerance: the migrated from the original "
+        f"{at(parts['migrated'])}, {floor} {at(parts['floor'])}"
+    )
 
 
 def compare_tensors(
@@ -294,7 +346,7 @@ def compare_tensors(
     actual: dict[str, torch.Tensor],
     tol: Tolerance,
     group_scale: bool = False,
-    floor: dict[str, torch.Tensor] | None = None,
+    floors: list[Yardstick[dict[str, torch.Tensor]]] | None = None,
     second_opinion: bool = False,
 ) -> Item:
     """With `group_scale`, errors are relative to the largest magnitude in the whole group (the model's
@@ -302,12 +354,13 @@ def compare_tensors(
     optimizer noise (Adam moves every element by ~lr per step, whatever the gradient's size) is
     judged against the weights around it, not against its own tiny values.
 
-    With `floor`, the group is judged by R over all the tensors the floor has, and each of them by
+    With `floors`, the group is judged by R over all the tensors the floor has, and each of them by
     its own R (with a mark that allows for its size) together with the plain tolerance. As a
-    `second_opinion` (a float32 run's float64 floor), a tensor outside the tolerance passes at R
-    within the mark, against its own floor or against the rounding of the whole group
-    (`noise_floor.pooled_ratio`), and the group's R counts only where some tensor is outside the
-    tolerance."""
+    `second_opinion` (a float32 run's float64 or perturbation floor), a tensor outside the
+    tolerance passes at R within the mark, against its own floor or against the rounding of the
+    whole group (`noise_floor.pooled_ratio`), and the group's R counts only where some tensor is
+    outside the tolerance; a tensor whose faithful runs are all bit-identical to the reference
+    has no floor and is judged by the tolerance alone."""
     if not expected and not actual:
         return Item(key, title, SKIPPED, detail="not recorded")
     scale = None
@@ -318,37 +371,57 @@ def compare_tensors(
     only_a = sorted(set(actual) - set(expected))
     floored: list[str] = []
     common = sorted(set(expected) & set(actual))
-    pooled = [
-        n
-        for n in common
-        if floor is not None
-        and n in floor
-        and tuple(floor[n].shape) == tuple(expected[n].shape) == tuple(actual[n].shape)
-    ]
+    floors = floors or []
+
+    def measured(name: str) -> list[Yardstick[dict[str, torch.Tensor]]]:
+        """The floors that hold `name` in the shape both programs have."""
+        shape = tuple(expected[name].shape)
+        return [
+            y
+            for y in floors
+            if all(
+                name in d and tuple(d[name].shape) == shape
+                for d in (y.reference, y.faithful, y.candidate)
+            )
+        ]
+
+    pooled = {n: measured(n) for n in common if tuple(expected[n].shape) == tuple(actual[n].shape)}
     for name in common:
         e, a = expected[name], actual[name]
         if tuple(e.shape) != tuple(a.shape):
             entries.append(Entry(name, DIVERGE, detail=f"shape {list(e.shape)} vs {list(a.shape)}"))
             continue
         stats = tensor_stats(e, a, tol, scale)
-        f = floor.get(name) if floor is not None else None
-        if f is None or tuple(f.shape) != tuple(e.shape):
+        here = pooled[name]
+        if second_opinion:
+            here = [y for y in here if not torch.equal(y.faithful[name], y.reference[name])]
+        if not here:
             entries.append(Entry(name, MATCH if stats.mismatches == 0 else DIVERGE, stats))
             continue
         if second_opinion:
-            # float32 against float64: a tensor passes when the migrated side is no farther from
-            # float64 than the original is, on this tensor or by the group's rounding.
-            assert floor is not None
-            ratio = min(
-                r_ratio(e, a, f),
-                noise_floor.pooled_ratio(
-                    a, f, [expected[n] for n in pooled], [floor[n] for n in pooled]
-                ),
-                key=lambda r: r.value,
+            # float32 against a floor of float32 runs: a tensor passes when the migrated side is no
+            # farther from the reference than a faithful run is, on this tensor or by the group's
+            # rounding.
+            ratio = noise_floor.least(
+                [
+                    r
+                    for y in here
+                    for r in (
+                        r_ratio(y.faithful[name], y.candidate[name], y.reference[name]),
+                        noise_floor.pooled_ratio(
+                            y.candidate[name],
+                            y.reference[name],
+                            [y.faithful[n] for n in pooled if y in pooled[n]],
+                            [y.reference[n] for n in pooled if y in pooled[n]],
+                        ),
+                    )
+                ]
             )
             ok = stats.mismatches == 0 or ratio.value <= noise_floor.RUN_THRESHOLD
         else:
-            ratio = r_ratio(e, a, f)
+            ratio = noise_floor.least(
+                [r_ratio(y.faithful[name], y.candidate[name], y.reference[name]) for y in here]
+            )
             # One tensor's R is a noisy sample (a few elements, a kernel that rounds differently):
             # it diverges when it is past its mark and outside the plain tolerance too; the
             # group's R below judges what the tensors do together.
@@ -367,9 +440,17 @@ def compare_tensors(
             f"only in migrated: {', '.join(only_a[:5])}{' ...' if len(only_a) > 5 else ''}"
         )
     group_ratio = None
-    if floored and floor is not None:
-        group_ratio = r_ratio(
-            [expected[n] for n in floored], [actual[n] for n in floored], [floor[n] for n in floored]
+    whole = [y for y in floors if all(y in pooled[n] for n in floored)]
+    if floored and whole:
+        group_ratio = noise_floor.least(
+            [
+                r_ratio(
+                    [y.faithful[n] for n in floored],
+                    [y.candidate[n] for n in floored],
+                    [y.reference[n] for n in floored],
+                )
+                for y in whole
+            ]
         )
     worst = _worst(entries)
     shape_errors = [e for e in entries if e.stats is None]
@@ -384,7 +465,7 @@ def compare_tensors(
         or (
             group_ratio is not None
             and group_ratio.value > noise_floor.RUN_THRESHOLD
-            # A float64 floor is asked only about what the float32 tolerance did not settle.
+            # A float32 run's floor is asked only about what the float32 tolerance did not settle.
             and not (second_opinion and all(e.stats and e.stats.mismatches == 0 for e in entries))
         )
     )
@@ -398,7 +479,9 @@ def compare_tensors(
         entries,
         tol,
     )
-    item.rule = _floored_rule(tol, second_opinion) if floored else tolerance_rule(tol)
+    item.rule = (
+        _floored_rule(tol, second_opinion, floors[0].name) if floored else tolerance_rule(tol)
+    )
     item.ratio = group_ratio
     return item
 
@@ -565,21 +648,31 @@ def compare_runs(
     rtol: float | None = None,
     atol: float | None = None,
     floor: list[Capture] | None = None,
+    perturbed: list[list[Capture]] | None = None,
+    perturbed_of: str = "original",
 ) -> Comparison:
     """`floor`: the captures of a float32 twin run (see `noise_floor`), used when the runs are in
-    low precision and the tolerances are not overridden."""
+    low precision and the tolerances are not overridden; or of a float64 twin of a float32 run.
+    `perturbed`: the captures of the perturbation floor's runs of a float32 run, each a run of the
+    `perturbed_of` program."""
     if not original or not migrated:
         raise ValueError("both programs must have recorded something")
     chosen = _tolerances(original[0], migrated[0], precision, rtol, atol)
     use_floor = bool(floor) and chosen.name in ("bf16", "fp32")
+    use_perturbed = bool(perturbed) and chosen.name == "fp32"
     floors = {c.rank: c for c in floor or []} if use_floor else {}
+    perturbed_ranks = [{c.rank: c for c in run} for run in perturbed or []] if use_perturbed else []
+
+    def yardsticks(o: Capture, m: Capture) -> list[Yardstick[Capture]]:
+        runs = [run[o.rank] for run in perturbed_ranks if o.rank in run]
+        return floor_yardsticks(o, m, chosen, floors.get(o.rank), runs, perturbed_of)
     notes: list[str] = []
     items = [compare_precision(original[0], migrated[0])]
     worlds = ([c.world_size for c in original], [c.world_size for c in migrated])
     several = len(original) > 1
     if len(original) == len(migrated) and worlds[0] == worlds[1]:
         for o, m in zip(original, migrated, strict=True):
-            items += _compare_rank(o, m, chosen, several, notes, floors.get(o.rank))
+            items += _compare_rank(o, m, chosen, several, notes, yardsticks(o, m))
     else:
         notes.append(
             f"the programs ran with different numbers of processes (original {len(original)} of world "
@@ -595,6 +688,13 @@ def compare_runs(
             "what the float32 tolerances did not settle is judged against the noise floor of a float64 "
             "run of the same program: an item passes within the tolerance or at R within the mark"
         )
+    elif use_perturbed:
+        notes.append(
+            f"what the float32 tolerances did not settle is judged against the perturbation floor: "
+            f"{len(perturbed_ranks)} runs of the {perturbed_of} program with every module output moved "
+            f"by one ulp; R = ||migrated - original|| / ||perturbed - {perturbed_of}||, against the "
+            "farthest perturbed run; an item passes within the tolerance or at R within the mark"
+        )
     if chosen.name.startswith("bf16"):
         notes.append(
             "a side computes in bfloat16/float16: items are judged against the noise floor of a float32 run"
@@ -605,6 +705,22 @@ def compare_runs(
     if several and len(original) == len(migrated):
         comparison.ranks = rank_summaries(items)
     return comparison
+
+
+def floor_yardsticks(
+    o: Capture,
+    m: Capture,
+    precision: Precision,
+    floor: Capture | None,
+    perturbed: list[Capture],
+    perturbed_of: str = "original",
+) -> list[Yardstick[Capture]]:
+    """How one rank's R is measured: from the floor run (float32 under bf16, float64 under
+    float32), or from the program the perturbed runs are of, against each of them."""
+    if floor is not None:
+        return [Yardstick("float32" if precision.name == "bf16" else "float64", floor, o, m)]
+    reference, candidate = (o, m) if perturbed_of == "original" else (m, o)
+    return [Yardstick(noise_floor.PERTURBATION, reference, p, candidate) for p in perturbed]
 
 
 def rank_summaries(items: list[Item]) -> list[RankSummary]:
@@ -659,17 +775,17 @@ def _compare_rank(
     chosen: Precision,
     several: bool,
     notes: list[str],
-    f: Capture | None = None,
+    floors: list[Yardstick[Capture]] | None = None,
 ) -> list[Item]:
     """Everything one rank of each program recorded, side by side (rows named per rank if several)."""
     tensors = chosen.tensor
 
-    def floor(prefix: str) -> dict[str, torch.Tensor] | None:
-        return f.group(prefix) if f is not None else None
+    def floor(prefix: str) -> list[Yardstick[dict[str, torch.Tensor]]]:
+        return [y.map(lambda c: c.group(prefix)) for y in floors or []]
 
-    second = chosen.name == "fp32"  # a float64 floor: a second opinion on float32 tolerances
+    second = chosen.name == "fp32"  # a float64 or perturbation floor: a second opinion
     pair = [
-        compare_losses(o, m, chosen.loss, f, second),
+        compare_losses(o, m, chosen.loss, floors, second),
         compare_tensors(
             "initial", "parameters before the first step", o.group("init"), m.group("init"),
             tensors, True, floor("init"), second,
@@ -684,7 +800,7 @@ def _compare_rank(
         ),
         compare_tensors(
             "forward", "first forward output", o.group("forward/0"), m.group("forward/0"), tensors,
-            floor=floor("forward/0"), second_opinion=second,
+            floors=floor("forward/0"), second_opinion=second,
         ),
     ]  # fmt: skip
     calls = max(len(o.manifest.get("generate", [])), len(m.manifest.get("generate", [])))

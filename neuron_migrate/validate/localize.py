@@ -4,7 +4,9 @@ A rerun of both programs records step S in detail (`child/neuron_migrate_capture
 every module's output, the parameters the forward used, the gradients as backward leaves them and
 as the optimizer sees them, and the parameters after the update; and for every step before S the
 gradients the optimizer saw and the parameters after its update. Read in causal order, the first
-of these that differs is the answer:
+of these that differs is the answer; where the comparison had a noise floor, the floor runs are
+recorded too, and "differs" means by more than that floor allows (rounding that a faithful
+migration changes can grow past the tolerances before the real difference starts):
 
 1. before S, the first step whose gradients differ (the backward or what follows it), or whose
    update differs while its gradients agree (the optimizer);
@@ -21,6 +23,7 @@ classes in the same order, by position, and the result says so.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +40,7 @@ from neuron_migrate.validate.compare import (
     compare_tensors,
     tensor_stats,
 )
-from neuron_migrate.validate.noise_floor import Ratio, r_ratio
+from neuron_migrate.validate.noise_floor import Ratio, Yardstick, r_ratio
 from neuron_migrate.validate.runner import Capture
 
 # What each phase of a step holds, in the order a step computes them.
@@ -108,38 +111,59 @@ def step_to_localize(comparison: Comparison, rank: int | None = None) -> int | N
 
 
 def localize(
-    original: Capture, migrated: Capture, floor: Capture | None, precision: Precision
+    original: Capture,
+    migrated: Capture,
+    floors: list[Yardstick[Capture]] | None,
+    precision: Precision,
 ) -> Localization:
+    """`floors`: the noise floor the comparison was judged against, as recorded in the rerun; each
+    module is then judged against its own floor (R ≤ 1.2), and under a float32 run's floor passes
+    within the tolerance too, so that the module named is the first to differ by more than
+    rounding can, not the first to differ at all."""
     layers_o, layers_m = original.manifest.get("layers"), migrated.manifest.get("layers")
     rank = migrated.rank
     if not layers_o or not layers_m:
         return Localization(rank, -1, "unavailable", "", "the rerun recorded no module outputs", "")
     step = int(layers_o["step"])
-    use_floor = (
-        floor is not None and bool(floor.manifest.get("layers")) and precision.name == "bf16"
+    floors = [
+        y
+        for y in floors or []
+        if all(c.manifest.get("layers") for c in (y.reference, y.faithful, y.candidate))
+    ]
+    if precision.name not in ("bf16", "fp32"):
+        floors = []  # tolerances named or overridden
+    second = precision.name == "fp32"
+    tolerance = (
+        f"{precision.name} tolerance (atol {precision.tensor.atol:g}, rtol {precision.tensor.rtol:g})"
     )
-    rule = (
-        f"noise floor (R ≤ {noise_floor.COMPONENT_THRESHOLD:g}, per module)"
-        if use_floor
-        else f"{precision.name} tolerance (atol {precision.tensor.atol:g}, rtol {precision.tensor.rtol:g})"
-    )
+    mark = f"noise floor (R ≤ {noise_floor.COMPONENT_THRESHOLD:g}, per module)"
+    if not floors:
+        rule = tolerance
+    else:
+        rule = f"{tolerance} or {floors[0].name} {mark}" if second else mark
     result = Localization(rank, step, "none", "", "", rule)
     if layers_o.get("truncated") or layers_m.get("truncated"):
         result.notes.append("the model's outputs at this step were too large to keep them all")
     modules = _paired_modules(original, migrated, result.notes)
-    floor_outputs = _outputs(floor) if use_floor and floor is not None else {}
+    outputs = [y.map(_outputs) for y in floors]
     for key_o, key_m, kind in modules:
         e, a = _outputs(original)[key_o], _outputs(migrated)[key_m]
-        result.modules.append(_judge(key_m, kind, e, a, floor_outputs.get(key_o), precision))
+        # Each run under its own program's name (they differ where modules pair by position).
+        here = [y.map(functools.partial(_output, key_o, key_m)) for y in outputs]
+        result.modules.append(_judge(key_m, kind, e, a, here, precision, second))
     order = _module_order([row.name for row in result.modules])
     for t in range(step + 1):
         for what in PHASES:
             phase = f"step{t}/{what}"
-            rows = _phase(original, migrated, floor if use_floor else None, phase, precision, order)
+            rows = _phase(original, migrated, floors, phase, precision, order)
             if rows:
                 result.phases[phase] = rows
     _conclude(result)
     return result
+
+
+def _output(key_o: str, key_m: str, found: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    return found.get(key_o, found.get(key_m))
 
 
 def _outputs(capture: Capture) -> dict[str, torch.Tensor]:
@@ -196,17 +220,30 @@ def _judge(
     kind: str,
     expected: torch.Tensor,
     actual: torch.Tensor,
-    floor: torch.Tensor | None,
+    floors: list[Yardstick[torch.Tensor | None]],
     precision: Precision,
+    second_opinion: bool,
 ) -> Row:
     if tuple(expected.shape) != tuple(actual.shape):
         return Row(name, kind, DIVERGE, None)
     stats = tensor_stats(expected, actual, precision.tensor)
-    if floor is None or tuple(floor.shape) != tuple(expected.shape):
+    shape = tuple(expected.shape)
+    here = [
+        Yardstick(y.name, y.reference, y.faithful, y.candidate)
+        for y in floors
+        if y.reference is not None
+        and y.faithful is not None
+        and y.candidate is not None
+        and tuple(y.reference.shape) == tuple(y.faithful.shape) == tuple(y.candidate.shape) == shape
+        # A faithful run bit-identical to the reference: no scale to measure R in.
+        and not (second_opinion and torch.equal(y.faithful, y.reference))
+    ]
+    if not here:
         return Row(name, kind, MATCH if stats.mismatches == 0 else DIVERGE, stats)
-    ratio = r_ratio(expected, actual, floor)
+    ratio = noise_floor.least([r_ratio(y.faithful, y.candidate, y.reference) for y in here])
     mark = noise_floor.threshold(expected.numel(), noise_floor.COMPONENT_THRESHOLD)
-    return Row(name, kind, MATCH if ratio.value <= mark else DIVERGE, stats, ratio)
+    ok = ratio.value <= mark or (second_opinion and stats.mismatches == 0)
+    return Row(name, kind, MATCH if ok else DIVERGE, stats, ratio)
 
 
 def _module_order(names: list[str]) -> dict[str, int]:
@@ -227,7 +264,7 @@ def _owner_rank(parameter: str, order: dict[str, int]) -> int:
 def _phase(
     original: Capture,
     migrated: Capture,
-    floor: Capture | None,
+    floors: list[Yardstick[Capture]],
     phase: str,
     precision: Precision,
     order: dict[str, int],
@@ -243,7 +280,8 @@ def _phase(
         actual,
         precision.tensor,
         True,
-        floor.group(prefix) if floor else None,
+        [y.map(lambda c: c.group(prefix)) for y in floors],
+        precision.name == "fp32",
     )
     backward = phase.endswith("grad")  # listed in the order backward computes them
     entries: list[Entry] = sorted(

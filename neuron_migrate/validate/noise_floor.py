@@ -11,14 +11,25 @@ component; a training run compounds rounding over its steps, so whole runs get a
 `eps` keeps quantities that low precision does not move (integer-valued, or fixed by the data)
 from dividing by zero: it is the float32 tolerance of the quantity, so such a quantity must agree
 as closely as float32 runs do.
+
+Where a float64 run cannot serve as the floor of a float32 run (BatchNorm over a small batch
+amplifies rounding until the float64 run follows a trajectory of its own), the floor is what
+rounding alone does to the original: the original again, twice, with its rounding moved
+(`Perturb` in the capture), and `R = ||migrated - original|| / ||perturbed - original||`. Both
+are a `Yardstick`: R measured from its `reference`, a faithful run's distance as the unit.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 # One forward of one module (the localization): AWS's mark.
 COMPONENT_THRESHOLD = 1.2
@@ -26,6 +37,29 @@ COMPONENT_THRESHOLD = 1.2
 RUN_THRESHOLD = 2.0
 # The float32 scale below which no difference counts: relative to ||floor||.
 FLOAT32_REL = 1e-6
+# The name of the floor measured by perturbed float32 runs.
+PERTURBATION = "perturbation"
+
+
+@dataclass(frozen=True, eq=False)  # told apart by identity: they hold tensors
+class Yardstick(Generic[T]):
+    """One measure of the floor: `R = ||candidate - reference|| / ||faithful - reference||`.
+
+    A float32 or float64 floor: (the floor run, the original, the migrated program); a perturbation
+    floor, once per perturbed run: (the original, the perturbed original, the migrated program).
+    `name` is the floor's ("float32", "float64", "perturbation")."""
+
+    name: str
+    reference: T
+    faithful: T
+    candidate: T
+
+    @property
+    def perturbed(self) -> bool:
+        return self.name == PERTURBATION
+
+    def map(self, read: Callable[[T], U]) -> Yardstick[U]:
+        return Yardstick(self.name, read(self.reference), read(self.faithful), read(self.candidate))
 
 
 @dataclass(frozen=True)
@@ -53,6 +87,12 @@ def r_ratio(
     denominator = float((o - f).norm())
     eps = FLOAT32_REL * float(f.norm()) + torch.finfo(torch.float32).tiny
     return Ratio(numerator / (denominator + eps), numerator, denominator)
+
+
+def least(ratios: list[Ratio]) -> Ratio:
+    """R against several faithful runs: against the farthest of them, since a faithful migration
+    may round as far as any of them does."""
+    return min(ratios, key=lambda r: r.value)
 
 
 def pooled_ratio(

@@ -3,7 +3,10 @@
 1. **capture**: the original and the migrated program, side by side;
 2. **noise floor**: where they compute in low precision, one of them again in float32
    (`noise_floor`), unless told not to; where they compute in float32 and the float32
-   tolerances leave an item diverging, one of them again in float64;
+   tolerances leave an item diverging, one of them again in float64; and where that float64 run
+   cannot serve as the floor or leaves an item diverging still, the same program twice more in
+   float32 with its rounding moved (the perturbation floor), so that no float32 run is called
+   DIVERGE for what rounding alone can do;
 3. **rerun**, only where needed: every program again (the floor run too), with each `generate()`
    call following the original's tokens where generated tokens parted (`teacher_forcing`), and, on
    request, recording the first diverging step module by module (`localize`).
@@ -18,7 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_migrate.validate.compare import DIVERGE, MATCH, Comparison, Item, compare_runs
+import torch
+
+from neuron_migrate.validate import noise_floor
+from neuron_migrate.validate.compare import (
+    DIVERGE,
+    MATCH,
+    Comparison,
+    Item,
+    compare_runs,
+    floor_yardsticks,
+)
 from neuron_migrate.validate.localize import Localization, localize, step_to_localize
 from neuron_migrate.validate.runner import Capture, CaptureOptions, Program, Run, run_programs
 from neuron_migrate.validate.teacher_forcing import compare_forced
@@ -26,6 +39,9 @@ from neuron_migrate.validate.workdir import Listing, isolated, listing
 
 EXIT_MATCH, EXIT_DIVERGE, EXIT_ERROR = 0, 1, 2
 FLOOR_SOURCES = ("original", "migrated", "off")
+# The perturbation floor's runs: two, so that R is measured against the farther of two samples of
+# what rounding does, not against one that happened to stay close.
+PERTURBED_RUNS = 2
 
 
 @dataclass
@@ -48,7 +64,8 @@ class Result:
     verdict: str
     exit_code: int
     errors: list[str]
-    floor_run: Run | None = None
+    floor_run: Run | None = None  # the float32 or float64 floor
+    perturbed_runs: list[Run] = field(default_factory=list)  # the perturbation floor
     reruns: list[Run] = field(default_factory=list)
     localizations: list[Localization] = field(default_factory=list)
     passes: list[str] = field(default_factory=list)  # what was run, and why, in order
@@ -100,6 +117,10 @@ def validate(
             else:
                 comparison = _compare(settings, original.captures, migrated.captures, floor)
                 comparison.floor = _floor_info(result.floor_run, width, floor_program.script)
+    if floor_program is not None and width == "float64" and _perturbation_wanted(comparison):
+        comparison = _perturbation_floor(
+            programs, settings, result, comparison, work_dir, start, listings
+        )
     result.comparison = comparison
     _rerun(programs, settings, result, work_dir, start, listings)
     comparison = result.comparison
@@ -131,8 +152,18 @@ def _compare(
     original: list[Capture],
     migrated: list[Capture],
     floor: list[Capture] | None = None,
+    perturbed: list[list[Capture]] | None = None,
 ) -> Comparison:
-    return compare_runs(original, migrated, settings.precision, settings.rtol, settings.atol, floor)
+    return compare_runs(
+        original,
+        migrated,
+        settings.precision,
+        settings.rtol,
+        settings.atol,
+        floor,
+        perturbed,
+        settings.noise_floor,
+    )
 
 
 def run_errors(runs: list[Run], settings: Settings) -> list[str]:
@@ -268,12 +299,117 @@ def _usable_floor(run: Run, comparison: Comparison, width: str) -> list[Capture]
 def _floor_info(run: Run | None, width: str = "float32", script: Path | None = None) -> dict | None:
     if run is None:
         return None
-    changed: dict[str, int] = {}
-    for capture in run.captures:
-        for name, count in (capture.manifest.get("upcast") or {}).items():
-            changed[name] = changed.get(name, 0) + int(count)
     # The program as the user named it: the run itself started from a copy of its folder.
-    return {"program": str(script or run.program.script), "changed": changed, "width": width}
+    return {
+        "name": width,
+        "program": str(script or run.program.script),
+        "changed": _changed([run]),
+        "width": width,
+    }
+
+
+def _changed(runs: list[Run]) -> dict[str, int]:
+    """What the floor runs changed in the program, counted over their processes."""
+    changed: dict[str, int] = {}
+    for run in runs:
+        for capture in run.captures:
+            for name, count in (capture.manifest.get("upcast") or {}).items():
+                changed[name] = changed.get(name, 0) + int(count)
+    return changed
+
+
+def _perturbation_wanted(comparison: Comparison) -> bool:
+    """A float32 run that the float64 floor did not settle: refused, failed, or diverging still."""
+    return (
+        comparison.precision.name == "fp32"
+        and comparison.verdict == DIVERGE
+        and _numeric_only(comparison)
+    )
+
+
+def _perturbation_floor(
+    programs: list[Program],
+    settings: Settings,
+    result: Result,
+    comparison: Comparison,
+    work: Path,
+    start: Callable[[str], None],
+    listings: dict[Path, Listing],
+) -> Comparison:
+    """The floor program twice more, with every module output moved by one ulp: the comparison
+    judged against it, or `comparison` as it was where the runs give no floor."""
+    why = (
+        "the float64 floor left items diverging"
+        if comparison.floor is not None
+        else "the float64 run could not serve as the floor"
+    )
+    start(
+        f"perturbation floor: the {settings.noise_floor} program {PERTURBED_RUNS} more times in "
+        f"float32, every module output moved by one ulp, because {why}"
+    )
+    source = _floor_source(programs, settings)
+    notes = comparison.notes
+    runs = [
+        _run_one(
+            dataclasses.replace(source, label=f"perturbed{k}"),
+            settings,
+            dataclasses.replace(settings.capture, perturb=k),
+            work,
+            listings,
+            notes,
+        )
+        for k in range(1, PERTURBED_RUNS + 1)
+    ]
+    result.perturbed_runs = runs
+    fallback = "the float64 floor" if comparison.floor is not None else "float32 tolerances"
+    failed = next((r for r in runs if not r.ok or not r.captures or r.capture_problem()), None)
+    if failed is not None:
+        what = failed.capture_problem() or f"failed (exit {failed.returncode})"
+        notes.append(
+            f"no perturbation floor: in its run {failed.program.label} {what}; {fallback} apply. "
+            f"Its last lines:\n{failed.log_tail(5)}"
+        )
+        return comparison
+    reference = result.runs[0 if settings.noise_floor == "original" else 1].captures
+    if not _changed(runs) or all(_bit_identical(r.captures, reference) for r in runs):
+        why = (
+            ""
+            if _changed(runs)
+            else " (they moved no module output: the program computes outside `nn.Module` calls)"
+        )
+        notes.append(
+            "no perturbation floor: the perturbed runs came out bit-identical to the "
+            f"{settings.noise_floor}{why}; {fallback} apply"
+        )
+        return comparison
+    original, migrated = result.runs
+    perturbed = [r.captures for r in runs]
+    judged = _compare(settings, original.captures, migrated.captures, perturbed=perturbed)
+    judged.notes[:0] = [n for n in notes if n not in judged.notes and not _floor_note(n)]
+    judged.floor = {
+        "name": noise_floor.PERTURBATION,
+        "program": str(source.script),
+        "changed": _changed(runs),
+        "width": "float32",
+        "runs": len(runs),
+    }
+    return judged
+
+
+def _floor_note(note: str) -> bool:
+    """compare_runs' own note on the float64 floor (a comparison against another floor has its own)."""
+    return note.startswith("what the float32 tolerances did not settle")
+
+
+def _bit_identical(run: list[Capture], reference: list[Capture]) -> bool:
+    if len(run) != len(reference):
+        return False
+    for a, b in zip(run, reference, strict=True):
+        if a.tensors.keys() != b.tensors.keys():
+            return False
+        if any(not torch.equal(a.tensors[k], b.tensors[k]) for k in a.tensors):
+            return False
+    return True
 
 
 # -- teacher forcing and localization ------------------------------------------------------------
@@ -307,16 +443,22 @@ def _rerun(
         why.append("generate() following the original's tokens")
     if step is not None:
         why.append(f"step {step} recorded module by module")
-    sides = list(programs)
-    if result.floor_run is not None and comparison.floor is not None:
-        sides.append(_floor_source(programs, settings))
-    start(f"rerun: {', '.join(p.label for p in sides)} again, with {' and '.join(why)}")
     options = dataclasses.replace(settings.capture, teacher=teacher, localize=step)
-    reruns = []
-    width = (comparison.floor or {}).get("width", "")
-    for program in sides:
-        upcast = width if program.label == "floor" else ""
-        reruns.append((program, dataclasses.replace(options, upcast=upcast)))
+    reruns = [(program, options) for program in programs]
+    floor = comparison.floor or {}
+    source = _floor_source(programs, settings)
+    if floor.get("name") == noise_floor.PERTURBATION:
+        reruns += [
+            (
+                dataclasses.replace(source, label=f"perturbed{k}"),
+                dataclasses.replace(options, perturb=k),
+            )
+            for k in range(1, int(floor["runs"]) + 1)
+        ]
+    elif floor and result.floor_run is not None:
+        reruns.append((source, dataclasses.replace(options, upcast=floor["width"])))
+    labels = ", ".join(p.label for p, _ in reruns)
+    start(f"rerun: {labels} again, with {' and '.join(why)}")
     notes = comparison.notes
     runs = [_run_one(p, settings, o, work_dir / "rerun", listings, notes) for p, o in reruns]
     result.reruns = runs
@@ -333,8 +475,21 @@ def _rerun(
         _replace_generation(comparison, by_label["original"], by_label["migrated"], floor_caps)
     if step is not None:
         floors = {c.rank: c for c in floor_caps or []}
+        perturbed = [
+            {c.rank: c for c in captures}
+            for label, captures in by_label.items()
+            if label.startswith("perturbed")
+        ]
         for o, m in zip(by_label["original"], by_label["migrated"], strict=False):
-            result.localizations.append(localize(o, m, floors.get(o.rank), comparison.precision))
+            yardsticks = floor_yardsticks(
+                o,
+                m,
+                comparison.precision,
+                floors.get(o.rank),
+                [run[o.rank] for run in perturbed if o.rank in run],
+                settings.noise_floor,
+            )
+            result.localizations.append(localize(o, m, yardsticks, comparison.precision))
 
 
 def _teacher(original: Run, comparison: Comparison) -> dict | None:

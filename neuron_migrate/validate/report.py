@@ -101,6 +101,8 @@ def short_rule(item: Item | dict[str, Any], precision: str) -> str:
         return "floor R"
     if "or float64 noise floor" in rule:
         return f"{precision.split(' ')[0]} tol|f64 R"
+    if "or perturbation noise floor" in rule:
+        return f"{precision.split(' ')[0]} tol|ptb R"
     if rule.startswith("teacher forcing: noise"):
         return "forced, floor"
     if rule.startswith("teacher forcing"):
@@ -113,7 +115,7 @@ def short_rule(item: Item | dict[str, Any], precision: str) -> str:
 
 
 def _all_runs(result) -> list[Run]:
-    return [*result.runs, *([result.floor_run] if result.floor_run else [])]
+    return [*result.runs, *([result.floor_run] if result.floor_run else []), *result.perturbed_runs]
 
 
 def format_table(result) -> str:
@@ -175,7 +177,8 @@ def format_table(result) -> str:
         diverged = sum(item.verdict == DIVERGE for item in comparison.items)
         matched = sum(item.verdict == MATCH for item in comparison.items)
         counts = f" ({matched} items match, {diverged} diverge)"
-    lines.append(f"result: {VERDICT_WORDS[result.verdict]}{counts}")
+    judged = f", judged by the {comparison.judged_by}" if comparison is not None else ""
+    lines.append(f"result: {VERDICT_WORDS[result.verdict]}{counts}{judged}")
     return "\n".join(lines)
 
 
@@ -256,6 +259,8 @@ def document(result) -> dict[str, Any]:
     }
     if result.floor_run is not None:
         out["floor_run"] = run_json(result.floor_run)
+    if result.perturbed_runs:
+        out["perturbed_runs"] = [run_json(run) for run in result.perturbed_runs]
     if result.reruns:
         out["reruns"] = [run_json(run) for run in result.reruns]
     comparison = result.comparison
@@ -276,6 +281,7 @@ def document(result) -> dict[str, Any]:
             if comparison.floor
             else None
         )
+        out["judged_by"] = comparison.judged_by
         out["items"] = [_item_json(item) for item in comparison.items]
         out["ranks"] = [r.as_dict() for r in comparison.ranks]
         first = comparison.first_diverging_rank
@@ -323,10 +329,13 @@ def loss_figure(doc: dict[str, Any]) -> bytes | None:
         tag = f" [rank {item['rank']}]" if item.get("rank") is not None else ""
         top.plot(series["original"], "o-", label=f"original{tag}")
         top.plot(series["migrated"], "x--", label=f"migrated{tag}")
+        for k, curve in enumerate(series.get("perturbed", []), 1):
+            top.plot(curve, ":", color="grey", label=f"perturbed {k}{tag}")
         if series.get("floor"):
-            floored = True
             width = (doc.get("noise_floor") or {}).get("width", "float32")
             top.plot(series["floor"], ":", color="grey", label=f"{width} floor{tag}")
+        if series.get("r_prefix"):
+            floored = True
             bottom.semilogy(
                 [max(v, 1e-6) for v in series["r_prefix"]], "s-", label=f"R up to step{tag}"
             )
@@ -451,7 +460,11 @@ def _sections(doc: dict[str, Any]) -> list[tuple[str, Any]]:
     """The report as (kind, content) blocks, for both renderings: text, table, list, image."""
     verdict = VERDICT_WORDS.get(doc.get("verdict", "error"), "ERROR")
     blocks: list[tuple[str, Any]] = [("title", f"validate: {verdict}")]
-    runs = [*doc.get("runs", []), *([doc["floor_run"]] if doc.get("floor_run") else [])]
+    runs = [
+        *doc.get("runs", []),
+        *([doc["floor_run"]] if doc.get("floor_run") else []),
+        *doc.get("perturbed_runs", []),
+    ]
     blocks.append(
         (
             "list",
@@ -472,7 +485,7 @@ def _sections(doc: dict[str, Any]) -> list[tuple[str, Any]]:
         blocks += [("heading", "Passes"), ("list", doc["passes"])]
     precision = doc.get("precision")
     if precision:
-        text = f"Precision: **{precision['name']}**."
+        text = f"Precision: **{precision['name']}**; judged by the {doc.get('judged_by', 'tolerances')}."
         floor = doc.get("noise_floor")
         if floor:
             text += " " + _floor_line(floor, "‖", "−", markdown=True)
@@ -636,17 +649,29 @@ def write(doc: dict[str, Any], path: Path) -> None:
 
 
 def _floor_line(floor: dict, bar: str, minus: str, markdown: bool = False) -> str:
-    """What measured the noise floor and how R is read: float32 under bf16, float64 under float32."""
+    """What measured the noise floor and how R is read: float32 under bf16, float64 under float32,
+    or perturbed float32 runs under float32."""
+    program = f"`{floor['program']}`" if markdown else floor["program"]
+    marks = f"≤ {noise_floor.RUN_THRESHOLD:g} (≤ {noise_floor.COMPONENT_THRESHOLD:g} per module)"
+    if floor.get("name") == noise_floor.PERTURBATION:
+        r = (
+            f"R = {bar}migrated {minus} original{bar} / {bar}perturbed {minus} original{bar}, "
+            "against the farther perturbed run"
+        )
+        return (
+            f"{'Perturbation' if markdown else 'perturbation'} floor: {program} {floor.get('runs', 2)} more "
+            f"times in float32, every module output moved by one ulp at every call; {r} passes "
+            f"at {marks} for what the float32 tolerances did not settle" + ("." if markdown else "")
+        )
     width = floor.get("width", "float32")
     ref = "fp32" if width == "float32" else "fp64"
     changed = ", ".join(sorted(floor["changed"])) or "nothing"
     what = f"{changed} turned off" if width == "float32" else f"{changed}"
-    program = f"`{floor['program']}`" if markdown else floor["program"]
     r = f"R = {bar}migrated {minus} {ref}{bar} / {bar}original {minus} {ref}{bar}"
     scope = "" if width == "float32" else " for what the float32 tolerances did not settle"
     return (
         f"{'Noise' if markdown else 'noise'} floor: {program} again in {width} ({what}); {r} passes at "
-        f"≤ {noise_floor.RUN_THRESHOLD:g} (≤ {noise_floor.COMPONENT_THRESHOLD:g} per module){scope}"
+        f"{marks}{scope}"
         + ("." if markdown else "")
     )
 

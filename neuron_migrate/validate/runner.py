@@ -42,6 +42,8 @@ class CaptureOptions:
     host_random: bool = True  # device and 16-bit random draws made on the host, on both sides
     # The noise-floor run: "float32" turns low precision off, "float64" widens a float32 program.
     upcast: str = ""
+    # The perturbation floor's runs: k > 0 moves every module output by one ulp, signs seeded by k.
+    perturb: int = 0
     localize: int | None = None  # record every module's output around this step
     teacher: dict[str, Any] | None = None  # {"file": capture tensors, "calls": {i: prompt length}}
 
@@ -182,6 +184,7 @@ def environment(program: Program, options: CaptureOptions, out: Path) -> dict[st
             "compile_stats": options.compile_stats,
             "host_random": options.host_random,
             "upcast": options.upcast,
+            "perturb": options.perturb,
             "localize": options.localize,
             "teacher": options.teacher,
         }

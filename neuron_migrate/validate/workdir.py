@@ -73,8 +73,10 @@ def copy_of(listing: Listing, destination: Path) -> None:
 def isolated(
     program: Program, listings: dict[Path, Listing], destination: Path
 ) -> tuple[Program, str | None]:
-    """`program` started in a fresh copy of its working folder at `destination`; the script runs
-    from the copy where it lies inside the folder (outputs placed beside `__file__` go there too).
+    """`program` started in a fresh copy of its working folder, under `destination`; the script
+    runs from the copy where it lies inside the folder (outputs placed beside `__file__` go there
+    too). The other entries of the folder above are linked beside the copy, so that what the
+    program finds through `..` (`sys.path.append('..')`, `../data`) it finds from the copy too.
     With no listing to copy, the program itself and the reason it shares its folder."""
     cwd = (program.cwd or Path.cwd()).resolve()
     found = listings.get(cwd)
@@ -83,15 +85,32 @@ def isolated(
         return program, f"the {program.label} run shares the working folder {cwd} ({why})"
     if destination.exists():
         shutil.rmtree(destination)
-    copy_of(found, destination)
+    home = destination / (cwd.name or "root")
+    copy_of(found, home)
+    _link_siblings(cwd, destination)
     script = program.script.absolute()
     inside = _relative(script.resolve(), cwd)
     if inside is not None and inside in found.files:
-        script = destination / inside
+        script = home / inside
     python = program.python
     if python.parent != Path() or python.exists():  # a path, not a name to find on PATH
         python = python.absolute()
-    return dataclasses.replace(program, script=script, python=python, cwd=destination), None
+    return dataclasses.replace(program, script=script, python=python, cwd=home), None
+
+
+def _link_siblings(cwd: Path, destination: Path) -> None:
+    """Links in `destination` to what lies beside `cwd`, less `cwd` itself and what holds
+    `destination` (validate's own work folder: a link to it would loop)."""
+    parent = cwd.parent
+    if parent == cwd:
+        return
+    inside = destination.resolve()
+    for entry in parent.iterdir():
+        if entry.name == cwd.name or _relative(inside, entry.resolve()) is not None:
+            continue
+        target = destination / entry.name
+        if not target.exists() and not target.is_symlink():
+            target.symlink_to(entry.resolve())
 
 
 def _relative(path: Path, root: Path) -> str | None:

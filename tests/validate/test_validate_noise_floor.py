@@ -229,10 +229,12 @@ def test_module_outputs_against_the_floor():
     original = {"fc": floor["fc"].to(torch.bfloat16).float()}
     migrated = {"fc": (floor["fc"] * (1 + 1e-3)).to(torch.bfloat16).float()}
     precision = PRECISIONS["bf16"]
-    found = localize(layers(original, {}), layers(migrated, {}), layers(floor, {}), precision)
+    o, f = layers(original, {}), layers(floor, {})
+    m = layers(migrated, {})
+    found = localize(o, m, [noise_floor.Yardstick("float32", f, o, m)], precision)
     assert found.finding == "none" and found.modules[0].ratio is not None
-    wrong = {"fc": (floor["fc"] * 1.02).to(torch.bfloat16).float()}
-    found = localize(layers(original, {}), layers(wrong, {}), layers(floor, {}), precision)
+    w = layers({"fc": (floor["fc"] * 1.02).to(torch.bfloat16).float()}, {})
+    found = localize(o, w, [noise_floor.Yardstick("float32", f, o, w)], precision)
     assert (
         found.finding == "forward"
         and found.modules[0].ratio.value > noise_floor.COMPONENT_THRESHOLD

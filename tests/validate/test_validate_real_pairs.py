@@ -123,10 +123,12 @@ def test_bf16_example_matches_on_the_noise_floor_rule(reference_python, migrated
     items = {item.key: item for item in comparison.items}
     assert comparison.verdict == MATCH, [(i.key, i.verdict, i.detail) for i in comparison.items]
     assert comparison.floor == {
+        "name": "float32",
         "program": str(EXAMPLES / example),
         "changed": {"XLA_USE_BF16": 1},
         "width": "float32",
     }
+    assert comparison.judged_by == "float32 floor"
     assert items["precision"].detail == (
         "original: params bfloat16 (XLA_USE_BF16=1); migrated: params bfloat16 "
         "(the same dtypes: XLA_USE_BF16=1 became explicit casts)"

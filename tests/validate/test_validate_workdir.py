@@ -25,11 +25,27 @@ def test_a_later_run_sees_the_folder_as_it_was_before_the_first(tmp_path):
     (folder / "data" / "cache.bin").write_text("also")
     program = Program("floor", folder / "train.py", Path("python"), cwd=folder)
     fresh, shared = isolated(program, {folder.resolve(): before}, tmp_path / "work" / "floor")
-    assert shared is None and fresh.cwd == tmp_path / "work" / "floor"
+    assert shared is None and fresh.cwd == tmp_path / "work" / "floor" / "job"
     assert fresh.script == fresh.cwd / "train.py"  # outputs beside __file__ land in the copy too
     assert (fresh.cwd / "data" / "x.txt").read_text() == "input"
     assert not (fresh.cwd / "out").exists() and not (fresh.cwd / "data" / "cache.bin").exists()
     assert fresh.python == Path("python")  # a name found on PATH stays a name
+
+
+def test_what_lies_beside_the_folder_is_found_through_dot_dot_from_the_copy(tmp_path):
+    # A script that runs in its own folder and imports from a sibling (`sys.path.append('..')`).
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "utils.py").write_text("X = 1")
+    folder = tmp_path / "resnet"
+    folder.mkdir()
+    (folder / "train.py").write_text("print()")
+    work = tmp_path / "work"
+    program = Program("floor", folder / "train.py", Path("python"), cwd=folder)
+    fresh, _ = isolated(program, {folder.resolve(): listing(folder, work)}, work / "floor")
+    assert fresh.cwd is not None
+    assert (fresh.cwd / ".." / "common" / "utils.py").read_text() == "X = 1"
+    assert not (fresh.cwd / ".." / "work").exists()  # validate's own folder: no loop
+    assert (folder / "train.py").resolve() != fresh.script.resolve()
 
 
 def test_validates_own_work_folder_is_not_copied_and_a_huge_folder_is_shared(tmp_path, monkeypatch):

@@ -15,7 +15,8 @@ sitecustomize next to it, it waits for `import torch` and then:
   the host (`neuron_migrate_capture_random`), so both stacks draw the same numbers; without it,
   counts the draws made on a device;
 * with `upcast`, runs the program in float32 (a bf16 run's noise floor) or float64 (a float32
-  run's) (`neuron_migrate_capture_precision`);
+  run's), and with `perturb`, with every module output moved by one ulp (a float32 run's floor
+  where float64 cannot serve) (`neuron_migrate_capture_precision`);
 * with `localize: S`, records every module's output and the gradients and updates around step S
   (`neuron_migrate_capture_layers`);
 * with `teacher`, makes each `generate()` call follow given sequences and keeps all its logits
@@ -231,8 +232,13 @@ class Recorder:
         self.layers: Any = None
         self.teacher: dict[int, Any] = {}  # generate() call -> the sequences it must follow
         self.generate_calls = 0
+        # How a noise-floor run changes the program (None: it runs as it is).
+        self.floor: Any = None
         upcast = {"float32": "Upcast", "float64": "Widen"}.get(config.get("upcast") or "")
-        self.upcast = getattr(_PARTS["precision"], upcast)() if upcast else None
+        if upcast:
+            self.floor = getattr(_PARTS["precision"], upcast)()
+        elif config.get("perturb"):
+            self.floor = _PARTS["precision"].Perturb(int(config["perturb"]))
 
     # -- installation ---------------------------------------------------------------------
 
@@ -241,7 +247,7 @@ class Recorder:
         self._register_exit()
         for step in (
             self._seed,
-            self._start_upcast,
+            self._start_floor,  # before _start_layers: the module outputs it records are moved
             self._route_random,  # before _patch_dropout, whose wrapper must stay outermost
             self._start_layers,
             self._load_teacher,
@@ -271,9 +277,9 @@ class Recorder:
             pass
         torch.manual_seed(seed)
 
-    def _start_upcast(self, torch) -> None:
-        if self.upcast is not None:
-            self.upcast.on_torch(torch)
+    def _start_floor(self, torch) -> None:
+        if self.floor is not None:
+            self.floor.on_torch(torch)
 
     def _route_random(self, torch) -> None:
         route = bool(self.config.get("host_random", True))
@@ -465,8 +471,9 @@ class Recorder:
         mixin.generate = generate
 
     def on_transformers_modeling(self, module) -> None:
-        if self.upcast is not None:
-            self.upcast.on_transformers_modeling(module)
+        loader = getattr(self.floor, "on_transformers_modeling", None)
+        if loader is not None:
+            loader(module)
 
     def _register_exit(self) -> None:
         atexit.register(self.write)
@@ -806,7 +813,7 @@ class Recorder:
                 for r in self.generate
             ],
             "host_random": self.host_random.summary() if self.host_random else None,
-            "upcast": self.upcast.summary() if self.upcast else None,
+            "upcast": self.floor.summary() if self.floor else None,  # what the floor run changed
             "layers": self.layers.manifest() if self.layers else None,
             "compile": compile_stats,
             "ran_on": {

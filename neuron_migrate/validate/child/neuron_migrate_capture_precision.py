@@ -1,5 +1,6 @@
 """The noise-floor runs: the same program with its low precision turned off, float32 throughout
-(`Upcast`), or a float32 program in float64 (`Widen`).
+(`Upcast`), a float32 program in float64 (`Widen`), or a program in its own precision with its
+rounding moved (`Perturb`).
 
 A bf16 run differs from its float32 twin by rounding alone; that difference is the noise floor
 against which `validate` judges the migrated program. This module turns a program's ways of
@@ -192,3 +193,48 @@ class Widen:
         if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
             return type(value)(self._wide(v) for v in value)
         return value
+
+
+class Perturb:
+    """A run of the perturbation floor: the program as it is, with the output of every leaf
+    module moved by one ulp, up or down at random, at every call.
+
+    That is the rounding a faithful migration may change (another backend's kernels sum in another
+    order), made afresh at every operation of every step as such kernels make it, so that what it
+    grows into over the run (BatchNorm over a small batch amplifies it) measures what rounding alone
+    can cost where a float64 run cannot. The gradient passes through unchanged. The signs come
+    from a generator of its own (`seed`): the program's random draws are those of the original."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.changed: Counter[str] = Counter()
+        self.torch: Any = None
+        self.generator: Any = None
+
+    def summary(self) -> dict[str, int]:
+        return dict(self.changed)
+
+    def on_torch(self, torch) -> None:
+        self.torch = torch
+        self.generator = torch.Generator().manual_seed(self.seed)
+        torch.nn.modules.module.register_module_forward_hook(self._on_forward)
+
+    def _on_forward(self, module, inputs, output):
+        if next(module.children(), None) is not None:
+            return None  # a container: its leaves moved what it returns
+        if isinstance(output, (list, tuple)) and type(output) in (list, tuple):
+            return type(output)(self._move(v) for v in output)
+        return self._move(output)
+
+    def _move(self, value):
+        torch = self.torch
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() or not value.numel():
+            return value
+        plain = value.detach()
+        up = torch.rand(plain.shape, generator=self.generator) < 0.5
+        infinity = torch.tensor(float("inf"), dtype=plain.dtype)
+        toward = torch.where(up, infinity, -infinity).to(plain.device)
+        moved = torch.nextafter(plain, toward)
+        self.changed["module outputs moved by 1 ulp"] += 1
+        # Adjacent floats differ by an exact amount: `value + step` is `moved`, and differentiable.
+        return value + (moved - plain) if value.requires_grad else moved
