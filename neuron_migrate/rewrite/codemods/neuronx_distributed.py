@@ -310,6 +310,8 @@ class NeuronxDistributed(Codemod):
         ),
         f"{NXD}.trainer": "use FSDP2 / DTensor on a `DeviceMesh`, or `transformers.Trainer` with `DistributedConfig`",
         f"{NXD}.lightning": "use Lightning's FSDP/DDP strategy on the `neuron` device (not verified on TorchNeuron)",
+        f"{NXD}.lightning.NeuronXLAStrategy": "use Lightning's `ModelParallelStrategy(tensor_parallel_size=...)`, sharding in `configure_model`",
+        f"{NXD}.lightning.NeuronXLAPrecisionPlugin": 'give the precision to the Trainer: `precision="bf16-mixed"` (or `"bf16-true"`)',
         f"{NXD}.utils.model_utils": 'for meta-device init use `torch.device("meta")` + `model.to_empty(device=...)`',
         **dict.fromkeys(
             (f"{NXD}.trace.parallel_model_save", f"{NXD}.parallel_model_save"),
