@@ -61,10 +61,6 @@ def normalise(text: str) -> str:
     return _SPACE_RE.sub(" ", text).strip()
 
 
-def _numbers(text: str) -> list[str]:
-    return _NUMBER_RE.findall(normalise(text))
-
-
 def numbers_close(saved: str, fresh: str, rtol: float, atol: float) -> bool:
     """Integers must be equal; anything else within atol + rtol*|saved| (nan equals nan)."""
     if _is_integer(saved) and _is_integer(fresh):
@@ -83,19 +79,23 @@ def _is_integer(number: str) -> bool:
 
 def first_text_difference(saved: str, fresh: str, rtol: float, atol: float) -> str | None:
     """None where the texts agree; else the first value that differs, saved then fresh."""
-    a, b = _NUMBER_RE.split(normalise(saved)), _NUMBER_RE.split(normalise(fresh))
-    # re.split with no group drops the numbers: take them from findall, in the same order
-    a_numbers, b_numbers = _numbers(saved), _numbers(fresh)
-    for index in range(max(len(a), len(b))):
-        words_a, words_b = _at(a, index), _at(b, index)
-        if words_a != words_b:
-            return _word_difference(words_a, words_b)
-        if index < max(len(a_numbers), len(b_numbers)):
-            na, nb = _at(a_numbers, index), _at(b_numbers, index)
-            if not na or not nb:
-                return f"{na or 'nothing'} saved, {nb or 'nothing'} now, after {_tail(words_a)!r}"
-            if not numbers_close(na, nb, rtol, atol):
-                return f"{na} saved, {nb} now, after {_tail(words_a)!r}"
+    a, b = normalise(saved), normalise(fresh)
+    words_a, words_b = _NUMBER_RE.split(a), _NUMBER_RE.split(b)
+    numbers_a, numbers_b = list(_NUMBER_RE.finditer(a)), list(_NUMBER_RE.finditer(b))
+    for index in range(max(len(words_a), len(words_b))):
+        if _at(words_a, index) != _at(words_b, index):
+            return _word_difference(_at(words_a, index), _at(words_b, index))
+        if index >= max(len(numbers_a), len(numbers_b)):
+            continue
+        na = numbers_a[index] if index < len(numbers_a) else None
+        nb = numbers_b[index] if index < len(numbers_b) else None
+        if na is not None and nb is not None and numbers_close(na[0], nb[0], rtol, atol):
+            continue
+        before = a[: na.start()] if na is not None else b[: nb.start()] if nb is not None else ""
+        return (
+            f"{na[0] if na else 'nothing'} saved, {nb[0] if nb else 'nothing'} now, "
+            f"after {_tail(before)!r}"
+        )
     return None
 
 
