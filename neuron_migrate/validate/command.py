@@ -291,8 +291,6 @@ def _error(message: str) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from neuron_migrate.validate.runner import CaptureOptions
-
     scripts, script_args = args.programs, getattr(args, "script_args", [])
     notebooks = [s for s in scripts if s.lower().endswith(".ipynb")]
     if notebooks and (len(notebooks) != 2 or len(scripts) != 2 or args.compile_stats):
@@ -304,6 +302,8 @@ def run_validate(args: argparse.Namespace) -> int:
         from neuron_migrate.validate import notebook_rerun
 
         return notebook_rerun.run_command(args)
+    from neuron_migrate.validate.runner import CaptureOptions
+
     if not args.compile_stats and len(scripts) != 2:
         return _error("give two programs: ORIGINAL MIGRATED [-- ARGS...]")
     if len(scripts) > 2:

@@ -316,6 +316,7 @@ def first_line(source: str, width: int = 40) -> str:
 def _kernel_manager_class(python: str | None) -> type:
     """An AsyncKernelManager whose `python3` kernel runs in `python` (default: this one), whatever
     kernel specs are installed (a user's `python3` spec may name another environment)."""
+    import zmq
     from ipykernel.kernelspec import get_kernel_dict, make_ipkernel_cmd
     from jupyter_client.kernelspec import KernelSpec
     from jupyter_client.manager import AsyncKernelManager
@@ -326,6 +327,13 @@ def _kernel_manager_class(python: str | None) -> type:
         spec = KernelSpec(argv=make_ipkernel_cmd(executable=python), language="python")
 
     class ThisPython(AsyncKernelManager):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            # Encrypted where both sides can (jupyter_client 8.7+, a spec that declares curve):
+            # the kernel warns on stderr about plain TCP otherwise.
+            if self.has_trait("transport_encryption") and zmq.has("curve"):
+                self.transport_encryption = "auto"
+
         @property
         def kernel_spec(self) -> KernelSpec:
             return spec
@@ -377,27 +385,37 @@ def rerun(
     done: dict[int, CellResult] = {}
     try:
         with client.setup_kernel():
-            positions = [i for i, cell in enumerate(migrated.cells) if cell.cell_type == "code"]
-            for number, (index, cell) in enumerate(zip(positions, fresh_cells, strict=True), 1):
-                try:
-                    client.execute_cell(cell, index)
-                except CellTimeoutError:
-                    raise NotebookError(
-                        f"{migrated_path}: code cell {number} ran past the timeout "
-                        f"({cell_timeout:g} s per cell, --timeout)"
-                    ) from None
-                except DeadKernelError:
-                    raise NotebookError(
-                        f"{migrated_path}: the kernel died in code cell {number}"
-                    ) from None
-                row = _row(number, cell, saved_cells, partner.get(number - 1), rtol, atol)
-                done[number - 1] = row
-                log(f"cell {number}/{len(fresh_cells)} {row.first_line}: {row.verdict}")
-    except (NotebookError, KeyboardInterrupt):
+            try:
+                positions = [i for i, c in enumerate(migrated.cells) if c.cell_type == "code"]
+                for number, (index, cell) in enumerate(zip(positions, fresh_cells, strict=True), 1):
+                    try:
+                        client.execute_cell(cell, index)
+                    except CellTimeoutError:
+                        raise NotebookError(
+                            f"{migrated_path}: code cell {number} ran past the timeout "
+                            f"({cell_timeout:g} s per cell, --timeout)"
+                        ) from None
+                    except DeadKernelError:
+                        raise NotebookError(
+                            f"{migrated_path}: the kernel died in code cell {number}"
+                        ) from None
+                    row = _row(number, cell, saved_cells, partner.get(number - 1), rtol, atol)
+                    done[number - 1] = row
+                    log(f"cell {number}/{len(fresh_cells)} {row.first_line}: {row.verdict}")
+            except BaseException:
+                # A kernel still busy with a cell answers a polite shutdown with tracebacks.
+                client.shutdown_kernel = "immediate"
+                raise
+    except NotebookError:
+        raise
+    except KeyboardInterrupt:
+        _kill_kernel(client)  # interrupted while it started: nbclient has not cleaned up yet
         raise
     except Exception as exc:  # the kernel did not start, or its client failed
+        hint = " (does that Python have ipykernel?)" if python else ""
         raise NotebookError(
-            f"{migrated_path}: the kernel ({python or sys.executable}) failed: {_one_line(exc)}"
+            f"{migrated_path}: the kernel ({python or sys.executable}) failed: "
+            f"{_one_line(exc)}{hint}"
         ) from None
     for i, j in pairs:
         if j is not None:
@@ -412,6 +430,14 @@ def rerun(
                 )
             )
     return result
+
+
+def _kill_kernel(client: Any) -> None:
+    from jupyter_core.utils import run_sync
+
+    km = client.km
+    if km is not None and km.has_kernel:
+        run_sync(km.shutdown_kernel)(now=True)
 
 
 def _row(
