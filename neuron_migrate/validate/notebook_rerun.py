@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 SAME, DIFFERS, NEW_ERROR, NO_SAVED_OUTPUT = "same", "differs", "new error", "no saved output"
+# Only where the code cells cannot pair one to one: a cell without a partner.
 ADDED, REMOVED = "added", "removed"
 
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-6
@@ -420,15 +421,10 @@ def rerun(
     for i, j in pairs:
         if j is not None:
             result.cells.append(done[j])
-        elif i is not None:
-            result.cells.append(
-                CellResult(
-                    i + 1,
-                    first_line(saved_cells[i].source),
-                    REMOVED,
-                    "not in the migrated notebook",
-                )
-            )
+        elif i is not None:  # outputs the migrated notebook no longer makes are a difference
+            verdict = DIFFERS if saved_cells[i].get("outputs") else REMOVED
+            line = first_line(saved_cells[i].source)
+            result.cells.append(CellResult(i + 1, line, verdict, "not in the migrated notebook"))
     return result
 
 

@@ -113,6 +113,18 @@ def test_a_faithful_migration_gives_the_same_outputs_in_every_cell(original, mig
     assert progress[0] == "validate: cell 1/5 import torch: same" and len(progress) == 5
 
 
+def test_cells_pair_by_source_where_the_migration_added_one(original, migrated_dir, capsys):
+    sources = migrated_sources()
+    sources.insert(2, "print('on', device)")
+    migrated = write(migrated_dir / "migrated.ipynb", sources)
+    code = main(["validate", str(original), str(migrated)])
+    out = capsys.readouterr().out
+    assert code == EXIT_MATCH, out
+    assert re.search(r"^\s*2 +print\('on', device\) +added +not in the original$", out, re.M)
+    assert "5 code cells in" in out and "6 in" in out and "cells paired by their sources" in out
+    assert "every code cell gives the outputs saved in the original (5 same)" in out
+
+
 def test_a_learning_rate_ten_times_larger_is_found_at_the_cell_it_changes(
     original, migrated_dir, capsys
 ):
