@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import base64
 import difflib
+import json
 import math
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -489,7 +490,6 @@ _SCRIPT_ONLY_OPTIONS = {
     "native_random": "--native-random",
     "localize": "--localize",
     "forward": "--forward",
-    "json": "--json",
     "plot": "--plot",
     "report": "--report",
     "compile_stats": "--compile-stats",
@@ -533,5 +533,22 @@ def run_command(args: Any) -> int:
         return error(str(exc))
     except KeyboardInterrupt:
         return error("interrupted; the kernel was shut down")
-    print(format_table(result))
+    if args.json != "-":
+        print(format_table(result))
+    if args.json:
+        from neuron_migrate.validate.command import _emit
+
+        _emit(json.dumps(as_json(result, original, migrated), indent=1), args.json)
     return result.exit_code
+
+
+def as_json(result: RerunResult, original: Path, migrated: Path) -> dict[str, Any]:
+    first = result.first_difference
+    return {
+        "original": str(original),
+        "migrated": str(migrated),
+        "exit_code": result.exit_code,
+        "cells": [asdict(cell) for cell in result.cells],
+        "notes": result.notes,
+        "first_difference": None if first is None else first.number,
+    }

@@ -4,6 +4,7 @@ judging one cell's outputs, and the command line's refusals."""
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import zlib
 from pathlib import Path
@@ -12,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from neuron_migrate.validate.command import EXIT_ERROR, main
+from neuron_migrate.validate.command import EXIT_DIVERGE, EXIT_ERROR, main
 from neuron_migrate.validate.notebook_rerun import (
     DIFFERS,
     NEW_ERROR,
@@ -189,3 +190,35 @@ def test_unreadable_or_unrun_notebooks_are_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == EXIT_ERROR, argv
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_table_and_json_of_a_run(tmp_path, capsys, monkeypatch):
+    from neuron_migrate.validate import notebook_rerun
+    from neuron_migrate.validate.notebook_rerun import CellResult, RerunResult
+
+    result = RerunResult(
+        [
+            CellResult(1, "import torch", SAME),
+            CellResult(2, "train(lr=0.5)", DIFFERS, "0.81 saved, 0.91 now, after 'loss '"),
+            CellResult(3, "1 / 0", NEW_ERROR, "ZeroDivisionError: division by zero"),
+        ]
+    )
+    monkeypatch.setattr(notebook_rerun, "rerun", lambda *args, **kwargs: result)
+    a = notebook(tmp_path / "a.ipynb", new_code_cell("1"))
+    assert main(["validate", str(a), str(a)]) == EXIT_DIVERGE
+    assert capsys.readouterr().out.splitlines() == [
+        "cell  source         verdict    first difference",
+        "   1  import torch   same",
+        "   2  train(lr=0.5)  differs    0.81 saved, 0.91 now, after 'loss '",
+        "   3  1 / 0          new error  ZeroDivisionError: division by zero",
+        "first cell that differs: 2 (train(lr=0.5)): differs",
+    ]
+    assert main(["validate", str(a), str(a), "--json"]) == EXIT_DIVERGE
+    document = json.loads(capsys.readouterr().out)
+    assert document["exit_code"] == EXIT_DIVERGE and document["first_difference"] == 2
+    assert document["cells"][2] == {
+        "number": 3,
+        "first_line": "1 / 0",
+        "verdict": "new error",
+        "detail": "ZeroDivisionError: division by zero",
+    }
