@@ -153,6 +153,19 @@ def test_a_cell_that_raises_in_the_migrated_notebook_is_a_new_error(original, mi
     assert "first cell that differs: 4 (model.weight.detach().to('xla')): new error" in out
 
 
+def test_a_cell_past_the_timeout_is_an_error_naming_it(original, migrated_dir, capsys):
+    sources = migrated_sources()
+    sources[2] += "\nimport time\ntime.sleep(120)"
+    migrated = write(migrated_dir / "migrated.ipynb", sources)
+    code = main(["validate", str(original), str(migrated), "--timeout", "3"])
+    captured = capsys.readouterr()
+    assert code == EXIT_ERROR and captured.out == ""
+    assert captured.err.strip().splitlines()[-1] == (
+        f"neuron-migrate validate: {migrated}: code cell 2 ran past the timeout "
+        "(3 s per cell, --timeout)"
+    )
+
+
 def test_ctrl_c_shuts_the_kernel_down_and_exits_2(original, migrated_dir):
     sources = migrated_sources()
     sources[0] += "\nimport os, time\nopen('kernel.pid', 'w').write(str(os.getpid()))"
