@@ -405,8 +405,10 @@ def rerun(
                     done[number - 1] = row
                     log(f"cell {number}/{len(fresh_cells)} {row.first_line}: {row.verdict}")
             except BaseException:
-                # A kernel still busy with a cell answers a polite shutdown with tracebacks.
+                # A kernel still busy with a cell answers a polite shutdown with tracebacks, and
+                # the cell's polling tasks would report the kernel's death when the loop next runs.
                 client.shutdown_kernel = "immediate"
+                _cancel_tasks()
                 raise
     except NotebookError:
         raise
@@ -429,9 +431,24 @@ def rerun(
     return result
 
 
+def _cancel_tasks() -> None:
+    """Cancels what an interrupted cell left on the event loop nbclient's sync calls run on."""
+    import asyncio
+
+    from jupyter_core.utils import ensure_event_loop
+
+    loop = ensure_event_loop()
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:  # let them end, their errors taken (else each is logged as never retrieved)
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
 def _kill_kernel(client: Any) -> None:
     from jupyter_core.utils import run_sync
 
+    _cancel_tasks()
     km = client.km
     if km is not None and km.has_kernel:
         run_sync(km.shutdown_kernel)(now=True)
