@@ -301,7 +301,7 @@ def _error(message: str) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     scripts, script_args = args.programs, getattr(args, "script_args", [])
     notebooks = [s for s in scripts if s.lower().endswith(".ipynb")]
-    if notebooks and (len(notebooks) != 2 or len(scripts) != 2 or args.compile_stats):
+    if notebooks and (len(notebooks) != 2 or len(scripts) != 2):
         return _error(
             "give two notebooks (ORIGINAL.ipynb MIGRATED.ipynb: the migrated one is re-run against "
             "the original's saved outputs) or two programs"

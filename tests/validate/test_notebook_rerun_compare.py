@@ -165,6 +165,7 @@ def notebook(path: Path, *cells: nbformat.NotebookNode) -> Path:
     [
         (["--nproc", "2"], "--nproc does not apply to notebooks"),
         (["--localize"], "--localize does not apply to notebooks"),
+        (["--compile-stats"], "--compile-stats does not apply to notebooks"),
         (["--", "--epochs", "1"], "arguments after `--` do not apply to notebooks"),
         (["--migrated-cwd", "/no/such/dir"], "/no/such/dir: no such directory"),
     ],
