@@ -1,11 +1,11 @@
-"""`validate ORIGINAL.ipynb MIGRATED.ipynb`: the migrated notebook re-run, against the original's saved outputs.
+"""`validate ORIGINAL.ipynb MIGRATED.ipynb`: the migrated notebook re-run against the original.
 
 The original is not executed: it needs the old stack (and often a Trainium host), and what its
 author saw when it ran is already in the file. The migrated notebook runs in a fresh kernel of
 this Python (nbclient), and each code cell's fresh outputs are compared with the outputs saved in
 the original's matching cell. Text is compared with its numbers parsed (floats within a tolerance,
 integers exactly) and the rest after normalising what differs between runs and stacks by design:
-whitespace, object addresses, device names, elapsed times. Images are compared by size.
+whitespace, object addresses, device names, clock and elapsed times. Images are compared by size.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ _ADDRESS_RE = re.compile(r"\bat 0x[0-9a-fA-F]+")
 _DEVICE_ARG_RE = re.compile(r",\s*device=(?:'[^']*'|\"[^\"]*\"|device\([^)]*\))")
 _DEVICE_OBJECT_RE = re.compile(r"device\(type=['\"][^'\"]*['\"](?:,\s*index=\d+)?\)")
 _DEVICE_NAME_RE = re.compile(r"\b(?:xla|neuron|cuda|mps|xpu|hpu|cpu|privateuseone)(?::\d+)?\b")
-# Elapsed times and rates (`%time`, "took 1.2 s") differ from run to run.
+# Clock times, elapsed times and rates (`%time`, "took 1.2 s") differ from run to run.
+_TIMESTAMP_RE = re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")
 _DURATION_RE = re.compile(
     rf"(?<![\w.]){_NUMBER}\s*(?:ns|us|µs|μs|ms|s|sec|secs|seconds?|min|minutes?|it/s|s/it)(?![\w/])"
 )
@@ -59,6 +60,7 @@ def normalise(text: str) -> str:
     text = _DEVICE_ARG_RE.sub("", text)
     text = _DEVICE_OBJECT_RE.sub("device(<device>)", text)
     text = _DEVICE_NAME_RE.sub("<device>", text)
+    text = _TIMESTAMP_RE.sub("<time>", text)
     text = _DURATION_RE.sub("<duration>", text)
     return _SPACE_RE.sub(" ", text).strip()
 

@@ -46,6 +46,7 @@ def test_device_names_addresses_durations_and_whitespace_are_normalised():
         "<object object at 0x7f00deadbeef>"
     )
     assert normalise("Wall time: 20.5 μs") == normalise("Wall time: 1.2 ms")
+    assert normalise("2026-12-07 13:00:01,123 saved") == normalise("2026-12-08T09:30:00 saved")
     assert normalise("a\n   b\tc ") == "a b c"
 
 
