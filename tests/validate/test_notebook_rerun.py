@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from neuron_migrate.validate.command import EXIT_DIVERGE, EXIT_ERROR, EXIT_MATCH, main
 
@@ -200,3 +200,64 @@ def test_ctrl_c_shuts_the_kernel_down_and_exits_2(original, migrated_dir):
     while psutil.pid_exists(kernel) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
+
+
+XLA_CELLS = [
+    "import torch\nimport torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n"
+    "print('device', device)",
+    "torch.manual_seed(0)\nmodel = torch.nn.Linear(4, 2)\nx, y = torch.randn(32, 4), torch.randn(32, 2)\n"
+    "model = model.to(device)\nx, y = x.to(device), y.to(device)\nlr = 0.05",
+    "optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+    "for step in range(5):\n"
+    "    loss = ((model(x) - y) ** 2).mean()\n"
+    "    optimizer.zero_grad()\n"
+    "    loss.backward()\n"
+    "    optimizer.step()\n"
+    "    xm.mark_step()\n"
+    "    print('step', step, 'loss', loss)",
+    "print(model.weight.detach())\nprint(model.bias.detach().cpu())",
+]
+
+
+def test_a_notebook_saved_from_torch_xla_and_migrated_by_rewrite(
+    reference_python, tmp_path, capsys
+):
+    """Saved outputs made by torch_xla 2.9 on the CPU (the cells run as one program in the reference
+    environment, which has no Jupyter kernel); the migration is the rewrite command's."""
+    from neuron_migrate.cli import main as cli
+
+    mark = "@@cell@@"
+    script = "\n".join(f"print({mark!r})\n{source}" for source in XLA_CELLS)
+    run = subprocess.run(
+        [str(reference_python), "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PJRT_DEVICE": "CPU"},
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    printed = run.stdout.split(mark + "\n")[1:]
+    assert "device='xla:0'" in printed[2]
+    cells = [
+        new_code_cell(
+            source, execution_count=n, outputs=[new_output("stream", text=text)] if text else []
+        )
+        for n, (source, text) in enumerate(zip(XLA_CELLS, printed, strict=True), 1)
+    ]
+    original = tmp_path / "xla.ipynb"
+    nbformat.write(new_notebook(cells=cells), original)
+    assert cli(["rewrite", "-q", "--output-dir", str(tmp_path / "out"), str(original)]) == 0
+    migrated = tmp_path / "out" / "xla.ipynb"
+    notebook = nbformat.read(migrated, as_version=4)
+    assert not any("torch_xla" in cell.source for cell in notebook.cells)
+    capsys.readouterr()
+
+    assert main(["validate", str(original), str(migrated)]) == EXIT_MATCH, capsys.readouterr().out
+    assert "(4 same)" in capsys.readouterr().out
+
+    notebook.cells[1].source = notebook.cells[1].source.replace("lr = 0.05", "lr = 0.5")
+    nbformat.write(notebook, migrated)
+    assert main(["validate", str(original), str(migrated)]) == EXIT_DIVERGE
+    out = capsys.readouterr().out
+    assert "first cell that differs: 3 (optimizer = torch.optim.SGD(" in out
+    assert "1.3010 saved" not in out  # step 0's loss comes before the first update: the same
