@@ -78,6 +78,13 @@ real one, rejects dynamic shapes (torch.compile's default backend is sent to it,
 and counts compiled graphs, recompiles with their reasons, and graph breaks; torch_xla programs
 report XLA's own compile count.
 
+Notebooks: `validate ORIGINAL.ipynb MIGRATED.ipynb` runs only the migrated notebook, in a fresh
+kernel of this Python (or --migrated-python) in its own folder (or --migrated-cwd), --timeout per
+cell, and compares each code cell's outputs with those saved in the original: numbers in the text
+within --rtol/--atol (default 1e-4 and 1e-6; integers exactly), the rest of the text after
+normalising whitespace, addresses, elapsed times and device names, images by size; stderr is not
+compared. Code cells pair by position (by source where the counts differ).
+
 Exit status: 0 everything compared matches; 1 something diverges; 2 a program failed, timed out or
 recorded nothing, the migrated program matched but ran on XLA, or the reference environment is
 missing.
@@ -147,7 +154,8 @@ def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
         "programs",
         nargs="+",
         metavar="PROGRAM",
-        help="ORIGINAL MIGRATED (with --compile-stats: one or two programs); arguments after `--` go to both",
+        help="ORIGINAL MIGRATED (with --compile-stats: one or two programs); arguments after `--` go to "
+        "both; two .ipynb: the migrated notebook re-run against the original's saved outputs",
     )
     parser.add_argument(
         "--original-python",
@@ -256,7 +264,7 @@ def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=600,
         metavar="SECONDS",
-        help="stop both programs after this long (default 600)",
+        help="stop both programs after this long; with notebooks, a cell that runs this long (default 600)",
     )
     parser.add_argument(
         "--work-dir",
@@ -297,9 +305,19 @@ def _error(message: str) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    scripts, script_args = args.programs, getattr(args, "script_args", [])
+    notebooks = [s for s in scripts if s.lower().endswith(".ipynb")]
+    if notebooks and (len(notebooks) != 2 or len(scripts) != 2):
+        return _error(
+            "give two notebooks (ORIGINAL.ipynb MIGRATED.ipynb: the migrated one is re-run against "
+            "the original's saved outputs) or two programs"
+        )
+    if notebooks:
+        from neuron_migrate.validate import notebook_rerun
+
+        return notebook_rerun.run_command(args)
     from neuron_migrate.validate.runner import CaptureOptions
 
-    scripts, script_args = args.programs, getattr(args, "script_args", [])
     if not args.compile_stats and len(scripts) != 2:
         return _error("give two programs: ORIGINAL MIGRATED [-- ARGS...]")
     if len(scripts) > 2:
