@@ -6,7 +6,14 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr, stmt
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    arg_value,
+    code_of,
+    dotted_name,
+    expr,
+    stmt,
+)
 from neuron_migrate.rewrite.codemods.timing import TimerFences, fence_only, fences_before_timer
 
 MARK_STEP = (
@@ -17,6 +24,8 @@ WAIT_DEVICE_OPS = ("torch_xla.core.xla_model.wait_device_ops",)
 FENCES = (*MARK_STEP, *WAIT_DEVICE_OPS)
 STEP_CLOSURE = ("torch_xla.core.xla_model.add_step_closure",)
 STEP_CONTEXT = ("torch_xla.step", "torch_xla.experimental.eager_mode_context")
+# Materialising lazy tensors: eager ones already are.
+UNLAZY = ("torch_xla.core.xla_model.unlazy",)
 EAGER_TOGGLES = (
     "torch_xla.experimental.eager_mode",
     "torch_xla.experimental.eager.eager_mode",
@@ -42,8 +51,9 @@ class XlaSync(Codemod):
     """Removes lazy-tensor step boundaries and turns step closures into plain calls.
 
     ## What it does
-    Deletes `xm.mark_step()` / `torch_xla.sync()` statements and eager-mode toggles
-    (`torch_xla.experimental.eager_mode(True)`); unwraps `with torch_xla.step():`; turns
+    Deletes `xm.mark_step()` / `torch_xla.sync()` statements, eager-mode toggles
+    (`torch_xla.experimental.eager_mode(True)`) and `xm.unlazy([loss])` of names (one that
+    computes its argument keeps it, with a TODO); unwraps `with torch_xla.step():`; turns
     `xm.add_step_closure(fn, args=(a, b))` into `fn(a, b)` (a closure `lambda: f(x)` into `f(x)`); `xm.wait_device_ops()` into
     `torch.accelerator.synchronize()`; `torch_xla.compile(fn)` into
     `torch.compile(fn, dynamic=False)`. A `mark_step()` right before a clock read
@@ -84,7 +94,7 @@ class XlaSync(Codemod):
     code = "NM002"
     name = "xla-step"
     summary = "`mark_step`/`sync` go, step closures become calls, `torch_xla.step()` unwraps"
-    triggers = (*MARK_STEP, *WAIT_DEVICE_OPS, *STEP_CLOSURE, *STEP_CONTEXT, *EAGER_TOGGLES, *COMPILE)
+    triggers = (*MARK_STEP, *WAIT_DEVICE_OPS, *STEP_CLOSURE, *STEP_CONTEXT, *EAGER_TOGGLES, *COMPILE, *UNLAZY)
     manual: ClassVar[dict[str, str]] = {
         "torch_xla.core.xla_model.mark_step": "`{name}` is used as a value (a callback?): eager execution needs no step boundary, remove it",
         "torch_xla.sync": "`{name}` is used as a value (a callback?): eager execution needs no step boundary, remove it",
@@ -132,8 +142,8 @@ class XlaSync(Codemod):
         if name in MARK_STEP:
             self.changed(f"removed `{code_of(call.func)}()`: eager execution has no step boundary")
             return self.ctx.remove(updated_node)
-        if name in EAGER_TOGGLES:
-            self.changed(f"removed `{code_of(call.func)}(...)`: native PyTorch is eager")
+        if name in EAGER_TOGGLES or (name in UNLAZY and all(_read_only(arg.value) for arg in call.args)):
+            self.changed(f"removed `{code_of(call.func)}(...)`: native PyTorch is eager, its tensors already computed")
             return self.ctx.remove(updated_node)
         if name in WAIT_DEVICE_OPS:
             return self._wait_device_ops(updated_node, bool(in_line))
@@ -250,3 +260,10 @@ class XlaSync(Codemod):
             leading_lines=[*updated_node.leading_lines, *footer, *first.leading_lines]
         )
         return cst.FlattenSentinel(statements)
+
+
+def _read_only(value: cst.BaseExpression) -> bool:
+    """A name, an attribute or a list of them: evaluating it does nothing (safe to drop)."""
+    if isinstance(value, cst.List | cst.Tuple):
+        return all(isinstance(e, cst.Element) and _read_only(e.value) for e in value.elements)
+    return dotted_name(value) is not None
