@@ -89,6 +89,8 @@ PARENT_ONLY_SEVERAL = {
 }
 
 
+MP_MODEL_WRAPPER = "torch_xla.distributed.xla_multiprocessing.MpModelWrapper"
+
 class XlaLaunch(Codemod):
     """Turns XLA process launchers into a torchrun-ready entry point.
 
@@ -107,7 +109,8 @@ class XlaLaunch(Codemod):
     The entry point creates the process group for every run, as torch_xla's launcher joined the
     processes for every run; a file whose own `init_process_group` runs only on some runs
     (`if args.ddp:`) keeps it, under `if not dist.is_initialized():`, for the runs that do not
-    come through the entry point. A spawn in the branch a script takes when torchrun did not
+    come through the entry point. `xmp.MpModelWrapper(model)`, which shared one copy of the
+    weights between forked processes, becomes `model`: each torchrun process builds its own. A spawn in the branch a script takes when torchrun did not
     launch it (`if os.environ.get("WORLD_SIZE"): ... else: xmp.spawn(...)`) becomes
     `raise SystemExit("launch with torchrun: ...")`: torchrun launches it now.
 
@@ -161,10 +164,10 @@ class XlaLaunch(Codemod):
     code = "NM005"
     name = "xla-launch"
     summary = "`xmp.spawn`/`torch_xla.launch` -> torchrun entry point; `xla` process group -> native"
-    triggers = (*SPAWN, *INIT_PROCESS_GROUP)
+    triggers = (*SPAWN, *INIT_PROCESS_GROUP, MP_MODEL_WRAPPER)
     markers = XLA_INIT_METHODS
     manual: ClassVar[dict[str, str]] = {
-        "torch_xla.distributed.xla_multiprocessing.MpModelWrapper": "shared the model across spawned processes; under torchrun each builds its own",
+        MP_MODEL_WRAPPER: "shared the model across spawned processes; under torchrun each builds its own",
         "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor": "use `dist.barrier()` around rank-ordered work instead",
         "torch_xla.distributed.xla_backend": "registers the `xla` process group, which native PyTorch does not need",
     }
@@ -474,6 +477,11 @@ class XlaLaunch(Codemod):
 
     # -- init_process_group("xla") -------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.qualify(updated_node.func) == MP_MODEL_WRAPPER and len(updated_node.args) == 1 and not updated_node.args[0].star:
+            # It shared one copy of the weights between the processes `xmp.spawn` forked; each
+            # torchrun process builds its own model, and `.to(device)` moved the model it held.
+            self.changed("`xmp.MpModelWrapper(model)` -> `model`: each torchrun process holds its own")
+            return updated_node.args[0].value
         if self.qualify(updated_node.func) not in INIT_PROCESS_GROUP:
             return updated_node
         backend = arg_value(updated_node, 0, "backend")
