@@ -630,8 +630,10 @@ class OptimumTraining(RenamingCodemod):
             if isinstance(n.func, cst.Attribute) and n.func.attr.value == "from_pretrained"
         ]
         if not loads or any(keyword(n, "distributed_config") is None for n in loads):
+            tp = next((a.value for a in lazy.args if a.keyword is not None and a.keyword.value == "tensor_parallel_size"), None)
+            size = code_of(tp) if tp is not None and len(code_of(tp)) <= 6 else "..."
             self.todo(
-                f"`{code_of(lazy)}` sharded this model: pass `distributed_config=DistributedConfig(tp_size=...)` to its `from_pretrained`"
+                f"`lazy_load_for_parallelism` sharded it: pass `distributed_config=DistributedConfig(tp_size={size})` to `from_pretrained`"
             )
 
     # -- names ------------------------------------------------------------------------------------
