@@ -1314,6 +1314,9 @@ class OptimumTraining(RenamingCodemod):
                 if not _unsharded(arg.value):
                     args.append(arg.with_changes(keyword=cst.Name("distributed_config")))
                 continue
+            if key in TRAINING_LOADER_IGNORED:  # what optimum-neuron ignored goes, whatever transformers 4 made of it
+                self.changed(f"dropped `{key}=`: {TRAINING_LOADER_IGNORED[key]}")
+                continue
             upgraded = _upgrade_entry(MODEL_LOADERS, key) or _upgrade_entry(ANY_LOADERS, key)
             if upgraded is not None:
                 kept = upgrade_argument(self, arg, upgraded, present)
@@ -1324,9 +1327,6 @@ class OptimumTraining(RenamingCodemod):
                 self.changed(
                     'dropped `attn_implementation="flash_attention_2"` (optimum-neuron\'s NKI kernel; transformers uses SDPA on Neuron)'
                 )
-                continue
-            if key in TRAINING_LOADER_IGNORED:
-                self.changed(f"dropped `{key}=`: {TRAINING_LOADER_IGNORED[key]}")
                 continue
             if key == "device_map" and literal(arg.value) in ("xla", "cpu"):
                 self.changed(f"dropped `device_map={code_of(arg.value)}`: the Trainer places the model")

@@ -133,7 +133,23 @@ def _dtype(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg 
     return arg.with_changes(keyword=cst.Name("dtype"))
 
 
+def _flash_attention(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
+    """`use_flash_attention_2=x` asked transformers 4 for `attn_implementation="flash_attention_2"`
+    where `x` was true, and for the default where it was not; transformers 5 takes only the latter."""
+    if "attn_implementation" in present:
+        codemod.changed("dropped `use_flash_attention_2=`: `attn_implementation=` is given, and transformers 5 knows only that")
+        return None
+    flag = literal(arg.value)
+    if flag is False:
+        codemod.changed("dropped `use_flash_attention_2=False`: it asks for what now happens anyway")
+        return None
+    value = '"flash_attention_2"' if flag is True else f'"flash_attention_2" if {code_of(arg.value)} else None'
+    codemod.changed(f"`use_flash_attention_2={code_of(arg.value)}` -> `attn_implementation={value}`")
+    return arg.with_changes(keyword=cst.Name("attn_implementation"), value=cst.parse_expression(value))
+
+
 SPECIAL: dict[str, Callable[[Codemod, cst.Arg, Collection[str]], cst.Arg | None]] = {
+    "flash_attention": _flash_attention,
     "ratio": _warmup_ratio,
     "environment": _logging_dir,
     "optimizer": _optimizer,

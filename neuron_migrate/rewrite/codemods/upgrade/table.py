@@ -142,6 +142,7 @@ MODEL_LOADER_KEYWORDS = (
         "use_flash_attention_2",
         values=((True, "attn_implementation", '"flash_attention_2"'), *_off(False)),
         why='pass `attn_implementation="flash_attention_2"` where it is true',
+        rule="flash_attention",
     ),
     Keyword("load_in_8bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_8bit=True)` (bitsandbytes needs CUDA)"),
     Keyword("load_in_4bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_4bit=True)` (bitsandbytes needs CUDA)"),
