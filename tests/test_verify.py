@@ -316,3 +316,19 @@ def test_a_parameter_forwarded_by_position_into_a_renamed_one_gets_a_todo(tmp_pa
     migrated, _ = _rewrite(tmp_path, source)
     todo = _todo_above(migrated, "        super().__init__(config, position_embedding_type)")
     assert "`position_embedding_type` goes to `BertSelfAttention`'s `is_causal` by position" in todo
+
+
+def test_a_keyword_handed_on_through_kwargs_must_fit_the_call_it_reaches(tmp_path: Path) -> None:
+    source = (
+        "import torch_xla.core.xla_model as xm\n"
+        "from transformers import TrainingArguments\n\n\n"
+        "def training_arguments(output_dir, steps=10, **kwargs):\n"
+        "    return TrainingArguments(output_dir, max_steps=steps, **kwargs)\n\n\n"
+        "device = xm.xla_device()\n"
+        'args = training_arguments("out", steps=5, tpu_num_cores=8)\n'
+        'fine = training_arguments("out", steps=5, seed=1)\n'
+    )
+    migrated, _ = _rewrite(tmp_path, source)
+    todo = _todo_above(migrated, 'args = training_arguments("out", steps=5, tpu_num_cores=8)')
+    assert "`training_arguments()` hands `tpu_num_cores` on to `TrainingArguments()`, which takes no such keyword" in todo
+    assert "TODO" not in migrated.split('fine = training_arguments("out", steps=5, seed=1)')[0].splitlines()[-1]

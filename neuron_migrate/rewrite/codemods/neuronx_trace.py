@@ -29,10 +29,6 @@ from neuron_migrate.rewrite.codemods.optimum.support import (
     mark_star_import,
     note_run_time_import,
     one_per_line,
-    with_args,
-)
-from neuron_migrate.rewrite.codemods.optimum.support import (
-    keyword as keyword_arg,
 )
 
 ROOTS = ("torch_neuronx",)
@@ -216,10 +212,9 @@ class NeuronxTrace(Codemod):
     kind this tool cannot tell gets a TODO instead of a guess. Calls of the traced model keep
     their positional tensors. `torch.jit.save(traced, path)` and `traced.save(path)` save
     `model.state_dict()` instead, and a `torch.jit.load` of that same file in the script becomes
-    `load_state_dict(torch.load(path))` + `torch.compile`. `from_pretrained(..., torchscript=True)`
-    loses the flag (transformers 5 removed it): outputs are then `ModelOutput`s, which `[0]` and
-    `["logits"]` read alike; a file that unpacks call results (`(logits,) = model(x)`) gets
-    `return_dict=False` instead, so they stay the tuples the traced graph returned.
+    `load_state_dict(torch.load(path))` + `torch.compile`. The
+    `torchscript=True` a model was loaded with for tracing goes with the other keywords transformers
+    5 removed (NM201).
     `m.forward = torch_neuronx.trace(m, ...)` compiles `m.forward` itself. A compiled module
     stored in an attribute of the module it compiles (`m.graph = torch_neuronx.trace(m, ...)`)
     gets a TODO: natively it would wrap, and so contain and call, itself.
@@ -541,8 +536,6 @@ class NeuronxTrace(Codemod):
         func = updated_node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "save" and updated_node.args:
             return self._save(updated_node, func.value, updated_node.args[0].value)
-        if isinstance(func, cst.Attribute) and func.attr.value == "from_pretrained":
-            return self._without_torchscript(updated_node)
         if (
             name in JIT_LOAD
             and self.ctx.facts.uses("torch_neuronx")
@@ -608,34 +601,6 @@ class NeuronxTrace(Codemod):
             and (ast_dotted_name(node.func) or "").endswith("jit.load")
             and node.args
             and ast.unparse(node.args[0]) == ast.unparse(ast.parse(written, mode="eval").body)
-            for node in all_nodes(self._tree)
-        )
-
-    def _without_torchscript(self, call: cst.Call) -> cst.Call:
-        """`from_pretrained(..., torchscript=True)` loses the flag, which transformers 5 removed.
-        Where the file unpacks what a call returns (`(logits,) = model(*inputs)`), the outputs stay
-        the tuples the traced graph returned (`return_dict=False`); elsewhere they become
-        `ModelOutput`s, which `[0]` and `["logits"]` read alike, and which some models (ViT) need
-        inside their own `forward`."""
-        flag = keyword_arg(call, "torchscript")
-        if flag is None:
-            return call
-        args = [a for a in call.args if a is not flag]
-        if literal(flag.value) is not False and keyword_arg(call, "return_dict") is None and self._unpacks_calls():
-            args.append(flag.with_changes(keyword=cst.Name("return_dict"), value=cst.Name("False")))
-            self.changed(
-                "`torchscript=True` -> `return_dict=False` (transformers 5 removed `torchscript`; the file unpacks outputs as the tuples the traced graph returned)"
-            )
-        else:
-            self.changed("dropped `torchscript=`: transformers 5 removed it (outputs are `ModelOutput`s, read by `[0]` and `[\"logits\"]` alike)")
-        return with_args(call, args)
-
-    def _unpacks_calls(self) -> bool:
-        """Does the file unpack what a call returns (`a, b = f(x)`, `(logits,) = model(x)`)?"""
-        return self._tree is not None and any(
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and any(isinstance(target, ast.Tuple | ast.List) for target in node.targets)
             for node in all_nodes(self._tree)
         )
 

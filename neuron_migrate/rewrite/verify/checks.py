@@ -74,9 +74,11 @@ def check(tree: ast.Module, source: str, target: TargetEnvironment, local: froze
         if not guarded:
             _check_import(statement, target, verdict, statements)
     inherited = _inherited_constructors(tree, table)
+    forwarders = _forwarders(tree, table)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             _check_call(node, table, target, verdict, statements, inherited)
+            _check_forwarded(node, table, target, verdict, statements, forwarders)
         elif isinstance(node, ast.ClassDef):
             _check_subclass(node, table, target, verdict, statements)
     if target.broken is not None:
@@ -173,6 +175,62 @@ def _check_call(
         return
     for why, subject in _mismatches(call, answer.parameters):
         verdict.problems.append(Problem(line, f"{shown}: {why} in {_where(answer, qualified)}", subject))
+
+
+def _forwarders(tree: ast.Module, table: ScopeTable) -> dict[str, tuple[frozenset[str], tuple[str, ...]]]:
+    """Module-level functions and classes whose `**kwargs` go, untouched, only to calls the file's
+    imports name (`def load(name, **kw): return AutoModel.from_pretrained(name, **kw)`): what
+    each names itself, and the calls a keyword it does not name reaches."""
+    found: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+    for statement in tree.body:
+        function: ast.stmt | None = statement
+        if isinstance(statement, ast.ClassDef):
+            function = next((n for n in statement.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        if not isinstance(function, ast.FunctionDef) or function.args.kwarg is None:
+            continue
+        kwargs = function.args.kwarg.arg
+        reads = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == kwargs]
+        spreads = [
+            n
+            for n in ast.walk(function)
+            if isinstance(n, ast.Call) and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kwargs for k in n.keywords)
+        ]
+        callees = [table.innermost(c.lineno, c.col_offset).resolve_dotted(ast_dotted_name(c.func) or "") for c in spreads]
+        if spreads and len(reads) == len(spreads) and all(callees):
+            args = function.args
+            own = frozenset(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+            found[statement.name] = (own, tuple(c for c in callees if c))  # type: ignore[attr-defined]
+    return found
+
+
+def _check_forwarded(
+    call: ast.Call,
+    table: ScopeTable,
+    target: TargetEnvironment,
+    verdict: Verdict,
+    statements: dict[int, int],
+    forwarders: dict[str, tuple[frozenset[str], tuple[str, ...]]],
+) -> None:
+    """A keyword given to a function of the file that hands it on (`load(name, torchscript=True)`)
+    must be one the library call it reaches takes."""
+    if not (isinstance(call.func, ast.Name) and call.func.id in forwarders):
+        return
+    if table.innermost(call.lineno, call.col_offset).lookup(call.func.id) is not table.module:
+        return  # another binding of the name where the call stands
+    own, callees = forwarders[call.func.id]
+    for callee in callees:
+        answer = _ask(callee, target, verdict)
+        if answer is None or answer.parameters is None:
+            continue
+        kinds = {name: kind for name, kind, _ in answer.parameters}
+        if inspect.Parameter.VAR_KEYWORD in kinds.values():
+            continue
+        for keyword in call.keywords:
+            if keyword.arg is not None and keyword.arg not in own and kinds.get(keyword.arg, inspect.Parameter.POSITIONAL_ONLY) == inspect.Parameter.POSITIONAL_ONLY:
+                line = statements.get(call.lineno, call.lineno)
+                shown = callee.rsplit(".", 1)[-1]
+                message = f"`{call.func.id}()` hands `{keyword.arg}` on to `{shown}()`, which takes no such keyword in {_where(answer, callee)}"
+                verdict.problems.append(Problem(line, message, keyword.arg))
 
 
 def _check_subclass(cls: ast.ClassDef, table: ScopeTable, target: TargetEnvironment, verdict: Verdict, statements: dict[int, int]) -> None:

@@ -596,10 +596,12 @@ class OptimumTraining(RenamingCodemod):
         if not lazy:
             return self._compound(updated_node)
         kept = [item for item in updated_node.items if item not in lazy]
-        self.changed(
-            "`with lazy_load_for_parallelism(...)` removed: transformers loads weights as it shards them"
-        )
-        self._check_lazy_loads(lazy[0].item, updated_node.body)
+        sharded = self._shard_lazy_loads(lazy[0].item, updated_node.body)
+        if sharded is not None:
+            updated_node = updated_node.with_changes(body=sharded)
+            self.changed("`with lazy_load_for_parallelism(...)` removed: transformers loads weights as it shards them")
+        else:
+            self.changed("`with lazy_load_for_parallelism(...)` removed: the loads under it shard nothing yet (see the TODO)")
         if kept:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return self._compound(updated_node.with_changes(items=kept))
@@ -613,9 +615,11 @@ class OptimumTraining(RenamingCodemod):
         )
         return cst.FlattenSentinel(statements)
 
-    def _check_lazy_loads(self, lazy: cst.BaseExpression, body: cst.BaseSuite) -> None:
+    def _shard_lazy_loads(self, lazy: cst.BaseExpression, body: cst.BaseSuite) -> cst.BaseSuite | None:
         """A model loaded under `lazy_load_for_parallelism(tensor_parallel_size=n)` was sharded
-        over n cores: its `from_pretrained` must now get the sizes itself."""
+        over n cores: its `from_pretrained` must now get the sizes itself. `body` with the parsed
+        flags' `DistributedConfig` given to its loads where the sizes are those flags; None where
+        they shard nothing (a TODO says what to pass)."""
         assert isinstance(lazy, cst.Call)
         sizes = {
             a.keyword.value: literal(a.value)
@@ -623,7 +627,7 @@ class OptimumTraining(RenamingCodemod):
             if a.keyword is not None and a.keyword.value in PARALLEL_FIELDS
         }
         if all(is_default_size(k, v) for k, v in sizes.items()):
-            return
+            return body
         loads = [
             n
             for n in _direct_calls(body)
@@ -631,10 +635,19 @@ class OptimumTraining(RenamingCodemod):
         ]
         if not loads or any(keyword(n, "distributed_config") is None for n in loads):
             tp = next((a.value for a in lazy.args if a.keyword is not None and a.keyword.value == "tensor_parallel_size"), None)
+            parallel_var = next((p.parallel_var for p in self.facts.parsed.values() if p.parallel_var), None)
+            if loads and parallel_var is not None and isinstance(tp, cst.Attribute) and tp.attr.value in PARALLEL_FIELDS:
+                config = cst.parse_expression(f"{parallel_var}.to_distributed_config()")  # the parsed flags
+                for load in loads:
+                    if keyword(load, "distributed_config") is None:
+                        body = body.deep_replace(load, with_args(load, [*load.args, make_arg("distributed_config", config)]))  # type: ignore[arg-type]
+                self.changed(f"`from_pretrained` under `lazy_load_for_parallelism` -> `distributed_config={parallel_var}.to_distributed_config()`")
+                self._torchrun_note()
+                return body
             size = code_of(tp) if tp is not None and len(code_of(tp)) <= 6 else "..."
-            self.todo(
-                f"`lazy_load_for_parallelism` sharded it: pass `distributed_config=DistributedConfig(tp_size={size})` to `from_pretrained`"
-            )
+            self.todo(f"`lazy_load_for_parallelism` sharded it: pass `distributed_config=DistributedConfig(tp_size={size})` to `from_pretrained`")
+            return None
+        return body
 
     # -- names ------------------------------------------------------------------------------------
     def leave_Attribute(

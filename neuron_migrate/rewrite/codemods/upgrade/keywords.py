@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import libcst as cst
+import libcst.matchers as m
 
 from neuron_migrate.rewrite.codemods.base import Codemod, code_of, dotted_name, stmt
 from neuron_migrate.rewrite.codemods.optimum.support import literal, with_args
@@ -148,7 +152,37 @@ def _flash_attention(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -
     return arg.with_changes(keyword=cst.Name("attn_implementation"), value=cst.parse_expression(value))
 
 
+def _torchscript(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
+    """`torchscript=True` made transformers 4 models return tuples. Where the file unpacks what a
+    call returns (`(logits,) = model(*inputs)`), outputs stay tuples (`return_dict=False`);
+    elsewhere they become `ModelOutput`s, which `[0]` and `["logits"]` read alike, and which some
+    models (ViT) need inside their own `forward`."""
+    if literal(arg.value) is not False and "return_dict" not in present and _unpacks_calls(codemod.ctx.source):
+        codemod.changed(
+            "`torchscript=True` -> `return_dict=False` (transformers 5 removed `torchscript`; the file unpacks outputs as tuples)"
+        )
+        return arg.with_changes(keyword=cst.Name("return_dict"), value=cst.Name("False"))
+    codemod.changed("dropped `torchscript=`: transformers 5 removed it (outputs are `ModelOutput`s, read by `[0]` and `[\"logits\"]` alike)")
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _unpacks_calls(source: str) -> bool:
+    """Does `source` unpack what a call returns (`a, b = f(x)`, `(logits,) = model(x)`)?"""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return any(
+        isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and any(isinstance(target, ast.Tuple | ast.List) for target in node.targets)
+        for node in ast.walk(tree)
+    )
+
+
 SPECIAL: dict[str, Callable[[Codemod, cst.Arg, Collection[str]], cst.Arg | None]] = {
+    "torchscript": _torchscript,
     "flash_attention": _flash_attention,
     "ratio": _warmup_ratio,
     "environment": _logging_dir,
@@ -157,9 +191,9 @@ SPECIAL: dict[str, Callable[[Codemod, cst.Arg, Collection[str]], cst.Arg | None]
 }
 
 
-def upgrade_call(codemod: Codemod, call: cst.Call, table_owners: tuple[str, ...]) -> cst.Call:
-    """`call` with every keyword of the table's `table_owners` upgraded."""
-    entries = {k.old: k for owner in table_owners for k in KEYWORDS.get(owner, ())}
+def upgrade_call(codemod: Codemod, call: cst.Call, table_owners: tuple[str, ...], own: Collection[str] = ()) -> cst.Call:
+    """`call` with every keyword of the table's `table_owners` upgraded, except those named in `own`."""
+    entries = {k.old: k for owner in table_owners for k in KEYWORDS.get(owner, ()) if k.old not in own}
     present = {a.keyword.value for a in call.args if a.keyword is not None}
     if not entries.keys() & present:
         return call
@@ -213,8 +247,55 @@ class UpgradeKeywords(Codemod):
     runs_alone = True
     manual: ClassVar[dict[str, str]] = {}
 
+    def visit_Module(self, node: cst.Module) -> None:
+        self._forwarders = forwarders(self, node)
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> Any:
-        if dotted_name(updated_node.func) is None and not isinstance(updated_node.func, cst.Attribute):
+        func = updated_node.func
+        if isinstance(func, cst.Name) and func.value in self._forwarders:
+            key = self.ctx.binding_key(func.value)
+            if key is not None and key[0] is self.ctx._table.module:
+                forwarder = self._forwarders[func.value]
+                return upgrade_call(self, updated_node, forwarder.owners, forwarder.own)
+        if dotted_name(func) is None and not isinstance(func, cst.Attribute):
             return updated_node
         table_owners = owners(self, original_node)
         return upgrade_call(self, updated_node, table_owners) if table_owners else updated_node
+
+
+@dataclass(frozen=True)
+class Forwarder:
+    """A function or class of the file that hands its `**kwargs` on to library calls."""
+
+    own: frozenset[str]  # the parameters it names: keywords it keeps
+    owners: tuple[str, ...]  # the table owners of the calls the rest reach
+
+
+def forwarders(codemod: Codemod, module: cst.Module) -> dict[str, Forwarder]:
+    """The module-level functions and classes whose `**kwargs` go, untouched, only to calls the
+    table knows (`def __init__(self, name, **kw): self.m = AutoModel.from_pretrained(name, **kw)`):
+    a keyword given to them (`Encoder(name, torchscript=True)`) is a keyword of those calls."""
+    found: dict[str, Forwarder] = {}
+    for statement in module.body:
+        function = statement
+        if isinstance(statement, cst.ClassDef):
+            function = next(
+                (s for s in statement.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), statement
+            )
+        if not isinstance(function, cst.FunctionDef) or not isinstance(function.params.star_kwarg, cst.Param):
+            continue
+        kwargs = function.params.star_kwarg.name.value
+        spreads = [
+            call
+            for call in m.findall(function.body, m.Call())
+            if isinstance(call, cst.Call) and any(a.star == "**" and m.matches(a.value, m.Name(kwargs)) for a in call.args)
+        ]
+        if not spreads or len(m.findall(function.body, m.Name(kwargs))) != len(spreads):
+            continue  # read or changed on the way (`kw.pop("x")`): what reaches the calls is unknown
+        reached = [owners(codemod, call) for call in spreads]
+        if not all(reached):
+            continue
+        params = function.params
+        own = frozenset(p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params))
+        found[statement.name.value] = Forwarder(own, tuple(dict.fromkeys(o for group in reached for o in group)))  # type: ignore[union-attr]
+    return found

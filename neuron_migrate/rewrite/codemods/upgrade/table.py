@@ -144,6 +144,12 @@ MODEL_LOADER_KEYWORDS = (
         why='pass `attn_implementation="flash_attention_2"` where it is true',
         rule="flash_attention",
     ),
+    Keyword(
+        "torchscript",
+        values=_off(False),
+        why="pass `return_dict=False` where outputs are unpacked as tuples",
+        rule="torchscript",
+    ),
     Keyword("load_in_8bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_8bit=True)` (bitsandbytes needs CUDA)"),
     Keyword("load_in_4bit", values=_off(False), why="pass `quantization_config=BitsAndBytesConfig(load_in_4bit=True)` (bitsandbytes needs CUDA)"),
 )
