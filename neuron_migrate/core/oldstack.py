@@ -8,6 +8,7 @@ import re
 # Import roots of the old stack: their imports go once unused, and any use left behind gets a TODO.
 PACKAGES: tuple[str, ...] = (
     "torch_xla",
+    "torch_xla_py",  # torch_xla's name before 1.0 (`torch_xla_py.xla_model`)
     "torch_neuronx",
     "torch_neuron",  # Inf1: Inferentia 1, which TorchNeuron does not run on
     "libneuronxla",

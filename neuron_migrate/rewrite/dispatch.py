@@ -382,7 +382,8 @@ class Dispatcher(Transformer):
         # of replacements, and the edits made when each of those nodes began.
         self._replaced = 0
         self._began: list[tuple[int, ...]] = []
-        self._said: dict[int, set[tuple[str, str]]] = {}  # by scope: the TODOs written there
+        # By scope: the last statement given TODOs, and those TODOs (a run of statements carries one).
+        self._said: dict[int, tuple[int, set[tuple[str, str]]]] = {}
 
     # -- traversal ------------------------------------------------------------------------------
     def rewrite(self, module: cst.Module) -> cst.Module:
@@ -527,10 +528,13 @@ class Dispatcher(Transformer):
         if frame.late_imports:
             self._add_late_imports(frame, [n for n in nodes if id(n) not in self.ctx.removed])
         if frame.todos:
-            # One TODO per cause in a function (or at module level): the first says it for all.
-            said = self._said.setdefault(id(self.ctx.scope), set())
-            frame.todos = [todo for todo in frame.todos if todo not in said]
-            said.update(frame.todos)
+            # Statements that follow one another with the same cause (three metric reports in a
+            # row) carry one TODO, above the first; the same cause anywhere else gets its own.
+            last, said = self._said.get(id(self.ctx.scope), (-2, set()))
+            todos = frame.todos
+            if frame.statement == last + 1:
+                frame.todos = [todo for todo in todos if todo not in said]
+            self._said[id(self.ctx.scope)] = (frame.statement, set(todos))
         if not (frame.todos or frame.comments or frame.before or frame.after):
             return result
         removed = bool(nodes) and all(id(n) in self.ctx.removed for n in nodes)

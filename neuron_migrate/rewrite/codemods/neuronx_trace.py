@@ -450,10 +450,10 @@ class NeuronxTrace(Codemod):
             and self._place(value.value) in self._traced
         ):
             self._check_not_inside(target, self._traced[self._place(value.value)], value.value)
-        if target is not None and self.called(value, *JIT_LOAD):
+        if self.called(value, *JIT_LOAD):
             assert isinstance(value, cst.Call)
             path = arg_value(value, 0, "f")
-            saved = self._saved.get(code_of(path.value)) if path is not None else None
+            saved = self._saved.get(code_of(path.value)) if path is not None and target is not None else None
             source = saved[0] if saved is not None and self._place(saved[0]) == saved[1] else None
             if source is not None and path is not None:
                 torch = self.ctx.torch()
@@ -584,11 +584,11 @@ class NeuronxTrace(Codemod):
         self.changed(
             "saving the traced model -> `torch.save(model.state_dict(), path)` (a compiled model is not a file)"
         )
-        if not self._loaded_here(path):
-            # Whoever reads the file elsewhere reads a TorchScript module no more.
-            self.todo(
-                f"`{_short(path)}` now holds weights, not TorchScript: its loader builds the model, then `load_state_dict(torch.load(...))`"
-            )
+        # Whoever reads the file, here or elsewhere (a serving script), reads a TorchScript module no more.
+        elsewhere = "readers elsewhere build" if self._loaded_here(path) else "its loader builds"
+        self.todo(
+            f"`{_short(path)}` now holds weights, not TorchScript: {elsewhere} the model, then `load_state_dict(torch.load(...))`"
+        )
         return cst.parse_expression(
             f"{self.ctx.torch()}.save({source}.state_dict(), {code_of(path)})"
         )
@@ -659,7 +659,8 @@ class NeuronxTrace(Codemod):
         # Not in a file that trains, where the same model may be trained too.
         frozen = "" if _TRAINS.search(self.ctx.source) else ".requires_grad_(False)"
         source = owner or code_of(model.value)
-        if read_after is not None and owner is None:
+        copied = read_after is not None and owner is None
+        if copied:
             # The code reads `read_after` again: compile a copy, as the trace was, so that the
             # module (and whatever shares its submodules) stays where it is, with its own weights.
             source = f"{self.ctx.need_import('copy')}.deepcopy({source})"
@@ -691,7 +692,7 @@ class NeuronxTrace(Codemod):
         # `m = trace(m, ...)`: `m` is the compiled wrapper from here on; the module it compiled
         # (whose weights are saved and loaded) is `m._orig_mod`.
         self._traced[self._place(target)] = owner or (f"{module}._orig_mod" if module == target else module)
-        if module is not None:
+        if module is not None and not copied:  # a copy went to the device, the module stayed
             self._traced_in[module] = tuple(self._blocks)
         self._traced_anywhere.add(self._variable(target))
         if inside:

@@ -13,11 +13,13 @@ PARALLEL_LOADER = ("torch_xla.distributed.parallel_loader.ParallelLoader",)
 
 DEVICE_LOADER = '''\
 class {name}:
-    """Iterates `loader` and moves each batch to `device`, as `MpDeviceLoader` did."""
+    """Iterates `loader` and moves each batch to `device`, as `MpDeviceLoader` did; `next()`
+    draws from one pass, as from `ParallelLoader`'s `per_device_loader()`."""
 
     def __init__(self, loader, device):
         self.loader = loader
         self.device = device
+        self._batches = None
 
     def __len__(self):
         return len(self.loader)
@@ -25,6 +27,11 @@ class {name}:
     def __iter__(self):
         for batch in self.loader:
             yield self._move(batch)
+
+    def __next__(self):
+        if self._batches is None:
+            self._batches = iter(self.loader)
+        return self._move(next(self._batches))
 
     def _move(self, batch):
         if isinstance(batch, {torch}.Tensor):
@@ -45,9 +52,9 @@ class XlaData(Codemod):
     ## What it does
     `pl.MpDeviceLoader(loader, device)` and
     `pl.ParallelLoader(loader, [device]).per_device_loader(device)` become
-    `DeviceLoader(loader, device)`, a ten-line class added to the file that yields each batch
+    `DeviceLoader(loader, device)`, a short class added to the file that yields each batch
     (tensors, tuples, lists, dicts, named tuples) moved with `.to(device, non_blocking=True)`.
-    It keeps `len()` working, as the XLA loaders did.
+    It keeps `len()` and `next()` working, as the XLA loaders did.
 
     ## Why
     The XLA loaders overlap host-to-device copies with the lazy graph; native PyTorch moves

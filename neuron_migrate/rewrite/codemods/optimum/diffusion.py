@@ -14,6 +14,7 @@ from neuron_migrate.rewrite.codemods.optimum.fields import CAST_DTYPES
 from neuron_migrate.rewrite.codemods.optimum.support import (
     OPTIMUM,
     RenamingCodemod,
+    compiled_artifacts_todo,
     dict_entries,
     dict_literals,
     keyword,
@@ -232,10 +233,9 @@ class OptimumDiffusion(RenamingCodemod):
 
     def _load(self, call: cst.Call, pipeline: str) -> cst.BaseExpression:
         kept, options = self._export_options(call)
-        if "export" not in options:
-            self.todo(
-                "this loads Neuron-compiled artifacts: point it at the original diffusers checkpoint"
-            )
+        compiled = compiled_artifacts_todo(options, "diffusers")
+        if compiled is not None:
+            self.todo(compiled)
         for key, value in options.items():
             if key == "tensor_parallel_size" and literal(value) != 1:
                 self.todo(

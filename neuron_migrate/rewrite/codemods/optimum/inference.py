@@ -36,6 +36,7 @@ from neuron_migrate.rewrite.codemods.optimum.generated_tokens import (
 from neuron_migrate.rewrite.codemods.optimum.support import (
     OPTIMUM,
     RenamingCodemod,
+    compiled_artifacts_todo,
     dict_entries,
     dict_literals,
     keyword,
@@ -825,10 +826,9 @@ class OptimumInference(RenamingCodemod):
                 "export options in a `**` dict this tool cannot see: `sequence_length` -> `generation_config.max_cache_len`, drop compiler options"
             )
         exporting = isinstance(call.func, cst.Attribute) and call.func.attr.value == "export"
-        if "export" not in options and not exporting:
-            self.todo(
-                "this loads Neuron-compiled artifacts: point it at the original model checkpoint"
-            )
+        compiled = None if exporting else compiled_artifacts_todo(options, "model")
+        if compiled is not None:
+            self.todo(compiled)
         sequential_loading(self.ctx)
         args = list(kept)
         dtype = self._dtype_arg(options)
@@ -886,10 +886,9 @@ class OptimumInference(RenamingCodemod):
             self.todo(
                 "export options in a `**` dict this tool cannot see: pad inputs to the exported shapes, drop the compiler options"
             )
-        if "export" not in options:
-            self.todo(
-                "this loads Neuron-compiled artifacts: point it at the original model checkpoint"
-            )
+        compiled = compiled_artifacts_todo(options, "model")
+        if compiled is not None:
+            self.todo(compiled)
         sequential_loading(self.ctx)
         args = list(kept)
         dtype = self._dtype_arg(options, traced=True)
@@ -981,14 +980,13 @@ class OptimumInference(RenamingCodemod):
             kept.append(arg)
         self._report_dropped({k: v for k, v in options.items() if k != "batch_size"})
         model = arg_value(call, 1, "model")
-        if "export" not in options and (
+        compiled = compiled_artifacts_todo(options, "model")
+        if compiled is not None and (
             model is None
             or isinstance(model.value, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString)
             or (isinstance(model.value, cst.Name) and self.ctx.binding_key(model.value.value) not in self._models)
         ):
-            self.todo(
-                "without `export=True` this loads Neuron-compiled artifacts: point it at the original model checkpoint"
-            )
+            self.todo(compiled)
         tp_expr = options.get("tensor_parallel_size", options.get("num_cores"))
         if tp_expr is not None and literal(tp_expr) != 1:
             self.todo(

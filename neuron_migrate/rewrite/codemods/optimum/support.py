@@ -293,6 +293,17 @@ def literal(node: cst.BaseExpression | None) -> Any:
         return ...
 
 
+def compiled_artifacts_todo(options: dict[str, cst.BaseExpression], checkpoint: str) -> str | None:
+    """The TODO of an optimum-neuron load that may read a Neuron export: without `export=True`
+    (absent, or `export=False`) its path holds compiled graphs, which no native class reads."""
+    export = options.get("export")
+    flag = literal(export)
+    if flag is True:
+        return None
+    what = f"this loads Neuron-compiled artifacts: point it at the original {checkpoint} checkpoint"
+    return what if export is None or flag is False else f"where `export` is false, {what}"
+
+
 # -- dict literals splatted into calls (`**compiler_args`) ---------------------------------------
 
 
