@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -47,3 +49,17 @@ def test_dynamic_rope_findings_name_the_rope_type() -> None:
     assert at_line and all(d.severity is Severity.INFO for d in at_line)
     assert all('traced only with `rope_type="dynamic"`' in d.where for d in at_line)
     assert check_source(text, str(source), CheckOptions()).diagnostics == []
+
+
+def test_table_agrees_with_the_architecture_sweep_and_the_installed_sources() -> None:
+    """What `benchmarks/check/library_hazards.py --check` compares without measuring: the model
+    classes the sweep records breaking at the `loss_type` line, and each line's text."""
+    script = Path(__file__).parents[2] / "benchmarks" / "check" / "library_hazards.py"
+    spec = importlib.util.spec_from_file_location("library_hazards_benchmark", script)
+    assert spec is not None and spec.loader is not None
+    benchmark = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = benchmark  # its dataclasses look their module up
+    spec.loader.exec_module(benchmark)
+    _installed(HAZARDS[0])
+    assert benchmark._sweep_problems(HAZARDS[0]) == []
+    assert [p for h in HAZARDS for p in benchmark._source_problems(h)] == []
