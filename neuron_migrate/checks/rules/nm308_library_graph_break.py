@@ -81,7 +81,8 @@ class LibraryGraphBreak(Rule):
     code = "NM308"
     name = "library-graph-break"
     summary = "a model set-up that sends every compiled step through a graph break in transformers"
-    requires = (*LOSS_TYPE.classes, "AutoModelForCausalLM", "checkpointing_enable", "dynamic")
+    # The quoted forms only: "dynamic" alone is in every file that names a `DynamicCache`.
+    requires = (*LOSS_TYPE.classes, "AutoModelForCausalLM", "checkpointing_enable", "'dynamic'", '"dynamic"')
     calls = frozenset({*CHECKPOINTING, "from_pretrained", *LOSS_TYPE.classes})
     keywords = frozenset({"rope_type"})
     nodes = (ast.Dict,)
