@@ -4,9 +4,10 @@ Each case builds a tiny model from its transformers config class (fixed seed, no
 downloaded), compiles it with `torch.compile(fullgraph=False, dynamic=False)` on a backend that
 counts the graphs it compiles and the graphs each step runs, takes three steps, and records the
 library lines Dynamo names for its graph breaks. Then the same with the fix. `--check` compares
-the measurement with the table (the line Dynamo names, and the line's text in the installed
-source) and the table's model classes with the architecture sweep's records
-(`docs/architectures.json`: the classes whose training breaks at that line).
+the measurement with the table (the line Dynamo names, the graphs per step before and after the
+fix, and the line's text in the installed source) and the table's model classes with the
+architecture sweep's records (`docs/architectures.json`: the classes whose training breaks at
+that line).
 
     python benchmarks/check/library_hazards.py [--check] [--out library_hazards.json]
 """
@@ -165,6 +166,9 @@ def check(results: list[dict[str, Any]]) -> list[str]:
         hazard = table[result["key"]]
         if hazard.where not in result["before"]["break_lines"]:
             problems.append(f"{hazard.key}: Dynamo names {result['before']['break_lines']}, the table {hazard.where}")
+        measured = (result["before"]["graphs_per_step"][-1], result["after"]["graphs_per_step"][-1])
+        if measured != hazard.graphs:
+            problems.append(f"{hazard.key}: {measured[0]} graphs per step, {measured[1]} fixed; the table {hazard.graphs}")
         if result["after"]["break_lines"]:
             problems.append(f"{hazard.key}: still breaks with the fix: {result['after']['break_lines']}")
         problems += _source_problems(hazard)

@@ -20,7 +20,8 @@ class LibraryHazard:
     trigger: str  # what in user code takes the path, in the user's words
     what: str  # what compiling it costs
     fix: str
-    measured: str  # graphs per compiled step before and after the fix
+    measured: str  # graphs per compiled step before and after the fix, in words
+    graphs: tuple[int, int]  # graphs run per compiled step, before and after the fix
     # Model classes that take the path (measured by the architecture sweep), where that matters.
     classes: tuple[str, ...] = ()
     # Nested functions traced only with a setting: (enclosing function, nested function, setting).
@@ -39,6 +40,7 @@ LOSS_TYPE = LibraryHazard(
     ),
     fix='set `model.loss_type = "ForCausalLM"` after loading the model',
     measured="GPT-2 training step: 2 graphs per step (1 graph break); with `loss_type` set: 1",
+    graphs=(2, 1),
     classes=(
         "BertGenerationDecoder",
         "BertLMHeadModel",
@@ -60,6 +62,7 @@ GRADIENT_CHECKPOINTING = LibraryHazard(
     ),
     fix="set `model.config.use_cache = False` (or pass `use_cache=False`)",
     measured="Llama training step: 2 graphs per step (1 graph break); with `use_cache=False`: 1",
+    graphs=(2, 1),
 )
 
 DYNAMIC_ROPE = LibraryHazard(
@@ -74,6 +77,7 @@ DYNAMIC_ROPE = LibraryHazard(
     ),
     fix='use a static rope type (`"linear"`, `"yarn"`, or `"default"` with a long enough `max_position_embeddings`)',
     measured='Llama forward: 6 graphs per call (5 graph breaks); with `rope_type="linear"`: 1',
+    graphs=(6, 1),
     only_with=(("dynamic_rope_update", "dynamic_frequency_update", 'rope_type="dynamic"'),),
 )
 
