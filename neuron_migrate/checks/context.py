@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from neuron_migrate.checks import library_hazards
 from neuron_migrate.checks.model import SAFE, Diagnostic, Edit, Fix, RuleIdentity, Severity
 from neuron_migrate.checks.values import Values
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
@@ -152,6 +153,15 @@ EAGER_EXPERTS = 'experts_implementation="eager"'
 EAGER_EXPERTS_LABEL = (
     f"traced only with `{EAGER_EXPERTS}`: by default `@{EXPERTS_DECORATOR}` runs `grouped_mm` instead"
 )
+
+
+def only_with_label(setting: str) -> str:
+    """Why code traced only with `setting` is shown as information."""
+    if setting == EAGER_EXPERTS:
+        return EAGER_EXPERTS_LABEL
+    return f"traced only with `{setting}` (NM308 reports where a compiled model's configuration sets it)"
+
+
 _COMPILE_ARG = re.compile(r"\bcompile\(\s*(?:model\s*=\s*)?([A-Za-z_][\w.]*)\s*[,)]")
 _SELF_CALL = re.compile(r"self\.([A-Za-z_]\w*)\s*\(")  # starts with a literal: searched fast
 _IDENTIFIER_END = re.compile(r"\w+$")
@@ -266,6 +276,7 @@ class Places:
                     if place.hot:
                         hot.append((method, cls))
         for function in module_functions.values():
+            self._settings_of_nested(function)
             place = self.classify(function, None)
             if place is not None:
                 self.by_node[id(function)] = place
@@ -317,6 +328,22 @@ class Places:
                 for handler in getattr(node, "handlers", []):
                     self._collect(handler.body, functions, classes)
 
+    def _settings_of_nested(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """The nested functions of a library decorator that run only with a setting
+        (`dynamic_frequency_update` in `@dynamic_rope_update`: only with `rope_type="dynamic"`):
+        traced when the decorated forward is, and shown as information that names the setting."""
+        settings = library_hazards.only_with(function.name)
+        if not settings:
+            return
+        for node in function.body:
+            if isinstance(node, FUNCTIONS) and node.name in settings:
+                setting = settings[node.name]
+                self.by_node[id(node)] = Place(
+                    Region.COMPILED,
+                    f"in `{node.name}` of `@{function.name}`, {only_with_label(setting)}",
+                    setting,
+                )
+
     def _promote(
         self, callee: ast.AST, name: str, caller: str, region: Region, only_with: str = ""
     ) -> bool:
@@ -330,7 +357,7 @@ class Places:
             return False
         if region is Region.COMPILED and only_with:
             place = Place(
-                Region.COMPILED, f"in `{name}`, called from {caller}, {EAGER_EXPERTS_LABEL}", only_with
+                Region.COMPILED, f"in `{name}`, called from {caller}, {only_with_label(only_with)}", only_with
             )
         elif region is Region.COMPILED:
             place = Place(Region.COMPILED, f"in `{name}`, called from {caller}, traced when compiled")

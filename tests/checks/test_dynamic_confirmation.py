@@ -154,3 +154,26 @@ def test_nm117_python_state_changed_by_compiled_code_recompiles(dynamo_config: N
             for _ in range(4):
                 compiled(torch.randn(1, 1, 8))
         assert log.graphs == graphs, log.recompiles
+
+
+def test_nm103_write_under_a_trace_time_guard_is_compiled_only_when_it_holds(dynamo_config: None) -> None:
+    """`if self.config.image_token_id >= self.vocab_size:` (Gemma 3) is decided when tracing: with an
+    id inside the vocabulary the boolean write is never compiled; outside, the backend refuses it."""
+    source = (
+        "class Model:\n    def forward(self, input_ids):\n"
+        "        if input_ids is not None and self.config.image_token_id >= self.vocab_size:\n"
+        "            ids = input_ids.clone()\n            ids[input_ids == self.config.image_token_id] = 0\n"
+        "            return ids\n        return input_ids\n"
+    )
+    found = [d for d in check_source(source, "m.py", ALL).diagnostics if d.code == "NM103"]
+    assert [d.severity for d in found] == [Severity.INFO]
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<example>", "exec"), namespace)
+    for image_token_id, rejected in ((5, False), (80, True)):
+        model = namespace["Model"]()  # type: ignore[operator]
+        model.config = type("Config", (), {"image_token_id": image_token_id})()
+        model.vocab_size = 64
+        outcome = neuron_backend.compile_and_run(model.forward, (torch.randint(0, 64, (2, 8)),), fullgraph=True)
+        assert outcome.rejected is rejected, outcome.error
+        if not rejected:
+            assert outcome.graphs == 1

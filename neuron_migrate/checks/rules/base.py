@@ -580,3 +580,94 @@ def tensor_truth(ctx: FileContext, test: ast.AST) -> ast.AST | None:
 
 
 DATA_KINDS = frozenset({*values.DEVICE_TENSORS, values.READ})
+
+
+# ---- branches decided when the code is traced ------------------------------------------------
+
+# `x.config.image_token_id >= self.vocab_size`: an id compared with a vocabulary size, a guard
+# for out-of-range values that real checkpoints do not have.
+_IDS = re.compile(r"\w*(_id|_ids|_index|_idx)")
+_VOCABULARY = re.compile(r"\w*vocab\w*size")
+_FACT_CALLS = frozenset({"len", "isinstance", "hasattr", "getattr", "callable"})
+
+
+@dataclass(frozen=True)
+class TraceTimeBranch:
+    condition: str  # the part of the `if` test that is not a `None` test, as written
+    out_of_range_guard: bool
+
+
+def trace_time_branch(ctx: FileContext) -> TraceTimeBranch | None:
+    """The nearest enclosing `if` (within the function) whose body holds the current statement and
+    whose test reads only Python values fixed when the code is traced: attributes of `self` or of
+    a configuration, constants, `is None` tests and `len`/`isinstance`. Dynamo evaluates such a
+    test once and compiles only the branch taken, so what is in the body is compiled only when it
+    holds."""
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        ancestor = stack[i]
+        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            return None
+        if not isinstance(ancestor, ast.If) or not any(s is stack[i + 1] for s in ancestor.body):
+            continue
+        parts = _conjuncts(ancestor.test)
+        if not all(_fixed_when_traced(ctx, p) for p in parts):
+            continue
+        telling = [p for p in parts if not _none_test(p)]
+        if not telling:
+            continue
+        return TraceTimeBranch(
+            " and ".join(ctx.source(p) for p in telling),
+            any(_out_of_range_guard(p) for p in telling),
+        )
+    return None
+
+
+def _conjuncts(test: ast.expr) -> list[ast.expr]:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [part for value in test.values for part in _conjuncts(value)]
+    return [test]
+
+
+def _none_test(node: ast.expr) -> bool:
+    """`x is None`, `x is not None`, or `or`/`and` of such tests: what the caller passed."""
+    if isinstance(node, ast.BoolOp):
+        return all(_none_test(v) for v in node.values)
+    return (
+        isinstance(node, ast.Compare)
+        and all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops)
+        and any(isinstance(c, ast.Constant) and c.value is None for c in (node.left, *node.comparators))
+    )
+
+
+def _fixed_when_traced(ctx: FileContext, node: ast.expr) -> bool:
+    if _none_test(node):
+        return True
+    if isinstance(node, ast.BoolOp):
+        return all(_fixed_when_traced(ctx, v) for v in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _fixed_when_traced(ctx, node.operand)
+    if isinstance(node, ast.Compare):
+        return all(_fixed_when_traced(ctx, v) for v in (node.left, *node.comparators))
+    if isinstance(node, ast.BinOp):
+        return _fixed_when_traced(ctx, node.left) and _fixed_when_traced(ctx, node.right)
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Call):
+        return (
+            isinstance(node.func, ast.Name)
+            and node.func.id in _FACT_CALLS
+            and all(_fixed_when_traced(ctx, a) for a in node.args)
+        )
+    name = dotted(node)
+    if name is None or "." not in name or ctx.kind(node) in values.DEVICE_TENSORS:
+        return False
+    root = name.split(".", 1)[0]
+    return root == "self" or "config" in root
+
+
+def _out_of_range_guard(node: ast.expr) -> bool:
+    if not isinstance(node, ast.Compare):
+        return False
+    names = [(dotted(v) or "").rsplit(".", 1)[-1] for v in (node.left, *node.comparators)]
+    return any(_IDS.fullmatch(n) for n in names) and any(_VOCABULARY.fullmatch(n) for n in names)

@@ -13,6 +13,7 @@ from neuron_migrate.checks.rules.base import (
     numpy_value,
     plain_reference,
     scalar_literal,
+    trace_time_branch,
 )
 
 BAD = """
@@ -46,6 +47,13 @@ class MaskWrite(Rule):
     ```python
     scores[scores < threshold] = float("-inf")
     ```
+
+    Under an `if` whose test reads only Python values fixed when the code is traced (attributes
+    of `self` or of a configuration, `is None` tests), the message says the write is compiled
+    only when that test holds: Dynamo evaluates it once and compiles only the branch taken. When
+    the test compares an id with a vocabulary size (`if self.config.image_token_id >=
+    self.vocab_size:`, a guard for out-of-range ids that real checkpoints do not have), the
+    finding is information.
 
     ## Use instead
     ```python
@@ -94,6 +102,24 @@ class MaskWrite(Rule):
             unsafe_fixed="def forward(x, value):\n    x.masked_fill_(x.isnan(), value)\n",
         ),
         Invalid("def forward(x):\n    x[x > 1] += 1\n", line=2),
+        Invalid(
+            "class Model:\n    def forward(self, input_ids):\n"
+            "        if input_ids is not None and self.config.image_token_id >= self.vocab_size:\n"
+            "            ids = input_ids.clone()\n            ids[input_ids == self.config.image_token_id] = 0\n"
+            "        return ids\n",
+            line=5,
+            severity="info",
+            message="only when `self.config.image_token_id >= self.vocab_size`",
+        ),
+        Invalid(
+            "class Model:\n    def forward(self, x):\n        if self.config.clip_negative:\n"
+            "            x[x < 0] = 0\n        return x\n",
+            line=4,
+            severity="error",
+            message="only when `self.config.clip_negative`",
+            fixed="class Model:\n    def forward(self, x):\n        if self.config.clip_negative:\n"
+            "            x.masked_fill_(x < 0, 0)\n        return x\n",
+        ),
         Invalid(
             "import torch\n\ndef forward(features, idx):\n"
             "    keep = torch.tensor(idx, dtype=torch.bool)\n    features[keep] = 0\n    return features\n",
@@ -158,9 +184,14 @@ class MaskWrite(Rule):
                     fix = ctx.fix(
                         ctx.replace(node, text), "use `masked_fill_`", SAFE if safe else UNSAFE
                     )
-            self.report(
-                node,
+            message = (
                 "assigning through a boolean mask is a boolean `index_put`, which Neuron's compiler refuses; "
-                "use `x.masked_fill_(mask, value)` or `torch.where(mask, value, x)`",
-                fix=fix,
+                "use `x.masked_fill_(mask, value)` or `torch.where(mask, value, x)`"
             )
+            severity = None
+            branch = trace_time_branch(self.ctx)
+            if branch is not None:
+                message += f"; only when `{branch.condition}` (decided when traced: otherwise never compiled)"
+                if branch.out_of_range_guard:
+                    severity = Severity.INFO  # a guard for ids that real configurations keep in range
+            self.report(node, message, fix=fix, severity=severity)
