@@ -585,7 +585,7 @@ class NeuronxTrace(Codemod):
             "saving the traced model -> `torch.save(model.state_dict(), path)` (a compiled model is not a file)"
         )
         # Whoever reads the file, here or elsewhere (a serving script), reads a TorchScript module no more.
-        elsewhere = "readers elsewhere build" if self._loaded_here(path) else "its loader builds"
+        elsewhere = "other readers build" if self._loaded_here(path) else "its loader builds"
         self.todo(
             f"`{_short(path)}` now holds weights, not TorchScript: {elsewhere} the model, then `load_state_dict(torch.load(...))`"
         )

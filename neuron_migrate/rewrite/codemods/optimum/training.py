@@ -62,6 +62,7 @@ from neuron_migrate.rewrite.codemods.upgrade.table import (
     ANY_LOADERS,
     KEYWORDS,
     MODEL_LOADERS,
+    SFT_KEYWORDS,
     Keyword,
 )
 
@@ -83,7 +84,12 @@ SFT_TRAINER = _paths(
     "NeuronSFTTrainer", OPTIMUM, f"{OPTIMUM}.trainers", f"{OPTIMUM}.trainers.sft_trainer"
 )
 PARSER = _paths("NeuronHfArgumentParser", OPTIMUM, f"{OPTIMUM}.hf_argparser")
-HF_PARSER = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser")
+HF_PARSER = (
+    "transformers.HfArgumentParser",
+    "transformers.hf_argparser.HfArgumentParser",
+    "trl.TrlParser",
+    "trl.scripts.utils.TrlParser",
+)
 TRAINING = f"{OPTIMUM}.models.training"
 TRAINING_MODELS = {
     **dict.fromkeys(
@@ -133,7 +139,11 @@ OPTIMUM_RENAMES = {*RENAMES, *inference.RENAMES, *diffusion.RENAMES}
 FLOAT32 = frozenset({"torch.float32", "torch.float", '"float32"'})
 TRL_PADDING_NOTE = f'TRL pads SFT batches to a multiple of {TRL_NEURON_PAD_MULTIPLE} on Neuron (`pad_to_multiple_of="auto"`) instead of to `max_length`: a few compiled shapes rather than one'
 
-PARSE_METHODS = ("parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict")
+PARSE_METHODS = ("parse_args_into_dataclasses", "parse_args_and_config", "parse_json_file", "parse_yaml_file", "parse_dict")
+# What parses the command line (TRL's also reads the `--config` file it names, as defaults).
+COMMAND_LINE = frozenset({"parse_args_into_dataclasses", "parse_args_and_config"})
+# What reads a file of arguments, whose keys must be the native classes' fields.
+FILE_READERS = frozenset({"parse_args_and_config", "parse_json_file", "parse_yaml_file"})
 
 
 @dataclass
@@ -990,8 +1000,9 @@ class OptimumTraining(RenamingCodemod):
             or given("use_autocast") is True
             or given("zero_1") is False
             or given("optimizer_use_master_weights") is False
-            # A model loaded in float32 trains natively as it did: bf16 compute, fp32 weights.
-            or (dtypes and dtypes <= FLOAT32)
+            # A model loaded in float32 trains natively as it did: bf16 compute, fp32 weights (a
+            # load given no dtype is given float32, transformers 4's default, by NM203).
+            or (dtypes and dtypes <= FLOAT32 | {""})
         ):
             return
         when = "With `--bf16` (and no `--use_autocast`), optimum-neuron" if parsed else "optimum-neuron"
@@ -1223,8 +1234,8 @@ class OptimumTraining(RenamingCodemod):
         parser = self._current_target if call is self._assigned_value else None
         methods = self.facts.parser_methods.get(parser, set()) if parser else set()
         self._check_master_weights(call, set(), parsed=True)
-        files = sorted(methods & set(PARSE_METHODS) - {"parse_args_into_dataclasses"})
-        if parser is None or "parse_args_into_dataclasses" not in methods:
+        files = sorted(methods & set(PARSE_METHODS) - COMMAND_LINE)
+        if parser is None or not methods & COMMAND_LINE:
             files = files or ["parse_args_into_dataclasses"]
         else:
             line = f"{parser}.set_defaults({values})"
@@ -1240,7 +1251,14 @@ class OptimumTraining(RenamingCodemod):
             )
         if files:
             self.todo(
-                f"fields {names_in(files)} lacks had optimum-neuron's defaults: give them (see the report)"
+                f"{names_in(files)}: fields the file leaves out take {_possessive(new_class)} defaults, not optimum-neuron's: give them (see the report)"
+            )
+        if methods & FILE_READERS:
+            renamed = ", ".join(f"`{k.old}` -> `{k.new}`" for k in (SFT_KEYWORDS if sft else ()) if k.new)
+            self.todo(
+                "files this parser reads: drop optimum-neuron keys (`zero_1`, ...)"
+                + (" but model-parallel sizes" if self.facts.needs_parallel else "")
+                + (f"; {renamed}" if renamed else "")
             )
 
     def _parser_notes(self, call: cst.Call) -> None:
