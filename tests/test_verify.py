@@ -332,3 +332,20 @@ def test_a_keyword_handed_on_through_kwargs_must_fit_the_call_it_reaches(tmp_pat
     todo = _todo_above(migrated, 'args = training_arguments("out", steps=5, tpu_num_cores=8)')
     assert "`training_arguments()` hands `tpu_num_cores` on to `TrainingArguments()`, which takes no such keyword" in todo
     assert "TODO" not in migrated.split('fine = training_arguments("out", steps=5, seed=1)')[0].splitlines()[-1]
+
+
+def test_the_api_of_an_object_an_old_stack_class_made_gets_a_todo_at_each_use(tmp_path: Path) -> None:
+    source = (
+        "import torch\n"
+        "from transformers_neuronx.mistral.model import MistralForSampling\n\n\n"
+        "class Server:\n"
+        "    def __init__(self):\n"
+        '        self.model = MistralForSampling.from_pretrained("./mistral-neuron", tp_degree=2)\n'
+        "        self.model.to_neuron()\n\n"
+        "    def generate(self, ids):\n"
+        "        with torch.inference_mode():\n"
+        "            return self.model.sample(ids, sequence_length=64)\n"
+    )
+    migrated, _ = _rewrite(tmp_path, source)
+    assert "`self.model.to_neuron` is the API of `MistralForSampling`" in _todo_above(migrated, "        self.model.to_neuron()")
+    assert "`self.model.sample` is the API of `MistralForSampling`" in _todo_above(migrated, "            return self.model.sample(")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from neuron_migrate.rewrite.results import FileResult, Verification
 from neuron_migrate.rewrite.verify.checks import Problem, check
-from neuron_migrate.rewrite.verify.leftovers import old_stack_left
+from neuron_migrate.rewrite.verify.leftovers import old_stack_left, old_stack_objects
 from neuron_migrate.rewrite.verify.target import environment
 
 CODE = "NM091"  # the rule code of the TODOs this step writes
@@ -35,7 +35,7 @@ def verify(result: FileResult, python: str | None = None) -> None:
     verdict = check(tree, result.migrated, target, _beside(Path(result.path)))
     target.save()  # worker processes end without running exit hooks
     if not result.kept_as_it_was:  # a file left whole keeps its old stack on purpose, and says so
-        verdict.problems += old_stack_left(tree, result.migrated)
+        verdict.problems += old_stack_left(tree, result.migrated) + old_stack_objects(tree, result.migrated)
     marked = with_todos(result.migrated, verdict.problems)
     unmarked = None
     if marked != result.migrated:

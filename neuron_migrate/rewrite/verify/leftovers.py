@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.core.names import ImportTable
+from neuron_migrate.core.ast_nodes import statement_starts
+from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, PACKAGES
-from neuron_migrate.core.scopes import ScopeTable
+from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.verify.checks import Problem
 
 TODO = "TODO(neuron-migrate "
@@ -84,3 +85,58 @@ def old_stack_left(tree: ast.Module, source: str) -> list[Problem]:
         message = f"`{name}` here is likely `{table.bindings.get(name, name)}`, reached through a name the migration cannot follow: migrate its uses by hand"
         problems.setdefault((function, name), Problem(statement, message, name))
     return list(problems.values())
+
+
+def old_stack_objects(tree: ast.Module, source: str) -> list[Problem]:
+    """A problem at each use of an object an old-stack class made (`model =
+    MistralForSampling.from_pretrained(...)`, left under its TODO): its methods and attributes
+    (`model.to_neuron()`, `model.sample(...)`) are that library's API, to port along with the
+    object. One per attribute of each object; a statement with a TODO of its own is left alone."""
+    table = ImportTable.from_ast(tree)
+    scopes = ScopeTable.from_ast(tree, source)
+    old = (*PACKAGES, OPTIMUM_NEURON)
+    made: dict[tuple[object, str], str] = {}  # (owner scope or class, variable) -> the class
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
+            continue
+        dotted = ast_dotted_name(node.value.func) or ""
+        qualified = table.resolve_dotted(dotted) or ""
+        if not any(qualified == p or qualified.startswith(p + ".") for p in old):
+            continue
+        if not any(part[:1].isupper() for part in dotted.split(".")):
+            continue  # a function's result (a tensor, a number), not an object of the library
+        key = _variable(node.targets[0], scopes)
+        if key is not None:
+            made[key] = dotted.split(".")[0] if "." in dotted and dotted.split(".")[0][:1].isupper() else dotted.rsplit(".", 1)[-1]
+    if not made:
+        return []
+    lines = source.splitlines()
+    starts = statement_starts(tree)
+    problems: dict[tuple[tuple[object, str], str], Problem] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        key = _variable(node.value, scopes)
+        if key is None or key not in made:
+            continue
+        statement = starts.get(node.lineno, node.lineno)
+        above = lines[statement - 2] if statement >= 2 else ""
+        if TODO in lines[statement - 1] or TODO in above:
+            continue
+        name = ast_dotted_name(node.value)
+        message = f"`{name}.{node.attr}` is the API of `{made[key]}`, which `{name}` holds: port it with the object"
+        problems.setdefault((key, node.attr), Problem(statement, message, f"{name}.{node.attr}"))
+    return list(problems.values())
+
+
+def _variable(node: ast.expr, scopes: ScopeTable) -> tuple[object, str] | None:
+    """Which variable `node` is: a name with the scope that binds it, or `self.x` with the class."""
+    if isinstance(node, ast.Name):
+        owner = scopes.innermost(node.lineno, node.col_offset).lookup(node.id)
+        return (owner, node.id) if owner is not None else None
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        scope: Scope | None = scopes.innermost(node.lineno, node.col_offset)
+        while scope is not None and scope.kind != "ClassDef":
+            scope = scope.parent
+        return (scope, f"self.{node.attr}") if scope is not None else None
+    return None
