@@ -284,7 +284,11 @@ def _check_subclass(cls: ast.ClassDef, table: ScopeTable, target: TargetEnvironm
         if missing:
             line = statements.get(method.lineno, method.lineno)
             verdict.problems.append(
-                Problem(line, f"`{method.name}` overrides {shown}'s, which takes `{missing[0]}` too in {_where(answer, known[0])}: add it", method.name)
+                Problem(
+                    line,
+                    f"`{method.name}` overrides {shown}'s, which takes {', '.join(f'`{m}`' for m in missing)} too in {_where(answer, known[0])}: add {'it' if len(missing) == 1 else 'them'}",
+                    method.name,
+                )
             )
 
 
