@@ -349,3 +349,21 @@ def test_the_api_of_an_object_an_old_stack_class_made_gets_a_todo_at_each_use(tm
     migrated, _ = _rewrite(tmp_path, source)
     assert "`self.model.to_neuron` is the API of `MistralForSampling`" in _todo_above(migrated, "        self.model.to_neuron()")
     assert "`self.model.sample` is the API of `MistralForSampling`" in _todo_above(migrated, "            return self.model.sample(")
+
+
+def test_a_call_of_the_files_own_function_that_the_migration_wrote_is_bound_to_its_def(tmp_path: Path) -> None:
+    source = (
+        "import torch_xla.core.xla_model as xm\n"
+        "import torch_xla.distributed.xla_multiprocessing as xmp\n\n\n"
+        "def main(flags):\n"
+        "    device = xm.xla_device()\n\n\n"
+        "def spare(flags, extra):\n"
+        "    return flags\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    spare(1)  # the user's own call, as it was\n"
+        "    xmp.spawn(main, args=(None,))\n"
+    )
+    migrated, _ = _rewrite(tmp_path, source)
+    call = next(line for line in migrated.splitlines() if line.lstrip().startswith("main("))
+    assert "`main()`: takes at most 1 positional arguments, 2 given" in _todo_above(migrated, call)
+    assert "`spare()`" not in migrated

@@ -9,6 +9,7 @@ A line that fails gets a TODO naming the failure, and the report says which chec
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from neuron_migrate.rewrite.results import FileResult, Verification
@@ -32,7 +33,7 @@ def verify(result: FileResult, python: str | None = None) -> None:
     except SyntaxError:
         return  # the engine refuses such output before this
     target = environment(python)
-    verdict = check(tree, result.migrated, target, _beside(Path(result.path)))
+    verdict = check(tree, result.migrated, target, _beside(Path(result.path)), result.original)
     target.save()  # worker processes end without running exit hooks
     if not result.kept_as_it_was:  # a file left whole keeps its old stack on purpose, and says so
         verdict.problems += old_stack_left(tree, result.migrated) + old_stack_objects(tree, result.migrated)
@@ -61,20 +62,37 @@ def _beside(path: Path, levels: int = 4) -> frozenset[str]:
     names: set[str] = set()
     for folder in [path.parent, *path.parent.parents][:levels]:
         try:
-            entries = list(folder.iterdir())
+            changed = folder.stat().st_mtime_ns  # a file added or removed: listed again
         except OSError:
             break
-        names.update(
-            entry.stem if entry.suffix == ".py" else entry.name
-            for entry in entries
-            if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier())
-        )
-        if any(entry.name in _PROJECT_ROOT for entry in entries):
+        listed = _modules_in(str(folder), changed)
+        if listed is None:
+            break
+        modules, root = listed
+        names.update(modules)
+        if root:
             break
     return frozenset(names - {path.stem})
 
 
 _PROJECT_ROOT = frozenset({".git", "pyproject.toml", "setup.py", "setup.cfg"})
+
+
+@functools.lru_cache(maxsize=256)
+def _modules_in(folder: str, changed: int) -> tuple[frozenset[str], bool] | None:
+    """The modules and packages a folder holds, and whether it is a project's root; None where it
+    cannot be listed. Listed once while the folder is unchanged (`changed`, its modification
+    time): the files of one folder share it."""
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return None
+    modules = frozenset(
+        entry.stem if entry.suffix == ".py" else entry.name
+        for entry in entries
+        if entry.suffix == ".py" or (entry.is_dir() and entry.name.isidentifier())
+    )
+    return modules, any(entry.name in _PROJECT_ROOT for entry in entries)
 
 
 def _compiles(text: str, path: str) -> bool:

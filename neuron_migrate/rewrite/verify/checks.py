@@ -64,10 +64,16 @@ class Verdict:
     local: frozenset[str] = frozenset()  # top-level modules beside the file: not the libraries'
 
 
-def check(tree: ast.Module, source: str, target: TargetEnvironment, local: frozenset[str] = frozenset()) -> Verdict:
+def check(
+    tree: ast.Module, source: str, target: TargetEnvironment, local: frozenset[str] = frozenset(), original: str | None = None
+) -> Verdict:
     """`source` parsed as `tree`, checked against `target`. `local`: the modules beside the file,
-    which its imports find before any installed package of the same name."""
+    which its imports find before any installed package of the same name. `original`: the file
+    before migration, whose own calls of its own functions are the user's (only those the
+    migration wrote are checked against their `def`)."""
     verdict = Verdict(local=local)
+    if original is not None:
+        verdict.problems += _own_calls_written(tree, original)
     table = ScopeTable.from_ast(tree, source)
     statements = statement_starts(tree)
     for statement, guarded in _imports(tree):
@@ -128,6 +134,50 @@ def _check_import(node: ast.Import | ast.ImportFrom, target: TargetEnvironment, 
                     answer.missing.rsplit(".", 1)[-1],
                 )
             )
+
+
+def _own_calls_written(tree: ast.Module, original: str) -> list[Problem]:
+    """Calls of the file's own module-level functions that the migration wrote (`main(RANK, args)`
+    for `xmp.spawn(main, args=(args,))`), bound to their `def` as Python would bind them."""
+    try:
+        before = {ast.unparse(n) for n in ast.walk(ast.parse(original)) if isinstance(n, ast.Call)}
+    except (SyntaxError, ValueError):
+        return []
+    functions = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.decorator_list
+    }
+    if not functions:
+        return []
+    statements = statement_starts(tree)
+    problems = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions):
+            continue
+        if ast.unparse(node) in before:
+            continue  # the user's call, as it was
+        for why, subject in _mismatches(node, _parameters_of(functions[node.func.id])):
+            line = statements.get(node.lineno, node.lineno)
+            problems.append(Problem(line, f"`{node.func.id}()`: {why} (its `def` in this file)", subject))
+    return problems
+
+
+def _parameters_of(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, int, bool], ...]:
+    """A `def`'s parameters as `(name, kind, has a default)`, the shape the target's answers take."""
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = len(args.defaults)
+    found: list[tuple[str, int, bool]] = [
+        (a.arg, inspect.Parameter.POSITIONAL_ONLY if a in args.posonlyargs else inspect.Parameter.POSITIONAL_OR_KEYWORD, i >= len(positional) - defaults)
+        for i, a in enumerate(positional)
+    ]
+    if args.vararg is not None:
+        found.append((args.vararg.arg, inspect.Parameter.VAR_POSITIONAL, True))
+    found += [(a.arg, inspect.Parameter.KEYWORD_ONLY, d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    if args.kwarg is not None:
+        found.append((args.kwarg.arg, inspect.Parameter.VAR_KEYWORD, True))
+    return tuple(found)
 
 
 def _inherited_constructors(tree: ast.Module, table: ScopeTable) -> dict[str, str]:
