@@ -103,7 +103,7 @@ class $name($optim.ZeroRedundancyOptimizer):
         # Zeroed in place, as torch_xla did: a parameter without a gradient this step is still stepped.
         super().zero_grad(set_to_none=set_to_none)
 
-    def step(self, closure=None):
+    def step(self, closure=None, **kwargs):
         loss = None
         if closure is not None:
             with $torch.enable_grad():
@@ -116,7 +116,7 @@ class $name($optim.ZeroRedundancyOptimizer):
             $torch.nn.utils.clip_grad_norm_(
                 [p for group in self.param_groups for p in group["params"]], self.max_norm
             )
-        super().step()
+        super().step(**kwargs)
         return loss
 '''
 
