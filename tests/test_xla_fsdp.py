@@ -96,6 +96,22 @@ POLICY_PROGRAM = FSDP_PROGRAM.replace(
 )
 
 
+# A size-based policy, chosen at run time and held in a variable, as torch_xla's examples write it.
+SIZE_POLICY_PROGRAM = FSDP_PROGRAM.replace(
+    "import torch\n", "from functools import partial\n\nimport torch\n", 1
+).replace(
+    "from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP",
+    "from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP\n"
+    "from torch_xla.distributed.fsdp.wrap import size_based_auto_wrap_policy",
+).replace(
+    "    model[0] = FSDP(model[0], flatten_parameters=False)\n"
+    "    model = FSDP(model, pin_layout_in_collective_ops=False)\n",
+    "    policy = None\n"
+    "    if os.environ.get(\"WRAP\", \"size\") == \"size\":\n"
+    "        policy = partial(size_based_auto_wrap_policy, min_num_params=30)\n"
+    "    model = FSDP(model, auto_wrap_policy=policy)\n",
+)
+
 # The same, computing in bfloat16 (`compute_dtype`) and clipping with the wrapper's own method.
 MIXED_PROGRAM = POLICY_PROGRAM.replace(
     "transformer_layer_cls={torch.nn.Linear}))",
@@ -187,6 +203,39 @@ def test_migrated_fsdp_trains_as_one_unsharded_process(tmp_path: Path) -> None:
 def test_migrated_auto_wrap_policy_trains_as_one_unsharded_process(tmp_path: Path) -> None:
     program = migrate(POLICY_PROGRAM.replace("STEPS", str(STEPS)))
     assert "if isinstance(submodule, (torch.nn.Linear,)):" in program
+    assert close(run_two_ranks(tmp_path, program), unsharded_losses(max_norm=None))
+
+
+def test_a_policy_held_in_a_variable_picks_the_modules_torch_xla_picked() -> None:
+    migrated = migrate(SIZE_POLICY_PROGRAM)
+    assert "from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy" in migrated
+    assert "model = fully_shard_by_policy(model, policy)" in migrated
+    assert "TODO" not in migrated and "import torch_xla" not in migrated and "from torch_xla" not in migrated
+    helper = migrated[migrated.index("def fully_shard_by_policy") : migrated.index("\n\n\n", migrated.index("def fully_shard_by_policy"))]
+    chosen: list[nn.Module] = []
+    namespace: dict[str, object] = {"fully_shard": lambda module, **options: chosen.append(module) or module}
+    exec(helper, namespace)
+    from functools import partial
+
+    from torch.distributed.fsdp.wrap import _recursive_wrap, size_based_auto_wrap_policy
+
+    def model() -> nn.Module:
+        return nn.Sequential(nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2)), nn.ReLU())
+
+    policy = partial(size_based_auto_wrap_policy, min_num_params=30)
+    built = model()
+    namespace["fully_shard_by_policy"](built, policy)  # type: ignore[operator]
+    expected: list[nn.Module] = []
+    reference = model()
+    _recursive_wrap(reference, policy, lambda module, **_: expected.append(module) or module, set(), set(), only_wrap_children=True)
+    names = {id(m): n for n, m in built.named_modules()}
+    reference_names = {id(m): n for n, m in reference.named_modules()}
+    assert [names[id(m)] for m in chosen] == [reference_names[id(m)] for m in expected] + [""]
+
+
+@pytest.mark.slow
+def test_migrated_size_based_policy_trains_as_one_unsharded_process(tmp_path: Path) -> None:
+    program = migrate(SIZE_POLICY_PROGRAM.replace("STEPS", str(STEPS)))
     assert close(run_two_ranks(tmp_path, program), unsharded_losses(max_norm=None))
 
 

@@ -589,6 +589,8 @@ class Dispatcher(Transformer):
         for dotted in dict.fromkeys(finder.found):
             if dotted in frame.explained:
                 continue  # a codemod's own TODO here says what to do with it
+            if dotted.split(".")[0] in self.ctx.rebound:
+                continue  # its import now imports the native counterpart
             qualified = self._possible_import(dotted)
             if qualified is None:
                 continue  # a parameter or local variable named like an import

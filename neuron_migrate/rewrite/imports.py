@@ -267,7 +267,11 @@ class _ImportRemover(Transformer):
                         self._guard_removed[-1] = True
                     if not kept:
                         continue
-                    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                    # The last name ends the list as the old last one did: in a parenthesized
+                    # list one name a line, its trailing comma and the line break before `)`.
+                    parenthesized = isinstance(small, cst.ImportFrom) and small.lpar is not None and len(kept) > 1
+                    end = names[-1].comma if parenthesized and kept[-1] is not names[-1] else cst.MaybeSentinel.DEFAULT
+                    kept[-1] = kept[-1].with_changes(comma=end)
                     small = small.with_changes(names=kept)
                     if isinstance(small, cst.ImportFrom) and small.lpar is not None and len(kept) == 1:
                         small = small.with_changes(lpar=None, rpar=None)

@@ -345,6 +345,7 @@ class MigrationContext:
     new_imports: dict[str, str | None] = field(default_factory=dict)  # module -> asname
     from_imports: dict[str, dict[str, None]] = field(default_factory=dict)  # module -> names, in order
     provided: set[str] = field(default_factory=set)  # qualified names an import rewritten in place binds
+    rebound: set[str] = field(default_factory=set)  # local names an old-stack import, rewritten in place, binds natively
     # Per-file state of a codemod family, one instance per class (see `shared`).
     family_state: dict[type, Any] = field(default_factory=dict)
     helpers: dict[str, str] = field(default_factory=dict)  # name -> source of a module-level def

@@ -16,7 +16,6 @@ from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.core.oldstack import PRECISION
 from neuron_migrate.rewrite.codemods.base import (
-    Codemod,
     arg_value,
     code_of,
     dotted_name,
@@ -24,6 +23,8 @@ from neuron_migrate.rewrite.codemods.base import (
     fix_trailing_comma,
     stmt,
 )
+from neuron_migrate.rewrite.codemods.optimum.support import one_per_line
+from neuron_migrate.rewrite.codemods.references import ReferenceRenames
 
 FSDP_PACKAGE = "torch_xla.distributed.fsdp"
 FSDP_CLASSES = (
@@ -31,6 +32,33 @@ FSDP_CLASSES = (
     f"{FSDP_PACKAGE}.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel",
 )
 TRANSFORMER_POLICY = f"{FSDP_PACKAGE}.transformer_auto_wrap_policy"
+# torch_xla's wrap policies: torch's FSDP keeps the same functions, called the same way
+# (`policy(module, recurse, numel)`), in `torch.distributed.fsdp.wrap`.
+WRAP_POLICIES = ("size_based_auto_wrap_policy", "transformer_auto_wrap_policy", "lambda_auto_wrap_policy", "always_wrap_policy")
+NATIVE_POLICIES = {
+    f"{package}.{policy}": policy for policy in WRAP_POLICIES for package in (FSDP_PACKAGE, f"{FSDP_PACKAGE}.wrap")
+}
+SHARD_BY_POLICY = '''\
+def $name(module, policy, **options):
+    """`fully_shard` the submodules `policy` picks, innermost first, then `module`: the auto-wrap
+    walk of torch_xla's FSDP (`policy(module, recurse, unwrapped_params)`), each unit sharded by
+    FSDP2 with `options`."""
+
+    def shard(child):
+        numel = sum(p.numel() for p in child.parameters())
+        if not policy(child, True, numel):
+            return 0
+        sharded = sum(shard(grandchild) for grandchild in child.children())
+        if not policy(child, False, numel - sharded):
+            return sharded
+        $fully_shard(child, **options)
+        return numel
+
+    if policy is not None:
+        for child in module.children():
+            shard(child)
+    return $fully_shard(module, **options)
+'''
 ZERO_MODULE = "torch_xla.distributed.zero_redundancy_optimizer"
 ZERO = f"{ZERO_MODULE}.ZeroRedundancyOptimizer"
 
@@ -121,7 +149,7 @@ class $name($optim.ZeroRedundancyOptimizer):
 '''
 
 
-class XlaFsdp(Codemod):
+class XlaFsdp(ReferenceRenames):
     """Rewrites torch_xla's FSDP wrapper and ZeRO-1 optimizer into their native counterparts.
 
     ## What it does
@@ -134,6 +162,8 @@ class XlaFsdp(Codemod):
     | `FSDP(model, compute_dtype=torch.bfloat16, fp32_reduce_scatter=True)` | `fully_shard(cast_floating_buffers(model, torch.bfloat16), mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))`: gathered and computed in it, float32 parameters stepped, buffers cast once as torch_xla did (`buffer_dtype`, when given) |
     | `model.clip_grad_norm_(max_norm)` on a module the file sharded | `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`, which sees the whole sharded norm |
     | `m = FSDP(model, auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={Block}))` | a loop calling `fully_shard` on each `Block` submodule, innermost first, then `m = fully_shard(model)` |
+    | `m = FSDP(model, auto_wrap_policy=policy)`, any other policy (size-based, chosen by a variable, the file's own) | `m = fully_shard_by_policy(model, policy)`, a function added to the file that walks the submodules as torch_xla did and `fully_shard`s those the policy picks |
+    | torch_xla's `size_based_auto_wrap_policy` (and the transformer, lambda and always policies) | torch's, in `torch.distributed.fsdp.wrap`: the same functions |
     | `ZeroRedundancyOptimizer(params, optim.Adam, lr=...)` (torch_xla), float32 parameters | `AveragingZeroRedundancyOptimizer(params, optim.Adam, lr=...)`, a subclass of `torch.distributed.optim.ZeroRedundancyOptimizer` added to the file |
 
     ## Why
@@ -162,8 +192,7 @@ class XlaFsdp(Codemod):
     Safe for the rewritten calls: the losses of a few steps match an unsharded run (tested under
     torchrun; in bfloat16, within its rounding of a one-process bfloat16 run). A wrapper call
     with an option that changes the numbers or the module's layout (a precision option computed
-    where it is passed, sharding groups, a size-based or
-    custom `auto_wrap_policy` or one named by a variable, `auto_wrapper_callable`,
+    where it is passed, sharding groups, `auto_wrapper_callable`,
     `param_init_fn`), positional options or `**kwargs` is left with a
     TODO, as is a file that reads `.module` (a `fully_shard` module is not a wrapper) or that
     patches, subclasses or `isinstance`-tests either class (native code would lose that), and every
@@ -191,8 +220,6 @@ class XlaFsdp(Codemod):
         FSDP_CLASSES[1]: "use `torch.distributed.fsdp.fully_shard(module, reshard_after_forward=...)`, which shards in place",
         f"{FSDP_PACKAGE}.checkpoint_module": "use `checkpoint_wrapper(module)` (`torch.distributed.algorithms._checkpoint`) before `fully_shard`",
         f"{FSDP_PACKAGE}.consolidate_sharded_model_checkpoints": "save with `dcp.save`, or a full `get_model_state_dict(model, options=...)` on rank 0",
-        f"{FSDP_PACKAGE}.transformer_auto_wrap_policy": "no FSDP2 wrap policies: `fully_shard(m)` each submodule of the listed classes, then the model",
-        f"{FSDP_PACKAGE}.size_based_auto_wrap_policy": "FSDP2 has no wrap policies: `fully_shard(m)` the large submodules (`min_num_params`), then the root",
         f"{FSDP_PACKAGE}.wrap": "FSDP2 has no auto-wrap: call `fully_shard` on each submodule the policy selected, then on the root",
         f"{FSDP_PACKAGE}.utils.consolidate_sharded_model_checkpoints": "save with DCP, or a full `get_model_state_dict`",
         ZERO: "use torch's `ZeroRedundancyOptimizer`; average and clip gradients before `step()`",
@@ -383,14 +410,17 @@ class XlaFsdp(Codemod):
             return updated_node
         policy = arg_value(call, None, "auto_wrap_policy")
         module = arg_value(call, 0, "module")
-        classes = self._layer_classes(policy.value) if policy is not None else None
-        if classes is None or module is None or not isinstance(module.value, cst.Name):
+        if policy is None or module is None:
             return updated_node
+        classes = self._layer_classes(policy.value) if isinstance(module.value, cst.Name) else None
         rest = call.with_changes(args=fix_trailing_comma([arg for arg in call.args if arg is not policy]))
         sharded = self._fully_shard(rest)
         if sharded is rest:
             return updated_node
         fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
+        if classes is None:
+            return updated_node.with_changes(body=[small.with_changes(value=self._by_policy(small, sharded, policy.value))])
+        assert isinstance(module.value, cst.Name)
         name, submodule = module.value.value, self.ctx.unused_name("submodule")
         # torch_xla wrapped each submodule with the root's options (its buffers were cast with the root's)
         options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in cst.ensure_type(sharded, cst.Call).args[1:]]
@@ -407,6 +437,52 @@ class XlaFsdp(Codemod):
             self._sharded.update(code_of(target.target) for target in small.targets)
         self.changed("torch_xla `transformer_auto_wrap_policy` -> `fully_shard` on each submodule of its classes")
         return updated_node.with_changes(body=[small.with_changes(value=sharded)])
+
+    def _by_policy(self, statement: cst.BaseSmallStatement, sharded: cst.BaseExpression, policy: cst.BaseExpression) -> cst.BaseExpression:
+        """`fully_shard_by_policy(model, policy, **options)`: any policy torch_xla's FSDP took, walked as it walked it."""
+        name = self.ctx.unused_name("fully_shard_by_policy")
+        fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
+        self.ctx.need_helper(name, Template(SHARD_BY_POLICY).substitute(name=name, fully_shard=fully_shard))
+        if isinstance(statement, cst.Assign):
+            self._sharded.update(code_of(target.target) for target in statement.targets)
+        self.changed("torch_xla FSDP with an `auto_wrap_policy` -> `fully_shard` on the submodules the policy picks, then the root")
+        call = cst.ensure_type(sharded, cst.Call)
+        args = [call.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT), cst.Arg(policy), *call.args[1:]]
+        new = cst.Call(func=cst.Name(name), args=fix_trailing_comma(args))
+        return one_per_line(new) if len(code_of(new)) > 88 else new
+
+    def native(self, qualified: str, node: cst.Name | cst.Attribute) -> str | None:
+        """torch_xla's wrap policies -> torch's (`torch.distributed.fsdp.wrap`), the same functions;
+        a name whose import now imports torch's stays as it is."""
+        policy = NATIVE_POLICIES.get(qualified)
+        if policy is None or (isinstance(node, cst.Name) and node.value in self._policy_imports):
+            return None
+        return self.ctx.need_from("torch.distributed.fsdp.wrap", policy)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        # `from torch_xla.distributed.fsdp.wrap import size_based_auto_wrap_policy`: its names stay.
+        self._policy_imports: set[str] = set()
+        for statement in node.body:
+            for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.ImportFrom) and self._policies_only(small) and not isinstance(small.names, cst.ImportStar):
+                    self._policy_imports.update(dotted_name(a.asname.name if a.asname else a.name) or "" for a in small.names)
+        self.ctx.rebound |= self._policy_imports
+
+    def _policies_only(self, node: cst.CSTNode) -> bool:
+        """A module-level `from <torch_xla's wrap> import <policies>` and nothing else."""
+        if not isinstance(node, cst.ImportFrom) or node.relative or isinstance(node.names, cst.ImportStar) or node.module is None:
+            return False
+        module = dotted_name(node.module)
+        return module in (FSDP_PACKAGE, f"{FSDP_PACKAGE}.wrap") and all(
+            isinstance(alias.name, cst.Name) and f"{module}.{alias.name.value}" in NATIVE_POLICIES for alias in node.names
+        )
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
+        updated_node = super().leave_ImportFrom(original_node, updated_node)
+        if not self._policies_only(original_node) or self.ctx.scope is not self.ctx.scope.module:
+            return updated_node
+        self.changed("torch_xla's wrap policies imported from `torch.distributed.fsdp.wrap`, where torch keeps the same functions")
+        return updated_node.with_changes(module=cst.parse_expression("torch.distributed.fsdp.wrap"))
 
     def _layer_classes(self, policy: cst.BaseExpression) -> str | None:
         """`(A, B)` for `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={A, B})`,

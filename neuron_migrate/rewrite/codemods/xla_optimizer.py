@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import (
-    Codemod,
     arg_value,
     code_of,
     expr,
@@ -15,6 +14,7 @@ from neuron_migrate.rewrite.codemods.base import (
     stmt,
 )
 from neuron_migrate.rewrite.codemods.gradient_sync import FSDP, GradientSync, averaged_steps
+from neuron_migrate.rewrite.codemods.references import ReferenceRenames
 from neuron_migrate.rewrite.codemods.replica_groups import (
     MeshGroups,
     groups_argument,
@@ -82,7 +82,7 @@ def {name}(optimizer, group):
 '''
 
 
-class XlaOptimizer(Codemod):
+class XlaOptimizer(ReferenceRenames):
     """Rewrites `xm.optimizer_step`, `xm.reduce_gradients` and the syncfree optimizers.
 
     ## What it does
@@ -149,8 +149,6 @@ class XlaOptimizer(Codemod):
         super().__init__(*args, **kwargs)
         # Calls that are the whole value of a one-statement line: the average can go just before.
         self._statement_calls: set[int] = set()
-        self._in_import = 0
-        self._not_variables: set[int] = set()  # names that are attributes or keywords
         self._synced = GradientSync()
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -203,46 +201,12 @@ class XlaOptimizer(Codemod):
         return updated_node
 
     # -- sync-free optimizers: the plain `torch.optim` classes, wherever they are named ---------
-    def visit_Import(self, node: cst.Import) -> None:
-        self._in_import += 1
-
-    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
-        self._in_import -= 1
-        return updated_node
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self._in_import += 1
-
-    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
-        self._in_import -= 1
-        return updated_node
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._not_variables.add(id(node.attr))  # `x.AdamW` is no use of the name `AdamW`
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self._not_variables.add(id(node.keyword))
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        if id(original_node) in self._not_variables:
-            return updated_node
-        return self._syncfree(updated_node)
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        return self._syncfree(updated_node)
-
-    def _syncfree(self, node: cst.Name | cst.Attribute) -> cst.BaseExpression:
+    def native(self, qualified: str, node: cst.Name | cst.Attribute) -> str | None:
         """`syncfree.AdamW` (or `AdamW` imported from it) -> `torch.optim.AdamW`: the same update;
         torch_xla's version only spared a host sync when a gradient scaler found no inf."""
-        if self._in_import:
-            return node
-        name = self.qualify(node)
-        if not (name and name.startswith(SYNCFREE + ".") and name.rsplit(".", 1)[-1] in SYNCFREE_CLASSES):
-            return node
-        cls = name.rsplit(".", 1)[-1]
-        self.changed(f"`{code_of(node)}` -> `torch.optim.{cls}`")
-        return expr(f"{self.ctx.torch()}.optim.{cls}")
+        if not (qualified.startswith(SYNCFREE + ".") and qualified.rsplit(".", 1)[-1] in SYNCFREE_CLASSES):
+            return None
+        return f"{self.ctx.torch()}.optim.{qualified.rsplit('.', 1)[-1]}"
 
     def _optimizer_step(self, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
         optimizer = arg_value(call, 0, "optimizer")

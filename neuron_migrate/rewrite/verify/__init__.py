@@ -36,7 +36,7 @@ def verify(result: FileResult, python: str | None = None) -> None:
     verdict = check(tree, result.migrated, target, _beside(Path(result.path)), result.original)
     target.save()  # worker processes end without running exit hooks
     if not result.kept_as_it_was:  # a file left whole keeps its old stack on purpose, and says so
-        verdict.problems += old_stack_left(tree, result.migrated) + old_stack_objects(tree, result.migrated)
+        verdict.problems += old_stack_left(tree, result.migrated) + old_stack_objects(tree, result.migrated, target)
     marked = with_todos(result.migrated, verdict.problems)
     unmarked = None
     if marked != result.migrated:

@@ -15,6 +15,7 @@ from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, PACKAGES
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.verify.checks import Problem
+from neuron_migrate.rewrite.verify.target import TargetEnvironment
 
 TODO = "TODO(neuron-migrate "
 
@@ -87,11 +88,12 @@ def old_stack_left(tree: ast.Module, source: str) -> list[Problem]:
     return list(problems.values())
 
 
-def old_stack_objects(tree: ast.Module, source: str) -> list[Problem]:
+def old_stack_objects(tree: ast.Module, source: str, target: TargetEnvironment | None = None) -> list[Problem]:
     """A problem at each use of an object an old-stack class made (`model =
     MistralForSampling.from_pretrained(...)`, left under its TODO): its methods and attributes
     (`model.to_neuron()`, `model.sample(...)`) are that library's API, to port along with the
-    object. One per attribute of each object; a statement with a TODO of its own is left alone."""
+    object. One per attribute of each object; a statement with a TODO of its own is left alone,
+    and so is what every `torch.nn.Module` has (`.parameters()`, `.eval()`), asked of `target`."""
     table = ImportTable.from_ast(tree)
     scopes = ScopeTable.from_ast(tree, source)
     old = (*PACKAGES, OPTIMUM_NEURON)
@@ -123,10 +125,18 @@ def old_stack_objects(tree: ast.Module, source: str) -> list[Problem]:
         above = lines[statement - 2] if statement >= 2 else ""
         if TODO in lines[statement - 1] or TODO in above:
             continue
+        if target is not None and _module_api(node.attr, target):
+            continue  # a wrapper module's `.parameters()` stays what it was on the native module
         name = ast_dotted_name(node.value)
         message = f"`{name}.{node.attr}` is the API of `{made[key]}`, which `{name}` holds: port it with the object"
         problems.setdefault((key, node.attr), Problem(statement, message, f"{name}.{node.attr}"))
     return list(problems.values())
+
+
+def _module_api(attribute: str, target: TargetEnvironment) -> bool:
+    """Is `attribute` what every `torch.nn.Module` of the target has?"""
+    answer = target.find(f"torch.nn.Module.{attribute}")
+    return answer is not None and answer.installed and answer.error is None and answer.missing is None
 
 
 def _variable(node: ast.expr, scopes: ScopeTable) -> tuple[object, str] | None:
