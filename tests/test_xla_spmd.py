@@ -81,11 +81,10 @@ def program(mesh: str, layers: str, batch: str) -> str:
 
 PROGRAM = program('(1, devices), ("data", "model")', TENSOR_PARALLEL, 'xs.mark_sharding(x, mesh, ("data", None))')
 # Two data replicas of a 2-way tensor-parallel model: every batch tensor split over "data".
-TWO_BY_TWO = program(
-    '(2, devices // 2), ("data", "model")',
-    TENSOR_PARALLEL,
-    'xs.mark_sharding(x, mesh, ("data", None))\n        xs.mark_sharding(y, mesh, ("data", None))',
-)
+BATCH = 'xs.mark_sharding(x, mesh, ("data", None))\n        xs.mark_sharding(y, mesh, ("data", None))'
+TWO_BY_TWO = program('(2, devices // 2), ("data", "model")', TENSOR_PARALLEL, BATCH)
+# Data parallel only: every parameter whole on each device, the batch split over all of them.
+DATA_ONLY = program('(devices,), ("data",)', "# every parameter whole on each device", BATCH)
 
 
 def migrate(source: str) -> str:
@@ -147,6 +146,15 @@ def train_under_torchrun(tmp_path: Path, source: str, processes: int) -> list[di
     return [json.loads((results / f"rank{rank}.json").read_text()) for rank in range(processes)]
 
 
+def test_batch_split_over_the_data_axis_is_sliced_and_averaged() -> None:
+    migrated = migrate(TWO_BY_TWO)
+    assert 'x = batch_slice(x, mesh["data"])' in migrated and 'y = batch_slice(y, mesh["data"])' in migrated
+    assert 'loss.backward()\n        average_gradients_over(model, mesh["data"])\n        loss = mean_over(loss, mesh["data"])\n' in migrated
+    assert "x = batch_slice(x, mesh)" in migrate(DATA_ONLY)
+    # `y` is not split: the loss of a slice of `x` against the whole `y` is no loss SPMD computed.
+    assert "batch_slice" not in migrate(PROGRAM)
+
+
 @pytest.mark.slow
 def test_migrated_spmd_program_trains_as_one_process(tmp_path: Path) -> None:
     reference = one_process_losses()
@@ -155,15 +163,17 @@ def test_migrated_spmd_program_trains_as_one_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_migrated_two_by_two_mesh_trains_as_one_process(tmp_path: Path) -> None:
-    """Tensor parallel over "model", the batch over "data": four processes, one process's losses."""
+@pytest.mark.parametrize(("source", "processes"), [(DATA_ONLY, 2), (TWO_BY_TWO, 4)], ids=["data", "2x2"])
+def test_migrated_batch_split_trains_as_one_process(tmp_path: Path, source: str, processes: int) -> None:
+    """Each process on its slice of the batch (tensor parallel over "model" on the 2 x 2 mesh),
+    gradients and loss averaged over "data": the losses of one process on the whole batch."""
     reference = one_process_losses()
-    for found in train_under_torchrun(tmp_path, migrate(TWO_BY_TWO), 4):
-        assert found["devices"] == 4 and close(found["losses"], reference), (found, reference)
+    for found in train_under_torchrun(tmp_path, migrate(source), processes):
+        assert found["devices"] == processes and close(found["losses"], reference), (found, reference)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("source", "devices"), [(PROGRAM, 2), (TWO_BY_TWO, 4)], ids=["1x2", "2x2"])
+@pytest.mark.parametrize(("source", "devices"), [(PROGRAM, 2), (DATA_ONLY, 2), (TWO_BY_TWO, 4)], ids=["1x2", "data", "2x2"])
 def test_original_spmd_program_trains_as_one_process_on_torch_xla(tmp_path: Path, source: str, devices: int) -> None:
     """The same program on torch_xla 2.9, one process driving virtual CPU devices, gives the
     losses the migrated one gives."""
