@@ -30,6 +30,7 @@ PER_ELEMENT_KEYWORDS = ("beta", "delta", "label_smoothing")
 # result is their result on the slice.
 ELEMENTWISE = ("pow", "abs", "square", "exp", "log", "sigmoid", "tanh", "relu", "neg", "sqrt", "float", "double")
 RESHAPES = ("view", "reshape")  # with -1 first: the leading dimension stays the samples'
+SQUEEZES = ("squeeze", "unsqueeze")  # of a dimension after the samples'
 ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
 
 Qualify = Callable[[cst.CSTNode], str | None]
@@ -165,11 +166,16 @@ def _per_sample(node: cst.BaseExpression, batch: set[str], models: set[str], qua
         return all(_number(side) or _per_sample(side, batch, models, qualify) for side in sides) and not all(map(_number, sides))
     if not isinstance(node, cst.Call) or any(arg.keyword is not None or arg.star for arg in node.args):
         return False
-    if isinstance(node.func, cst.Attribute) and node.func.attr.value in ELEMENTWISE + RESHAPES:
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value in ELEMENTWISE + RESHAPES + SQUEEZES:
         method, args = node.func.attr.value, [arg.value for arg in node.args]
-        if method in RESHAPES and (not args or code_of(args[0]) != "-1"):
-            return False
-        return all(_number(arg) for arg in args) and _per_sample(node.func.value, batch, models, qualify)
+        if method in RESHAPES:
+            # `view(-1, VOCAB)`: the sizes after the first are the sample's own, read from anything but the batch
+            fits = bool(args) and code_of(args[0]) == "-1" and not any(_names(arg) & batch for arg in args[1:])
+        elif method in SQUEEZES:
+            fits = len(args) == 1 and _number(args[0]) and code_of(args[0]) not in ("0", "-0")
+        else:
+            fits = all(_number(arg) for arg in args)
+        return fits and _per_sample(node.func.value, batch, models, qualify)
     model = path(node.func)
     # A module of the file's own, not a function it imports nor a builtin.
     if model is None or qualify(node.func) is not None or model.split(".")[0] in vars(builtins):
