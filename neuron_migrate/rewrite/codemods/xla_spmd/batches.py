@@ -26,6 +26,16 @@ MEAN_LOSSES = {f"{F}.{name}" for name in ("mse_loss", "l1_loss", "smooth_l1_loss
 # The mean over the targets that are not `ignore_index`, which is the mean over the batch only if none is.
 CLASS_LOSSES = {f"{F}.cross_entropy", f"{F}.nll_loss"}
 PER_ELEMENT_KEYWORDS = ("beta", "delta", "label_smoothing")
+# `nn.MSELoss()` and the like: the module computes its function with the constructor's keywords.
+LOSS_MODULES = {
+    "MSELoss": "mse_loss",
+    "L1Loss": "l1_loss",
+    "SmoothL1Loss": "smooth_l1_loss",
+    "HuberLoss": "huber_loss",
+    "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
+    "CrossEntropyLoss": "cross_entropy",
+    "NLLLoss": "nll_loss",
+}
 # Methods that work on each element (or row) alone, with literal arguments: a slice of their
 # result is their result on the slice.
 ELEMENTWISE = ("pow", "abs", "square", "exp", "log", "sigmoid", "tanh", "relu", "neg", "sqrt", "float", "double")
@@ -34,6 +44,7 @@ SQUEEZES = ("squeeze", "unsqueeze")  # of a dimension after the samples'
 ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.Power)
 
 Qualify = Callable[[cst.CSTNode], str | None]
+LossOf = Callable[[cst.BaseExpression], str | None]  # the loss function a callee computes, qualified
 MeshOf = Callable[[cst.BaseExpression], tuple[str, MeshShape] | None]
 
 
@@ -50,7 +61,9 @@ class BatchSplit:
     ignore_index: bool = False  # the loss skips targets equal to `ignore_index`
 
 
-def plan_batch_split(body: Sequence[cst.CSTNode], is_mark: Callable[[cst.Call], bool], mesh_of: MeshOf, qualify: Qualify) -> BatchSplit | None:
+def plan_batch_split(
+    body: Sequence[cst.CSTNode], is_mark: Callable[[cst.Call], bool], mesh_of: MeshOf, qualify: Qualify, loss_of: LossOf
+) -> BatchSplit | None:
     """The block's batch split, if its marks on names say one and its step can be followed."""
     split: BatchSplit | None = None
     first = last = -1
@@ -73,7 +86,7 @@ def plan_batch_split(body: Sequence[cst.CSTNode], is_mark: Callable[[cst.Call], 
     # The loss is the only statement that reads the batch once it is split.
     if len(reads) != 1 or reads[0] < last:
         return None
-    step = _loss(body[reads[0]], names, qualify)
+    step = _loss(body[reads[0]], names, qualify, loss_of)
     if step is None:
         return None
     split.loss, split.model, split.ignore_index = step
@@ -118,7 +131,7 @@ def _names(line: cst.CSTNode) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
-def _loss(line: cst.CSTNode, batch: set[str], qualify: Qualify) -> tuple[str, str, bool] | None:
+def _loss(line: cst.CSTNode, batch: set[str], qualify: Qualify, loss_of: LossOf) -> tuple[str, str, bool] | None:
     """`loss = <a mean over samples of the model's output on the batch>`: the loss variable, the
     model, and whether the loss skips ignored targets."""
     if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
@@ -133,7 +146,7 @@ def _loss(line: cst.CSTNode, batch: set[str], qualify: Qualify) -> tuple[str, st
     if isinstance(value.func, cst.Attribute) and value.func.attr.value == "mean" and not value.args:
         ok, ignore_index = _per_sample(value.func.value, batch, models, qualify), False
     else:
-        name = qualify(value.func)
+        name = loss_of(value.func)
         if name not in MEAN_LOSSES | CLASS_LOSSES or len(value.args) < 2 or not _mean_keywords(value.args[2:]):
             return None
         ok = all(arg.keyword is None and not arg.star and _per_sample(arg.value, batch, models, qualify) for arg in value.args[:2])
@@ -141,6 +154,20 @@ def _loss(line: cst.CSTNode, batch: set[str], qualify: Qualify) -> tuple[str, st
     if not ok or len(models) != 1:
         return None
     return assign.targets[0].target.value, models.pop(), ignore_index
+
+
+def loss_module(call: ast.Call, qualified: str | None) -> str | None:
+    """The loss function `nn.MSELoss(...)` (and the like) computes, if a mean over samples."""
+    module, _, name = (qualified or "").rpartition(".")
+    if module not in ("torch.nn", "torch.nn.modules.loss") or name not in LOSS_MODULES or call.args:
+        return None
+    for keyword in call.keywords:
+        value = keyword.value.value if isinstance(keyword.value, ast.Constant) else None
+        if keyword.arg == "reduction" and value == "mean":
+            continue
+        if keyword.arg not in PER_ELEMENT_KEYWORDS or isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+    return f"{F}.{LOSS_MODULES[name]}"
 
 
 def _mean_keywords(args: Sequence[cst.Arg]) -> bool:

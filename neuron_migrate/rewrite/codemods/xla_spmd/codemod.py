@@ -94,8 +94,10 @@ class XlaSpmd(Codemod):
     per process where the block that marks it then takes one training step the rule can follow:
     `loss = ...` is the only statement that reads the marked tensors once marked, a mean over
     samples (`F.mse_loss`, `F.l1_loss`, `F.smooth_l1_loss`, `F.huber_loss`,
-    `F.binary_cross_entropy_with_logits`, `F.cross_entropy`, `F.nll_loss`, or `<...>.mean()`) of
-    one model called on marked tensors, with element-wise methods and arithmetic in between; and
+    `F.binary_cross_entropy_with_logits`, `F.cross_entropy`, `F.nll_loss`, their `nn` modules such
+    as `criterion = nn.CrossEntropyLoss()`, or `<...>.mean()`; no class weights, no `reduction`
+    but `"mean"`) of one model called on marked tensors, with element-wise methods, arithmetic
+    and `view(-1, ...)` in between; and
     the next statement that reads the loss is `loss.backward()`. The mean of equal slices' mean
     losses is the whole batch's, and so is the average of their gradients: each process averages
     the model's gradients over the axis right after `backward()`, and `loss` becomes the whole
@@ -199,10 +201,16 @@ class XlaSpmd(Codemod):
         for layer in plan_layers(body, self._is_mark, self._mesh_of):
             for statement in layer.statements:
                 self._layers[statement] = layer
-        split = plan_batch_split(body, self._is_mark, self._mesh_of, self.qualify)
+        split = plan_batch_split(body, self._is_mark, self._mesh_of, self.qualify, self._loss_of)
         if split is not None:
             for statement in [*split.tensors, split.backward]:
                 self._splits[statement] = split
+
+    def _loss_of(self, callee: cst.BaseExpression) -> str | None:
+        """The loss function a callee is: a function by its import, or a loss module's variable."""
+        if isinstance(callee, cst.Name) and callee.value in self._facts.losses and self.ctx.binding_key(callee.value):
+            return self._facts.losses[callee.value]
+        return self.qualify(callee)
 
     def _is_mark(self, call: cst.Call) -> bool:
         return spmd_name(self.qualify(call.func), "mark_sharding")
