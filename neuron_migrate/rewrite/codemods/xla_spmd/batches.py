@@ -82,7 +82,7 @@ def plan_batch_split(
     if split is None:
         return None
     names = set(split.tensors.values())
-    reads = [i for i in range(first, len(body)) if id(body[i]) not in split.tensors and _names(body[i]) & names]
+    reads = [i for i in range(first, len(body)) if id(body[i]) not in split.tensors and _reads(body[i], names)]
     # The loss is the only statement that reads the batch once it is split.
     if len(reads) != 1 or reads[0] < last:
         return None
@@ -90,7 +90,7 @@ def plan_batch_split(
     if step is None:
         return None
     split.loss, split.model, split.ignore_index = step
-    uses = [line for line in body[reads[0] + 1 :] if split.loss in _names(line)]
+    uses = [line for line in body[reads[0] + 1 :] if _reads(line, {split.loss})]
     if not uses or not _backward(uses[0], split.loss):
         return None
     split.backward = id(uses[0])
@@ -122,13 +122,19 @@ def _batch_axis(mesh: cst.BaseExpression, spec: cst.BaseExpression, mesh_of: Mes
     return (name, f'{name}["{shape.names[axis]}"]') if shape.names is not None else None
 
 
-def _names(line: cst.CSTNode) -> set[str]:
-    """The variables a statement reads or binds (not attribute names)."""
+def _names(line: cst.CSTNode) -> set[str] | None:
+    """The variables a statement reads or binds (not attribute names); None where it cannot be read."""
     try:
         tree = ast.parse(code_of(line).strip())
     except SyntaxError:
-        return {"<unreadable>"}
+        return None
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def _reads(line: cst.CSTNode, names: set[str]) -> bool:
+    """Does the statement read (or bind) one of `names`? Yes, for all that is known, where it cannot be read."""
+    found = _names(line)
+    return found is None or bool(found & names)
 
 
 def _loss(line: cst.CSTNode, batch: set[str], qualify: Qualify, loss_of: LossOf) -> tuple[str, str, bool] | None:
@@ -197,7 +203,7 @@ def _per_sample(node: cst.BaseExpression, batch: set[str], models: set[str], qua
         method, args = node.func.attr.value, [arg.value for arg in node.args]
         if method in RESHAPES:
             # `view(-1, VOCAB)`: the sizes after the first are the sample's own, read from anything but the batch
-            fits = bool(args) and code_of(args[0]) == "-1" and not any(_names(arg) & batch for arg in args[1:])
+            fits = bool(args) and code_of(args[0]) == "-1" and not any(_reads(arg, batch) for arg in args[1:])
         elif method in SQUEEZES:
             fits = len(args) == 1 and _number(args[0]) and code_of(args[0]) not in ("0", "-0")
         else:
