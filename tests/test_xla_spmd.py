@@ -80,8 +80,8 @@ def program(mesh: str, layers: str, batch: str) -> str:
 
 
 PROGRAM = program('(1, devices), ("data", "model")', TENSOR_PARALLEL, 'xs.mark_sharding(x, mesh, ("data", None))')
-# Two data replicas of a 2-way tensor-parallel model: every batch tensor split over "data".
 BATCH = 'xs.mark_sharding(x, mesh, ("data", None))\n        xs.mark_sharding(y, mesh, ("data", None))'
+# Two data replicas of a 2-way tensor-parallel model: every batch tensor split over "data".
 TWO_BY_TWO = program('(2, devices // 2), ("data", "model")', TENSOR_PARALLEL, BATCH)
 # Data parallel only: every parameter whole on each device, the batch split over all of them.
 DATA_ONLY = program('(devices,), ("data",)', "# every parameter whole on each device", BATCH)
