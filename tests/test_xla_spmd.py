@@ -85,6 +85,8 @@ BATCH = 'xs.mark_sharding(x, mesh, ("data", None))\n        xs.mark_sharding(y, 
 TWO_BY_TWO = program('(2, devices // 2), ("data", "model")', TENSOR_PARALLEL, BATCH)
 # Data parallel only: every parameter whole on each device, the batch split over all of them.
 DATA_ONLY = program('(devices,), ("data",)', "# every parameter whole on each device", BATCH)
+# `xm.optimizer_step` under SPMD: one process, nothing averaged at the step.
+STEPPED_BY_XM = TWO_BY_TWO.replace("optimizer.step()", "xm.optimizer_step(optimizer)")
 
 
 def migrate(source: str) -> str:
@@ -163,7 +165,9 @@ def test_migrated_spmd_program_trains_as_one_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("source", "processes"), [(DATA_ONLY, 2), (TWO_BY_TWO, 4)], ids=["data", "2x2"])
+@pytest.mark.parametrize(
+    ("source", "processes"), [(DATA_ONLY, 2), (TWO_BY_TWO, 4), (STEPPED_BY_XM, 4)], ids=["data", "2x2", "2x2-optimizer_step"]
+)
 def test_migrated_batch_split_trains_as_one_process(tmp_path: Path, source: str, processes: int) -> None:
     """Each process on its slice of the batch (tensor parallel over "model" on the 2 x 2 mesh),
     gradients and loss averaged over "data": the losses of one process on the whole batch."""
