@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from neuron_migrate.rewrite.codemods.base import code_of, string_value
+from neuron_migrate.rewrite.codemods.xla_autocast import AUTOCAST, XLA_AUTOCAST
 from neuron_migrate.rewrite.codemods.xla_spmd.layers import mark_of, path
 from neuron_migrate.rewrite.codemods.xla_spmd.specs import MeshShape, literal_spec, placements
 
@@ -86,7 +87,7 @@ def plan_batch_split(
     # The loss is the only statement that reads the batch once it is split.
     if len(reads) != 1 or reads[0] < last:
         return None
-    step = _loss(body[reads[0]], names, qualify, loss_of)
+    step = _loss(_under_autocast(body[reads[0]], names, qualify), names, qualify, loss_of)
     if step is None:
         return None
     split.loss, split.model, split.ignore_index = step
@@ -95,6 +96,20 @@ def plan_batch_split(
         return None
     split.backward = id(uses[0])
     return split
+
+
+def _under_autocast(line: cst.CSTNode, batch: set[str], qualify: Qualify) -> cst.CSTNode:
+    """The one statement under `with torch.autocast(...):` (which changes only the precision),
+    else the statement itself."""
+    if not isinstance(line, cst.With) or not isinstance(line.body, cst.IndentedBlock) or len(line.body.body) != 1:
+        return line
+    for item in line.items:
+        call = item.item
+        if item.asname is not None or not isinstance(call, cst.Call) or qualify(call.func) not in AUTOCAST + XLA_AUTOCAST:
+            return line
+        if _reads(call, batch):
+            return line
+    return line.body.body[0]
 
 
 def _backward(line: cst.CSTNode, loss: str) -> bool:

@@ -92,16 +92,17 @@ class XlaSpmd(Codemod):
 
     A batch split over one mesh axis (its first dimension, nothing else split) becomes one slice
     per process where the block that marks it then takes one training step the rule can follow:
-    `loss = ...` is the only statement that reads the marked tensors once marked, a mean over
-    samples of one model called on marked tensors (`F.mse_loss`, `F.l1_loss`, `F.smooth_l1_loss`,
-    `F.huber_loss`, `F.binary_cross_entropy_with_logits`, `F.cross_entropy`, `F.nll_loss`, their
-    `nn` modules such as `criterion = nn.CrossEntropyLoss()`, or `<...>.mean()`; no class
-    weights, no `reduction` but `"mean"`; element-wise methods, arithmetic and `view(-1, ...)` in
-    between), and the next statement that reads the loss is `loss.backward()`. The mean of equal
-    slices' mean losses is the whole batch's, and so is the average of their gradients: each
-    process averages the model's gradients over the axis right after `backward()`, and `loss`
-    becomes the whole batch's again, so what prints or logs it reads what SPMD's did. No layer
-    may be split over the batch's axis. Otherwise the marks go with the TODO below.
+    `loss = ...` (alone under `with autocast(...)`, or not) is the only statement that reads the
+    marked tensors once marked, a mean over samples of one model called on marked tensors
+    (`F.mse_loss`, `F.l1_loss`, `F.smooth_l1_loss`, `F.huber_loss`,
+    `F.binary_cross_entropy_with_logits`, `F.cross_entropy`, `F.nll_loss`, their `nn` modules
+    such as `criterion = nn.CrossEntropyLoss()`, or `<...>.mean()`; no class weights, no
+    `reduction` but `"mean"`; element-wise methods, arithmetic and `view(-1, ...)` in between),
+    and the next statement that reads the loss is `loss.backward()`. The mean of equal slices'
+    mean losses is the whole batch's, and so is the average of their gradients: each process
+    averages the model's gradients over the axis right after `backward()`, and `loss` becomes
+    the whole batch's again, so what prints or logs it reads what SPMD's did. No layer may be
+    split over the batch's axis. Otherwise the marks go with the TODO below.
 
     ## Why
     torch_xla SPMD runs one process that drives every device and lets the compiler split the
