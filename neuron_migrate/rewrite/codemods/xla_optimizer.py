@@ -22,6 +22,9 @@ from neuron_migrate.rewrite.codemods.replica_groups import (
 )
 
 OPTIMIZER_STEP = ("torch_xla.core.xla_model.optimizer_step",)
+# Under SPMD one process drives every device: torch_xla's world is that one process, and
+# `optimizer_step` averages over nothing.
+USE_SPMD = "torch_xla.runtime.use_spmd"
 REDUCE_GRADIENTS = ("torch_xla.core.xla_model.reduce_gradients",)
 SYNCFREE = "torch_xla.amp.syncfree"
 SYNCFREE_CLASSES = ("Adam", "AdamW", "SGD")
@@ -130,6 +133,9 @@ class XlaOptimizer(ReferenceRenames):
     world size, not the group size, and so does the helper. A file that shards its data by rank
     but never creates a process group (torch_xla joined torchrun's processes by itself) gets a
     TODO at the step: until `dist.init_process_group()` is called, there is nothing to average over.
+    In a file that turns SPMD on (`xr.use_spmd()`, on every run), one process drove every device
+    and the step averaged over nothing: it becomes `optimizer.step()` alone, and
+    `xm.reduce_gradients` goes (NM026 averages a batch it splits over the data axis).
     A kept average after DDP averages gradients that are already equal, which changes nothing; after
     FSDP it would sum different shards, so in a file that shards with FSDP a kept average gets a
     TODO that says so.
@@ -153,6 +159,12 @@ class XlaOptimizer(ReferenceRenames):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._synced = averaged_steps(node, self.qualify, (*OPTIMIZER_STEP, *REDUCE_GRADIENTS))
+
+    @property
+    def _spmd(self) -> bool:
+        """The file turns SPMD on whenever it runs: the migrated program's processes average
+        their gradients as its DTensor layouts say, not at the step."""
+        return USE_SPMD in self.ctx.facts.always_called
 
     def _wrapper_averaged(self, call: cst.CSTNode) -> str | None:
         """"DDP" or "FSDP" where that wrapper averaged this step's gradients in `backward()`."""
@@ -216,6 +228,9 @@ class XlaOptimizer(ReferenceRenames):
         target = opt if isinstance(optimizer.value, cst.Name | cst.Attribute) else f"({opt})"
         step = f"{target}.step({_step_arguments(call)})"
         groups = groups_argument(call, 3)
+        if self._spmd:
+            self.changed(f"`xm.optimizer_step({opt})` -> `{target}.step()` (under SPMD it averaged over one process)")
+            return expr(step)
         if id(original) not in self._statement_calls and id(original) not in self._synced.averaged:
             return call  # a TODO from the manual table says why
         wrapper = self._wrapper_averaged(original) if groups is None else None
@@ -235,6 +250,9 @@ class XlaOptimizer(ReferenceRenames):
         optimizer = arg_value(call, 0, "optimizer")
         if optimizer is None or has_star_args(call):
             return updated_node
+        if self._spmd:
+            self.changed("removed `xm.reduce_gradients`: under SPMD it averaged over one process")
+            return self.ctx.remove(updated_node)
         groups = groups_argument(call, 1)
         wrapper = self._wrapper_averaged(original_node.value) if groups is None else None
         if wrapper is not None:

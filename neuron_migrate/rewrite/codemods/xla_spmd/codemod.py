@@ -14,7 +14,9 @@ from neuron_migrate.rewrite.codemods.base import (
     code_of,
     expr,
     keyword_arg,
+    stmt,
 )
+from neuron_migrate.rewrite.codemods.xla_spmd.batches import BatchSplit, plan_batch_split
 from neuron_migrate.rewrite.codemods.xla_spmd.layers import Layer, Mark, mark_of, path, plan_layers
 from neuron_migrate.rewrite.codemods.xla_spmd.meshes import (
     SPMD_MODULES,
@@ -34,6 +36,35 @@ USE_SPMD = "torch_xla.runtime.use_spmd"
 REDUCE_SCATTER = "torch_xla._XLAC._xla_spmd_reduce_scatter"
 TODO_LIMIT = 130  # a TODO names the placements in one line a person reads at a glance (with its prefix, 160)
 
+BATCH_SLICE = '''\
+def {name}(batch, mesh):
+    """This process's slice of `batch` along its first dimension, by its place on `mesh`: the
+    part SPMD gave its device. Equal slices only, so that their mean losses average to the batch's."""
+    size = mesh.size()
+    if batch.size(0) % size:
+        raise ValueError(f"a batch of {{batch.size(0)}} does not split evenly over {{size}} processes")
+    return batch.chunk(size)[mesh.get_local_rank()]
+'''
+
+AVERAGE_GRADIENTS_OVER = '''\
+def {name}(model, mesh):
+    """Average `model`'s gradients over `mesh`, each computed on one slice of the batch: the
+    gradient of the whole batch's mean loss. A tensor-parallel gradient averages its own shard."""
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            grad = parameter.grad.to_local() if isinstance(parameter.grad, {DTensor}) else parameter.grad
+            {dist}.all_reduce(grad, group=mesh.get_group())
+            grad /= mesh.size()
+'''
+
+MEAN_OVER = '''\
+def {name}(value, mesh):
+    """The mean of `value` over `mesh`, detached: the whole batch's loss, from each slice's."""
+    value = value.detach().clone()
+    {dist}.all_reduce(value, group=mesh.get_group())
+    return value / mesh.size()
+'''
+
 MANUAL_REGION = (
     "run the region on local shards with `local_map(fn, out_placements, in_placements, device_mesh=mesh)`"
 )
@@ -51,12 +82,27 @@ class XlaSpmd(Codemod):
     | `xr.global_runtime_device_count()` | `WORLD_SIZE` (NM006): one process per device |
     | `xs.mark_sharding(layer.weight, mesh, ("model", None))` (and its bias) | `parallelize_module(layer, mesh["model"], ColwiseParallel(output_layouts=Replicate()))` |
     | `xs.mark_sharding(layer.weight, mesh, (None, "model"))` | `parallelize_module(layer, mesh["model"], RowwiseParallel(input_layouts=Replicate()))` |
+    | `xs.mark_sharding(x, mesh, ("data", None))` on the batch of a step (see below) | `x = batch_slice(x, mesh["data"])`; after `loss.backward()`, `average_gradients_over(model, mesh["data"])`, `loss = mean_over(loss, mesh["data"])` |
     | any other `xs.mark_sharding(t, mesh, spec)` | removed, with a TODO naming the DTensor placements of `spec` |
     | `enable_manual_sharding`, `_xla_spmd_reduce_scatter`, ... | TODO |
 
     A partition spec maps to placements one per mesh dimension: `Shard(d)` where tensor dimension
     `d` names that mesh axis (by name or index), `Replicate()` where none does; a tuple of axes on
     one dimension shards it over each of them.
+
+    A batch split over one mesh axis (its first dimension, nothing else split) becomes one slice
+    per process where the block that marks it then takes one training step the rule can follow:
+    `loss = ...` (alone under `with autocast(...)`, or not) is the only statement that reads the
+    marked tensors once marked, a mean over samples of one model called on marked tensors
+    (`F.mse_loss`, `F.l1_loss`, `F.smooth_l1_loss`, `F.huber_loss`,
+    `F.binary_cross_entropy_with_logits`, `F.cross_entropy`, `F.nll_loss`, their `nn` modules
+    such as `criterion = nn.CrossEntropyLoss()`, or `<...>.mean()`; no class weights, no
+    `reduction` but `"mean"`; element-wise methods, arithmetic and `view(-1, ...)` in between),
+    and the next statement that reads the loss is `loss.backward()`. The mean of equal slices'
+    mean losses is the whole batch's, and so is the average of their gradients: each process
+    averages the model's gradients over the axis right after `backward()`, and `loss` becomes
+    the whole batch's again, so what prints or logs it reads what SPMD's did. No layer may be
+    split over the batch's axis. Otherwise the marks go with the TODO below.
 
     ## Why
     torch_xla SPMD runs one process that drives every device and lets the compiler split the
@@ -66,18 +112,31 @@ class XlaSpmd(Codemod):
     ## Example
     ```python
     xr.use_spmd()
-    mesh = xs.Mesh(np.arange(xr.global_runtime_device_count()), (1, 4), ("data", "model"))
+    mesh = xs.Mesh(np.arange(xr.global_runtime_device_count()), (2, 2), ("data", "model"))
     xs.mark_sharding(model.up.weight, mesh, ("model", None))
     xs.mark_sharding(model.down.weight, mesh, (None, "model"))
-    xs.mark_sharding(batch, mesh, ("data", None))
+    for x, y in loader:
+        xs.mark_sharding(x, mesh, ("data", None))
+        xs.mark_sharding(y, mesh, ("data", None))
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        print(loss.item())
     ```
 
     ## Use instead
     ```python
-    mesh = init_device_mesh(device_type, (1, 4), mesh_dim_names=("data", "model"))
+    mesh = init_device_mesh(device_type, (2, 2), mesh_dim_names=("data", "model"))
     parallelize_module(model.up, mesh["model"], ColwiseParallel(output_layouts=Replicate()))
     parallelize_module(model.down, mesh["model"], RowwiseParallel(input_layouts=Replicate()))
-    # TODO(neuron-migrate NM026): `batch` is no longer split: each process holds it whole (DTensor: [Shard(0), Replicate()]) ...
+    for x, y in loader:
+        # TODO(neuron-migrate NM026): `model` now runs on this process's slice of the batch: ... (BatchNorm) ...
+        x = batch_slice(x, mesh["data"])  # this process's equal slice, by its place on "data"
+        y = batch_slice(y, mesh["data"])
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        average_gradients_over(model, mesh["data"])  # all-reduce, divided by the axis's size
+        loss = mean_over(loss, mesh["data"])  # the whole batch's loss, detached
+        print(loss.item())
     ```
 
     ## Fix safety
@@ -91,6 +150,13 @@ class XlaSpmd(Codemod):
     shape the file does not show, with a spec not written out, after an optimizer is made from the
     parameters, or inside `forward` (a hint to the compiler) get a TODO; the mesh of devices not in
     order (`device_ids` other than `np.arange(n)`) is kept with a TODO.
+
+    A batch split per process keeps the losses (tested: 2 processes on "data", 4 on a 2 x 2 mesh)
+    where the model treats samples alone: a layer that mixes them (BatchNorm) now sees one slice,
+    which a TODO says, and random layers (dropout) draw for the slice. A batch that does not
+    split evenly over the axis stops the program with an error (SPMD would pad it), since unequal
+    slices' means do not average to the batch's. `F.cross_entropy` and `F.nll_loss` average over
+    the targets that are not `ignore_index`: a TODO says the mean is the batch's only while none is.
     """
 
     code = "NM026"
@@ -112,7 +178,8 @@ class XlaSpmd(Codemod):
         super().__init__(ctx)
         self._facts = MeshFacts()
         self._layers: dict[int, Layer] = {}  # id of a mark statement -> the layer it is part of
-        self._decided: dict[int, bool] = {}  # id of a layer -> whether it is rewritten
+        self._decided: dict[int, bool] = {}  # id of a layer or batch split -> whether it is rewritten
+        self._splits: dict[int, BatchSplit] = {}  # id of a mark or `loss.backward()` -> the batch split
         self._functions: list[str] = []
 
     # -- what the file says ---------------------------------------------------------------------
@@ -134,6 +201,16 @@ class XlaSpmd(Codemod):
         for layer in plan_layers(body, self._is_mark, self._mesh_of):
             for statement in layer.statements:
                 self._layers[statement] = layer
+        split = plan_batch_split(body, self._is_mark, self._mesh_of, self.qualify, self._loss_of)
+        if split is not None:
+            for statement in [*split.tensors, split.backward]:
+                self._splits[statement] = split
+
+    def _loss_of(self, callee: cst.BaseExpression) -> str | None:
+        """The loss function a callee is: a function by its import, or a loss module's variable."""
+        if isinstance(callee, cst.Name) and callee.value in self._facts.losses and self.ctx.binding_key(callee.value):
+            return self._facts.losses[callee.value]
+        return self.qualify(callee)
 
     def _is_mark(self, call: cst.Call) -> bool:
         return spmd_name(self.qualify(call.func), "mark_sharding")
@@ -160,6 +237,11 @@ class XlaSpmd(Codemod):
         call = updated_node.body[0].value
         if not isinstance(call, cst.Call):
             return updated_node
+        split = self._splits.get(id(original_node))
+        if split is not None and self._split_applies(split):
+            if id(original_node) == split.backward:
+                return self._average(split, updated_node)
+            return self._slice(split, id(original_node), updated_node)
         name = self.qualify(call.func)
         if name == USE_SPMD and not call.args:
             self.changed("removed `use_spmd()`: one process per device runs the program under torchrun")
@@ -212,6 +294,45 @@ class XlaSpmd(Codemod):
         kind = "column" if style_class == "ColwiseParallel" else "row"
         self.changed(f"`mark_sharding` of `{layer.owner}`'s parameters -> `parallelize_module(..., {style_class}(...))` ({kind}-parallel)")
         return line.with_changes(body=[cst.Expr(expr(f"{parallelize}({layer.owner}, {layer.submesh}, {style})"))])
+
+    # -- batches split over the data axis ----------------------------------------------------------
+    def _split_applies(self, split: BatchSplit) -> bool:
+        """Decided at its first mark: the mesh is the file's, and no layer is split over the axis
+        the batch is (its processes would hold different slices of one layer's input)."""
+        if id(split) not in self._decided:
+            on_axis = any(layer.submesh == split.submesh for layer in self._layers.values())
+            self._decided[id(split)] = self._visible(split.mesh) and not on_axis
+        return self._decided[id(split)]
+
+    def _slice(self, split: BatchSplit, statement: int, line: cst.SimpleStatementLine) -> Any:
+        tensor = split.tensors[statement]
+        if statement == next(iter(split.tensors)):
+            self.todo(f"`{split.model}` now runs on this process's slice of the batch: a layer that mixes samples (BatchNorm) sees the slice only")
+            if split.ignore_index:
+                self.todo("the loss is the batch's mean only while no target equals `ignore_index`: else weigh each slice by its count")
+        helper = self._helper("batch_slice", BATCH_SLICE)
+        self.changed(f"`mark_sharding({tensor}, ...)` on the data axis -> `{tensor} = {helper}({tensor}, {split.submesh})`")
+        value = expr(f"{helper}({tensor}, {split.submesh})")
+        return line.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(tensor))], value=value)])
+
+    def _average(self, split: BatchSplit, line: cst.SimpleStatementLine) -> Any:
+        average = self._helper("average_gradients_over", AVERAGE_GRADIENTS_OVER)
+        mean = self._helper("mean_over", MEAN_OVER)
+        self.changed(f"gradients of `{split.model}` and `{split.loss}` averaged over {split.submesh} after `backward()`")
+        self.ctx.insert_after(
+            stmt(f"{average}({split.model}, {split.submesh})\n"),
+            stmt(f"{split.loss} = {mean}({split.loss}, {split.submesh})\n"),
+        )
+        return line
+
+    def _helper(self, name: str, source: str) -> str:
+        name = self.ctx.unused_name(name)
+        spelled = {"name": name}
+        if "{dist}" in source:
+            spelled["dist"] = self.ctx.dist()
+        if "{DTensor}" in source:
+            spelled["DTensor"] = self.ctx.need_from("torch.distributed.tensor", "DTensor")
+        return self.ctx.need_helper(name, source.format(**spelled))
 
     # -- other marks ------------------------------------------------------------------------------
     def _mark(self, mark: Mark, line: cst.SimpleStatementLine) -> Any:

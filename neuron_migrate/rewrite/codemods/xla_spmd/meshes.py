@@ -1,5 +1,5 @@
 """What the whole file says about its meshes, read before rewriting: which variables hold a mesh
-(and of what shape), and which one is the global mesh.
+(and of what shape), which one is the global mesh, and which hold a loss module a step may call.
 
 A variable counts only where the file binds it once: a name rebound elsewhere may hold another
 mesh at the place that reads it.
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.rewrite.codemods.xla_spmd.batches import loss_module
 from neuron_migrate.rewrite.codemods.xla_spmd.specs import MeshShape
 
 INIT_DEVICE_MESH = "torch.distributed.device_mesh.init_device_mesh"
@@ -31,6 +32,7 @@ class MeshFacts:
     meshes: dict[str, MeshShape | None] = field(default_factory=dict)  # variable -> shape (None: unknown)
     identity_ids: set[str] = field(default_factory=set)  # variables holding `np.arange(n)` and the like
     global_meshes: list[str | None] = field(default_factory=list)  # what each `set_global_mesh` is given
+    losses: dict[str, str] = field(default_factory=dict)  # variable -> the loss function its module computes
 
 
 def mesh_facts(source: str, resolve: Resolve) -> MeshFacts:
@@ -66,6 +68,9 @@ def mesh_facts(source: str, resolve: Resolve) -> MeshFacts:
     for variable, value in once.items():
         if _identity_ids(value, resolve):
             facts.identity_ids.add(variable)
+        loss = loss_module(value, _resolved(value.func, resolve)) if isinstance(value, ast.Call) else None
+        if loss is not None:
+            facts.losses[variable] = loss
     for variable, value in once.items():
         # Only a mesh of devices in order becomes a `DeviceMesh`: another is not one to shard on.
         if isinstance(value, ast.Call) and spmd_name(_resolved(value.func, resolve), "Mesh") and value.args:
