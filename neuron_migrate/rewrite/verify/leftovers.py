@@ -93,10 +93,11 @@ def old_stack_objects(tree: ast.Module, source: str, target: TargetEnvironment |
     MistralForSampling.from_pretrained(...)`, left under its TODO): its methods and attributes
     (`model.to_neuron()`, `model.sample(...)`) are that library's API, to port along with the
     object. One per attribute of each object; a statement with a TODO of its own is left alone,
-    and so is what every `torch.nn.Module` has (`.parameters()`, `.eval()`), asked of `target`."""
+    and so is what every `torch.nn.Module` or optimizer has (`.parameters()`, `.eval()`), asked of
+    `target`."""
     table = ImportTable.from_ast(tree)
     scopes = ScopeTable.from_ast(tree, source)
-    old = (*PACKAGES, OPTIMUM_NEURON)
+    old = OBJECT_LIBRARIES
     made: dict[tuple[object, str], str] = {}  # (owner scope or class, variable) -> the class
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
@@ -133,10 +134,20 @@ def old_stack_objects(tree: ast.Module, source: str, target: TargetEnvironment |
     return list(problems.values())
 
 
+# The libraries whose objects have an API of their own: torch_xla's wrap torch's modules and
+# optimizers, whose API they keep (`FSDP(model).parameters()`).
+OBJECT_LIBRARIES = ("transformers_neuronx", "neuronx_distributed", "neuronx_distributed_inference", "torch_neuronx", OPTIMUM_NEURON)
+# What every module and optimizer has, native or not.
+_TORCH_BASES = ("torch.nn.Module", "torch.optim.Optimizer")
+
+
 def _module_api(attribute: str, target: TargetEnvironment) -> bool:
-    """Is `attribute` what every `torch.nn.Module` of the target has?"""
-    answer = target.find(f"torch.nn.Module.{attribute}")
-    return answer is not None and answer.installed and answer.error is None and answer.missing is None
+    """Is `attribute` what every `torch.nn.Module` (or optimizer) of the target has?"""
+    for base in _TORCH_BASES:
+        answer = target.find(f"{base}.{attribute}")
+        if answer is not None and answer.installed and answer.error is None and answer.missing is None:
+            return True
+    return False
 
 
 def _variable(node: ast.expr, scopes: ScopeTable) -> tuple[object, str] | None:
