@@ -766,3 +766,45 @@ def test_a_launcher_constant_reads_the_environment_through_the_modules_own_impor
     )
     assert 'LOCAL_RANK = int(_os.environ.get("LOCAL_RANK", 0))\n' in migrated
     assert "    return LOCAL_RANK, os.getcwd()\n" in migrated
+
+
+# A model the parent built once, moved into every spawned process, spawned again for each fold.
+XLA_WRAPPED_FOLDS = '''\
+import json
+import os
+
+import torch
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_multiprocessing as xmp
+import torch_xla.runtime as xr
+
+WRAPPED = xmp.MpModelWrapper(torch.nn.Linear(3, 1))
+
+
+def _mp_fn(index, fold):
+    device = xm.xla_device()
+    model = WRAPPED.to(device)
+    start = model.weight.detach().cpu().flatten().tolist()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(fold)
+    model(torch.randn(4, 3, device=device)).pow(2).mean().backward()
+    xm.optimizer_step(optimizer)
+    with open(os.path.join(os.environ["RESULTS"], f"fold{fold}.rank{xr.global_ordinal()}.json"), "w") as f:
+        json.dump(start, f)
+
+
+if __name__ == "__main__":
+    for fold in range(2):
+        xmp.spawn(_mp_fn, args=(fold,))
+'''
+
+
+@pytest.mark.slow
+def test_a_wrapped_model_starts_every_fold_from_rank_0s_untrained_weights(tmp_path: Path) -> None:
+    migrated = migrate(XLA_WRAPPED_FOLDS, "folds.py")
+    assert "shared_model_copy(WRAPPED, device)" in migrated and "import torch_xla" not in migrated
+    assert "        if not dist.is_initialized():\n            dist.init_process_group()\n" in migrated
+    (tmp_path / "folds.py").write_text(migrated)
+    torchrun(tmp_path, [tmp_path / "folds.py"])
+    starts = [results(tmp_path, f"fold{fold}") for fold in range(2)]
+    assert starts[0][0] == starts[0][1] == starts[1][0] == starts[1][1]

@@ -16,7 +16,7 @@ PACKAGES: tuple[str, ...] = (
     "neuronx_distributed_inference",
     "transformers_neuronx",
     "neuronperf",  # benchmarks the artifacts of torch_neuronx.trace
-    "neuronxcc.nki",  # the compiler's own NKI namespace, which the standalone `nki` package replaced
+    "neuronxcc",  # the Neuron compiler; its own NKI namespace, `neuronxcc.nki`, the standalone `nki` package replaced
 )
 # Old-stack imports that register what other code reaches by another name: kept while it is used.
 REGISTERS: dict[str, str] = {"torch_neuron": "torch.neuron."}

@@ -287,6 +287,7 @@ class NeuronxTrace(Codemod):
     markers = ROOTS  # also reached by `importlib.import_module("torch_neuronx")` or `import *`
     manual: ClassVar[dict[str, str]] = {
         "neuronxcc.nki": "`{name}` (`neuronxcc.nki`) no longer compiles: port the kernel to the standalone `nki` package",
+        "neuronxcc": "`{name}` is the Neuron compiler, installed only with the old stack: read it only where it is installed (`importlib.util.find_spec`)",
         "torch_neuronx.xla_impl": "torch_neuronx XLA internals (custom ops, `nki_jit`) have no automatic migration; NKI needs the native integration",
         **dict.fromkeys(
             ("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),

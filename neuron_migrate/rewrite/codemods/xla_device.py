@@ -54,6 +54,10 @@ XLA_STRING = re.compile(r"""['"]xla[:'"]""")  # where none is, no string needs r
 LIGHTNING = frozenset({"lightning", "pytorch_lightning", "lightning_fabric"})
 
 
+# An XLA device number is not a native one: XRT numbered a host's TPU cores from 1 (`xla:1`).
+INDEX_TODO = "device numbers differ natively (torch_xla's XRT numbered TPU cores from 1): check this one, or run a process per device"
+
+
 class XlaDevice(Codemod):
     """Replaces XLA devices with native ones.
 
@@ -184,6 +188,8 @@ class XlaDevice(Codemod):
         self.changed(f"`{code_of(call.func)}()` -> native device")
         if index is None or (code_of(index.value) == "0" and not self.ctx.target.neuron):
             return self.ctx.group(expr(self.ctx.device_expr()))
+        if code_of(index.value) != "0":
+            self.todo(INDEX_TODO)
         return expr(f"{torch}.device({self.ctx.device_type_expr()}, {code_of(index.value)})")
 
     def _torch_device(self, call: cst.Call) -> cst.BaseExpression:
@@ -215,6 +221,7 @@ class XlaDevice(Codemod):
         if whole_call is not None and len(whole_call.args) > 1:
             index = code_of(whole_call.args[1].value)
         if index and index != "0":
+            self.todo(INDEX_TODO)
             return expr(f"{torch}.device({self.ctx.device_type_expr()}, {index})")
         device = expr(self.ctx.device_expr())
         return self.ctx.group(device) if grouped else device

@@ -29,6 +29,7 @@ from neuron_migrate.rewrite.codemods.parent_process import (
     parent_only_statements,
     print_call,
 )
+from neuron_migrate.rewrite.codemods.xla_collectives import BROADCAST_MASTER_PARAM_HELPER
 from neuron_migrate.rewrite.effects import has_effects
 
 XMP_SPAWN = "torch_xla.distributed.xla_multiprocessing.spawn"
@@ -90,6 +91,15 @@ PARENT_ONLY_SEVERAL = {
 
 
 MP_MODEL_WRAPPER = "torch_xla.distributed.xla_multiprocessing.MpModelWrapper"
+SHARED_MODEL_COPY = '''\
+def {name}(model, device):
+    """`model` copied to `device` with rank 0's weights, as `xmp.MpModelWrapper(model).to(device)`
+    gave each spawned process the model its parent built: every process builds its own natively,
+    and a model trained here must not become the next run's start."""
+    model = {copy}.deepcopy(model).to(device)
+    {broadcast}(model)
+    return model
+'''
 
 class XlaLaunch(Codemod):
     """Turns XLA process launchers into a torchrun-ready entry point.
@@ -110,7 +120,10 @@ class XlaLaunch(Codemod):
     processes for every run; a file whose own `init_process_group` runs only on some runs
     (`if args.ddp:`) keeps it, under `if not dist.is_initialized():`, for the runs that do not
     come through the entry point. `xmp.MpModelWrapper(model)`, which shared one copy of the
-    weights between forked processes, becomes `model`: each torchrun process builds its own. A spawn in the branch a script takes when torchrun did not
+    weights between forked processes, becomes `model`: each torchrun process builds its own, and
+    its `.to(device)` becomes `shared_model_copy(model, device)`, a copy with rank 0's weights, as
+    each forked process got the parent's untrained model. A spawn inside a loop (once per fold)
+    creates the process group on its first pass and keeps it. A spawn in the branch a script takes when torchrun did not
     launch it (`if os.environ.get("WORLD_SIZE"): ... else: xmp.spawn(...)`) becomes
     `raise SystemExit("launch with torchrun: ...")`: torchrun launches it now.
 
@@ -185,6 +198,8 @@ class XlaLaunch(Codemod):
         self._parent_leads: dict[int, int] = {}  # the first of them in a block: how many it leads
         # Launches under a test of torchrun's environment: they ran only without torchrun, and stay.
         self._beside_torchrun: set[int] = set()
+        self._loops = 0  # loops around the statement being rewritten
+        self._wrapped_models: set[object] = set()  # variables an `xmp.MpModelWrapper(...)` is bound to
         # `flag = ...` lines right before the `torch_xla.launch(..., debug_single_process=flag)` that
         # is their only reader, by the variable's name.
         self._launch_options: dict[str, cst.SimpleStatementLine] = {}
@@ -283,11 +298,34 @@ class XlaLaunch(Codemod):
     def visit_If(self, node: cst.If) -> None:
         self._flag_parent_only(node)
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and self.qualify(node.value.func) == MP_MODEL_WRAPPER:
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self._wrapped_models.add(self.ctx.binding_key(target.target.value))
+
+    def _wrapped_to(self, wrapper: str, device: cst.BaseExpression) -> cst.BaseExpression:
+        """`WRAPPED.to(device)`: torch_xla moved the model the parent built into each forked
+        process, untrained and the same on every rank; natively each process builds its own, so
+        each gets a copy with rank 0's weights."""
+        broadcast = self.ctx.unused_name("broadcast_master_param")
+        self.ctx.need_helper(
+            broadcast, BROADCAST_MASTER_PARAM_HELPER.format(name=broadcast, dist=self.ctx.dist(), torch=self.ctx.torch())
+        )
+        name = self.ctx.unused_name("shared_model_copy")
+        self.ctx.need_helper(
+            name, SHARED_MODEL_COPY.format(name=name, copy=self.ctx.need_import("copy"), broadcast=broadcast)
+        )
+        self.changed(f"`{wrapper}.to(device)` -> `{name}({wrapper}, device)`: a copy with rank 0's weights, as each spawned process got")
+        return expr(f"{name}({wrapper}, {code_of(device)})")
+
     def visit_For(self, node: cst.For) -> None:
         self._flag_parent_only(node)
+        self._loops += 1
 
     def visit_While(self, node: cst.While) -> None:
         self._flag_parent_only(node)
+        self._loops += 1
 
     def visit_With(self, node: cst.With) -> None:
         self._flag_parent_only(node)
@@ -397,14 +435,20 @@ class XlaLaunch(Codemod):
         one = f" (--nproc_per_node=1 where `{single}`)" if single not in (None, "True", "False") else ""
         self.ctx.comment(f"# Launch with: {launch}{one}")
         if self._launcher_creates_group:
-            self.ctx.insert_before(stmt(f"{self._init_call()}\n"))
+            dist = self.ctx.dist()
+            if self._loops:
+                # Spawned once per pass: the group is made on the first and kept for the next
+                # (made again, a group is not reliably ready on every rank).
+                self.ctx.insert_before(stmt(f"if not {dist}.is_initialized():\n    {self._init_call()}\n"))
+            else:
+                self.ctx.insert_before(stmt(f"{self._init_call()}\n"))
             pin = self._pin_device()
             if pin is not None:
                 self.ctx.insert_before(pin)
             # Wait for every rank before tearing down: gloo can abort a process that exits
             # while a peer is still finishing its last collective.
-            dist = self.ctx.dist()
-            self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), stmt(f"{dist}.destroy_process_group()\n"))
+            teardown = [] if self._loops else [stmt(f"{dist}.destroy_process_group()\n")]
+            self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), *teardown)
         self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
         self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
 
@@ -475,6 +519,14 @@ class XlaLaunch(Codemod):
         backend = 'backend="neuron"' if self.ctx.target.neuron else ""
         return f"{self.ctx.dist()}.init_process_group({backend})"
 
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        self._loops -= 1
+        return updated_node
+
+    def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
+        self._loops -= 1
+        return updated_node
+
     # -- init_process_group("xla") -------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.qualify(updated_node.func) == MP_MODEL_WRAPPER and len(updated_node.args) == 1 and not updated_node.args[0].star:
@@ -482,6 +534,15 @@ class XlaLaunch(Codemod):
             # torchrun process builds its own model, and `.to(device)` moved the model it held.
             self.changed("`xmp.MpModelWrapper(model)` -> `model`: each torchrun process holds its own")
             return updated_node.args[0].value
+        func = updated_node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "to"
+            and isinstance(func.value, cst.Name)
+            and self.ctx.binding_key(func.value.value) in self._wrapped_models
+            and len(updated_node.args) == 1
+        ):
+            return self._wrapped_to(func.value.value, updated_node.args[0].value)
         if self.qualify(updated_node.func) not in INIT_PROCESS_GROUP:
             return updated_node
         backend = arg_value(updated_node, 0, "backend")
