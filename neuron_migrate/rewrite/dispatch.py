@@ -532,7 +532,9 @@ class Dispatcher(Transformer):
             # row) carry one TODO, above the first; the same cause anywhere else gets its own.
             last, said = self._said.get(id(self.ctx.scope), (-2, set()))
             todos = frame.todos
-            if frame.statement == last + 1:
+            assert self.ctx.scopes is not None
+            blocks = self.ctx.scopes.statement_blocks
+            if frame.statement == last + 1 and last >= 0 and frame.statement < len(blocks) and blocks[last] == blocks[frame.statement]:
                 frame.todos = [todo for todo in todos if todo not in said]
             self._said[id(self.ctx.scope)] = (frame.statement, set(todos))
         if not (frame.todos or frame.comments or frame.before or frame.after):

@@ -302,8 +302,10 @@ class _ImportRemover(Transformer):
         if probed:
             # Natively the package is never there: the `except` branch runs, as on any machine
             # without it. Whether the question meant "an accelerator?" only a person can say.
-            names = ", ".join(f"`{name}`" for name in dict.fromkeys(probed))
-            message = f"{names} is absent natively, so `except` runs; for an accelerator ask `torch.accelerator.is_available()`"
+            unique = list(dict.fromkeys(probed))
+            names = f"`{unique[0]}`" + (f" (+{len(unique) - 1})" if len(unique) > 1 else "")
+            verb = "is" if len(unique) == 1 else "are"
+            message = f"{names} {verb} absent natively, so `except` runs; for an accelerator ask `torch.accelerator.is_available()`"
             self._guard_removed.pop()
             return add_todos(updated_node, [("NM015", message)])  # type: ignore[return-value]
         removed_import = self._guard_removed.pop()
@@ -437,14 +439,17 @@ def _names_read(table: ScopeTable) -> tuple[set[str], list[set[str]], list[tuple
 
 
 def _only_probes(body: Sequence[Any]) -> bool:
-    """Does this `try` block do nothing but import, and set or return constants (`return True`,
-    `HAVE_XLA = True`)? Then it asks whether its imports are installed, and uses none of them."""
+    """Does this `try` block do nothing but import, say so (`print("found")`, a log line), and set
+    or return constants (`return True`, `HAVE_XLA = True`)? Then it asks whether its imports are
+    installed, and uses none of them."""
     for statement in body:
         if not isinstance(statement, cst.SimpleStatementLine):
             return False
         for small in statement.body:
             if isinstance(small, cst.Import | cst.ImportFrom | cst.Pass):
                 continue
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                continue  # a message; what it reads, the imports' bindings aside, is checked where they are
             value = small.value if isinstance(small, cst.Return | cst.Assign) else ...
             if value is ... or (value is not None and not _constant(value)):
                 return False

@@ -201,6 +201,14 @@ _TRAINS = re.compile(r"\.backward\(|\btorch\.optim\b|\boptim\.|Trainer\b")
 _HOST_ONLY = re.compile(r"\.numpy\(|\bnp\.|\bnumpy\.")
 
 
+def _on_the_device(value: cst.BaseExpression) -> bool:
+    """Does an argument visibly live on the device (moved there, or made there), or hold no tensor?"""
+    if isinstance(value, cst.BaseNumber | cst.SimpleString | cst.FormattedString):
+        return True
+    code = code_of(value)
+    return ".to(" in code or ".cuda(" in code or "device" in code.lower()
+
+
 class NeuronxTrace(Codemod):
     """Replaces ahead-of-time `torch_neuronx.trace` with `torch.compile` on the device.
 
@@ -287,7 +295,7 @@ class NeuronxTrace(Codemod):
     markers = ROOTS  # also reached by `importlib.import_module("torch_neuronx")` or `import *`
     manual: ClassVar[dict[str, str]] = {
         "neuronxcc.nki": "`{name}` (`neuronxcc.nki`) no longer compiles: port the kernel to the standalone `nki` package",
-        "neuronxcc": "`{name}` is the Neuron compiler, installed only with the old stack: read it only where it is installed (`importlib.util.find_spec`)",
+        "neuronxcc": "`{name}` is the Neuron compiler, absent natively: read it only where `importlib.util.find_spec` finds it",
         "torch_neuronx.xla_impl": "torch_neuronx XLA internals (custom ops, `nki_jit`) have no automatic migration; NKI needs the native integration",
         **dict.fromkeys(
             ("torch_neuronx.xla_impl.ops.nki_jit", "torch_neuronx.nki_jit"),
@@ -468,6 +476,8 @@ class NeuronxTrace(Codemod):
                 blocks = self._traced_in.get(source.removesuffix("._orig_mod"))
                 moved = blocks is not None and tuple(self._blocks[: len(blocks)]) == blocks
                 model = source if moved else f"{source}.to({self._device()})"
+                assert target is not None
+                self._check_not_inside(target, source.removesuffix("._orig_mod"), f"torch.compile({source})")
                 return updated_node.with_changes(value=cst.parse_expression(self._compile(model)))
             if self.ctx.facts.uses("torch_neuronx"):
                 self.todo(LOAD_TODO)
@@ -537,6 +547,14 @@ class NeuronxTrace(Codemod):
         func = updated_node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "save" and updated_node.args:
             return self._save(updated_node, func.value, updated_node.args[0].value)
+        if (
+            not self.ctx.target.neuron
+            and isinstance(func, cst.Name)
+            and self._variable(func.value) in self._traced_anywhere
+            and any(not _on_the_device(arg.value) for arg in updated_node.args)
+        ):
+            # Neuron copied host inputs into a traced graph; other devices take no host tensors.
+            self.todo(f"`{func.value}` runs on the device: pass it inputs there (`.to(device)`), as its warm-up does")
         if (
             name in JIT_LOAD
             and self.ctx.facts.uses("torch_neuronx")

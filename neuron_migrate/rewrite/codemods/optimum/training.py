@@ -784,7 +784,7 @@ class OptimumTraining(RenamingCodemod):
             self._parsed_defaults(original_node)
             return self._parser(updated_node)
         if name in TRAINER or name in SFT_TRAINER:
-            return self._trainer(updated_node)
+            return upgrade_call(self, updated_node, ("trl.SFTTrainer" if name in SFT_TRAINER else "transformers.Trainer",))
         if name in TRN_CONFIG_CLASS:
             return self._trn_config_class(updated_node)
         if name in MAIN_WORKER:
@@ -1277,9 +1277,6 @@ class OptimumTraining(RenamingCodemod):
         )
         if "SFTConfig" in code_of(call):
             self.ctx.note(self.code, TRL_PADDING_NOTE)
-
-    def _trainer(self, call: cst.Call) -> cst.Call:
-        return upgrade_call(self, call, ("transformers.Trainer",))
 
     def _trn_config_class(self, call: cst.Call) -> cst.Call:
         mapping = {

@@ -166,6 +166,40 @@ def _torchscript(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cs
     return None
 
 
+def _formatting_func(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
+    """A `formatting_func` of the file that returns a list was written for batches."""
+    name = arg.value.value if isinstance(arg.value, cst.Name) else None
+    if name is not None and name in _batch_formatters(codemod.ctx.source):
+        codemod.todo(
+            f"`{name}` formats batches (it returns a list): TRL now calls it on one example: return that example's text"
+        )
+    return arg
+
+
+@functools.lru_cache(maxsize=1)
+def _batch_formatters(source: str) -> frozenset[str]:
+    """Module-level functions of `source` that return a list (`[f"..." for q in batch["q"]]`)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    found = set()
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        lists = {
+            target.id
+            for node in ast.walk(function)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.List | ast.ListComp)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+        if returns and all(isinstance(r, ast.List | ast.ListComp) or (isinstance(r, ast.Name) and r.id in lists) for r in returns):
+            found.add(function.name)
+    return frozenset(found)
+
+
 @functools.lru_cache(maxsize=1)
 def _unpacks_calls(source: str) -> bool:
     """Does `source` unpack what a call returns (`a, b = f(x)`, `(logits,) = model(x)`)?"""
@@ -183,6 +217,7 @@ def _unpacks_calls(source: str) -> bool:
 
 SPECIAL: dict[str, Callable[[Codemod, cst.Arg, Collection[str]], cst.Arg | None]] = {
     "torchscript": _torchscript,
+    "formatting_func": _formatting_func,
     "flash_attention": _flash_attention,
     "ratio": _warmup_ratio,
     "environment": _logging_dir,

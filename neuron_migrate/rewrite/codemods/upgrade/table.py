@@ -125,6 +125,9 @@ TRAINING_KEYWORDS = (
 )
 TRAINER_KEYWORDS = (Keyword("tokenizer", "processing_class"),)
 SFT_KEYWORDS = (Keyword("max_seq_length", "max_length"),)
+# TRL 0.11 and earlier called `formatting_func` on batches (a dict of lists, returning a list of
+# texts); later versions call it on one example, returning one text.
+SFT_TRAINER_KEYWORDS = (Keyword("formatting_func", rule="formatting_func", kept=True),)
 # TRL 1.x dropped these from its preference-training configs.
 _TRL_REMOVED = "TRL 1.x has no such option: see the trainer's documentation for what replaced it"
 PREFERENCE_KEYWORDS = tuple(
@@ -164,6 +167,7 @@ KEYWORDS: dict[str, tuple[Keyword, ...]] = {
     "trl.SFTConfig": (*TRAINING_KEYWORDS, *SFT_KEYWORDS),
     **{f"trl.{name}Config": (*TRAINING_KEYWORDS, *PREFERENCE_KEYWORDS) for name in ("DPO", "KTO")},
     **{owner: TRAINER_KEYWORDS for owner in TRAINERS},
+    "trl.SFTTrainer": (*TRAINER_KEYWORDS, *SFT_TRAINER_KEYWORDS),
     ANY_LOADERS: LOADER_KEYWORDS,
     MODEL_LOADERS: MODEL_LOADER_KEYWORDS,
     PIPELINE: (*LOADER_KEYWORDS, Keyword("torch_dtype", "dtype")),
