@@ -482,20 +482,22 @@ def format_table(result: RerunResult) -> str:
         for row in rows
     ]
     lines += result.notes
+    lines.append(conclusion(result))
+    return "\n".join(lines)
+
+
+def conclusion(result: RerunResult) -> str:
+    """The table's last line: the first cell that differs, or that none does."""
     first = result.first_difference
     if first is not None:
-        lines.append(
-            f"first cell that differs: {first.number} ({first.first_line}): {first.verdict}"
-        )
-    else:
-        unsaved = sum(c.verdict == NO_SAVED_OUTPUT for c in result.cells)
-        compared = sum(c.verdict == SAME for c in result.cells)
-        lines.append(
-            f"every code cell gives the outputs saved in the original ({compared} same"
-            + (f", {unsaved} without saved output" if unsaved else "")
-            + ")"
-        )
-    return "\n".join(lines)
+        return f"first cell that differs: {first.number} ({first.first_line}): {first.verdict}"
+    unsaved = sum(c.verdict == NO_SAVED_OUTPUT for c in result.cells)
+    compared = sum(c.verdict == SAME for c in result.cells)
+    return (
+        f"every code cell gives the outputs saved in the original ({compared} same"
+        + (f", {unsaved} without saved output" if unsaved else "")
+        + ")"
+    )
 
 
 # Options of the program comparison that mean nothing here: the original notebook is not run, and
@@ -566,8 +568,16 @@ def as_json(result: RerunResult, original: Path, migrated: Path) -> dict[str, An
     return {
         "original": str(original),
         "migrated": str(migrated),
+        # The word a comparison of two programs uses, for readers of either document.
+        "verdict": "diverge" if first else "match",
         "exit_code": result.exit_code,
         "cells": [asdict(cell) for cell in result.cells],
         "notes": result.notes,
         "first_difference": None if first is None else first.number,
     }
+
+
+def from_json(document: dict[str, Any]) -> RerunResult:
+    """The result `as_json` wrote, back (a notebook app reads the document a child process wrote)."""
+    cells = [CellResult(**cell) for cell in document.get("cells", [])]
+    return RerunResult(cells, list(document.get("notes", [])))
