@@ -1,6 +1,7 @@
 """The migration app: pick a script, a notebook or one of its cells, review the migration next to
 the original with what changed, what is left to do and what `check` still finds, apply it, see
-what was written, undo it, go on to the next.
+what was written, undo it, go on to the next. For a notebook, Re-run and compare runs its
+migration in a fresh kernel and shows, cell by cell, whether the outputs are those it saved.
 
 Apply writes what is selected (one cell, or the whole file). A file open in a JupyterLab tab of
 this window is changed in that tab, which saves it (see `bridge`): the tab's own undo works, and
@@ -14,6 +15,7 @@ does (which is how the tests drive it).
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -109,6 +111,7 @@ class MigrationApp(StaticView, widgets.VBox):
         self.review = widgets.HTML()  # what the last Apply wrote
         # Re-run and compare shows its table here (a validation dashboard of the two notebooks).
         self.rerun: ValidationDashboard | None = None
+        self._rerun_copy: Path | None = None
         self.rerun_box = widgets.VBox()
         # Where JupyterLab lacks the extension, the app writes to disk behind an open tab's back.
         self.notice = widgets.HTML()
@@ -307,8 +310,11 @@ class MigrationApp(StaticView, widgets.VBox):
             self.rerun.status.value = render.badge("already running", "warn")
             return False
         original = Path(migration.label)
+        if self._rerun_copy is not None:  # the last run's copy: only its table is kept
+            shutil.rmtree(self._rerun_copy.parent, ignore_errors=True)
         copy = Path(tempfile.mkdtemp(prefix="neuron-migrate-rerun-")) / original.name
         copy.write_text(migration.migrated, encoding="utf-8")
+        self._rerun_copy = copy
         options = ["--migrated-cwd", str(original.parent.resolve())]
         if self.rerun is None:
             self.rerun = ValidationDashboard(owner=self)

@@ -8,6 +8,10 @@ terminal or on another machine (`ValidationDashboard.from_json`) as well as one 
 pressing Validate leaves the kernel free, streams both programs' output into the log, shows how
 far they got, and Cancel stops them; `run()` does the same and waits, for a notebook run top to
 bottom (papermill). What the dashboard shows is also in its output as static HTML (see `views`).
+
+Given two notebooks, validate re-runs the migrated one in a fresh kernel against the outputs saved
+in the original (`validate.notebook_rerun`): the dashboard shows how many cells have run, and a
+table of the cells (same, differs, new error, no saved output) with the first cell that differs.
 """
 
 from __future__ import annotations

@@ -811,3 +811,8 @@ def test_re_run_and_compare_runs_the_selected_notebooks_migration_from_the_app(
     assert last["now"] and last["model_id"] == app.model_id
     assert "first cell that differs: 3 (train(lr=0.5))" in text_of(last["data"]["text/html"])
     assert "nm-notebook-cells" in app._repr_mimebundle_()["text/html"]
+    # Again: from a new copy; the last one goes.
+    assert app.rerun_and_compare()
+    assert not copy.parent.exists() and HeldRerun.started[-1][1].exists()
+    app.rerun.validation.end.set()
+    app.rerun.wait()
