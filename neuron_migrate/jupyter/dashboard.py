@@ -40,6 +40,7 @@ import traitlets
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.views import StaticView
 from neuron_migrate.validate import notebook_rerun
+from neuron_migrate.validate.background import PROGRESS_PREFIX
 
 VERDICTS = {
     "match": ("MATCH", "ok", "the migrated program computes what the original did"),
@@ -328,8 +329,7 @@ def details_html(document: dict[str, Any]) -> str:
 LOG_LINES = 400  # of each program's output kept in the log view
 POLL = 0.5  # seconds between looks at the running programs
 _STEP = re.compile(r"\bstep\W{0,3}(\d+)", re.IGNORECASE)
-PROGRESS = "validate: "  # validate's progress lines on stderr start so
-_CELL_RUN = re.compile(rf"{PROGRESS}cell \d+/\d+ ")
+_CELL_RUN = re.compile(re.escape(PROGRESS_PREFIX) + notebook_rerun.CELL_PROGRESS.pattern)
 
 
 def is_notebook_pair(original: str | Path, migrated: str | Path) -> bool:
@@ -341,9 +341,8 @@ def is_notebook_pair(original: str | Path, migrated: str | Path) -> bool:
 def _code_cells(path: str | Path) -> int:
     """How many code cells a notebook has (0 where it cannot be read: validate will say why)."""
     try:
-        notebook = json.loads(Path(path).read_text(encoding="utf-8"))
-        return sum(cell.get("cell_type") == "code" for cell in notebook.get("cells", []))
-    except (OSError, ValueError, AttributeError):
+        return len(notebook_rerun.code_cells(notebook_rerun.read_notebook(Path(path))))
+    except notebook_rerun.NotebookError:
         return 0
 
 
@@ -457,7 +456,7 @@ class Validation:
             text = (self.folder / "validate.log").read_text(errors="replace")
         except OSError:
             return []
-        return [line[len(PROGRESS) :] for line in text.splitlines() if _CELL_RUN.match(line)]
+        return [line[len(PROGRESS_PREFIX) :] for line in text.splitlines() if _CELL_RUN.match(line)]
 
     def cancel(self) -> None:
         self._cancelled.set()

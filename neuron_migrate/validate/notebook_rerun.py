@@ -32,6 +32,10 @@ DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-6
 PAIR_SIMILARITY = 0.3
 
 
+# How `rerun` reports each cell it ran to its `log` (validate's stderr): "cell 3/9 SOURCE: VERDICT".
+CELL_PROGRESS = re.compile(r"cell (\d+)/(\d+) ")
+
+
 class NotebookError(Exception):
     """A notebook that cannot be read or run; the message names the file and the cell."""
 
