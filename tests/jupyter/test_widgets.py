@@ -816,3 +816,22 @@ def test_re_run_and_compare_runs_the_selected_notebooks_migration_from_the_app(
     assert not copy.parent.exists() and HeldRerun.started[-1][1].exists()
     app.rerun.validation.end.set()
     app.rerun.wait()
+
+
+@pytest.mark.slow
+def test_a_notebook_without_saved_outputs_is_an_error_that_says_so(tmp_path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    original, migrated = tmp_path / "a.ipynb", tmp_path / "b.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)")]), original)
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)")]), migrated)
+    dashboard = ValidationDashboard()
+    result = dashboard.run(original, migrated)
+    assert result["verdict"] == "error" == dashboard.verdict
+    [error] = result["errors"]
+    assert error == (
+        f"neuron-migrate validate: {original}: no saved outputs to compare with "
+        "(run it and save it with its outputs)"
+    )
+    assert "ERROR: the comparison could not be made" in text_of(dashboard.headline.value)
