@@ -15,7 +15,9 @@ import difflib
 import json
 import math
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -543,6 +545,10 @@ def run_command(args: Any) -> int:
     if args.migrated_python is not None and not args.migrated_python.exists():
         return error(f"{args.migrated_python}: no such interpreter")
     original, migrated = (Path(p) for p in args.programs)
+    # Stopped as a background run is (SIGTERM), the kernel goes too: it runs in a session of its
+    # own, which the signal to validate's process group does not reach.
+    main = threading.current_thread() is threading.main_thread()  # where Python takes signals
+    stopped = signal.signal(signal.SIGTERM, _interrupt) if main else None
     try:
         result = rerun(
             original,
@@ -558,6 +564,9 @@ def run_command(args: Any) -> int:
         return error(str(exc))
     except KeyboardInterrupt:
         return error("interrupted; the kernel was shut down")
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, stopped)
     if args.json != "-":
         print(format_table(result))
     if args.json:
@@ -565,6 +574,10 @@ def run_command(args: Any) -> int:
 
         _emit(json.dumps(as_json(result, original, migrated), indent=1), args.json)
     return result.exit_code
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def as_json(result: RerunResult, original: Path, migrated: Path) -> dict[str, Any]:
