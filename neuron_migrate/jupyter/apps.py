@@ -1,6 +1,7 @@
 """The migration app: pick a script, a notebook or one of its cells, review the migration next to
 the original with what changed, what is left to do and what `check` still finds, apply it, see
-what was written, undo it, go on to the next.
+what was written, undo it, go on to the next. For a notebook, Re-run and compare runs its
+migration in a fresh kernel and shows, cell by cell, whether the outputs are those it saved.
 
 Apply writes what is selected (one cell, or the whole file). A file open in a JupyterLab tab of
 this window is changed in that tab, which saves it (see `bridge`): the tab's own undo works, and
@@ -14,6 +15,8 @@ does (which is how the tests drive it).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,7 @@ from neuron_migrate.core.files import SourceError, discover
 from neuron_migrate.core.wording import plural
 from neuron_migrate.jupyter import bridge, render
 from neuron_migrate.jupyter.check import CheckReport, check_cells, check_script, notebook_cells
+from neuron_migrate.jupyter.dashboard import ValidationDashboard
 from neuron_migrate.jupyter.migration import Migration, migrate_path, notebook_code_cells, write
 from neuron_migrate.jupyter.views import StaticView
 from neuron_migrate.rewrite.codemods.base import TARGETS
@@ -96,8 +100,19 @@ class MigrationApp(StaticView, widgets.VBox):
         self.next_button = widgets.Button(
             description="Next", icon="arrow-right", disabled=True, layout=fit()
         )
+        self.rerun_button = widgets.Button(
+            description="Re-run and compare",
+            icon="refresh",
+            tooltip="run the migrated notebook in a fresh kernel and compare each cell's outputs "
+            "with those saved in the original",
+            layout=fit(),
+        )
         self.status = widgets.HTML()
         self.review = widgets.HTML()  # what the last Apply wrote
+        # Re-run and compare shows its table here (a validation dashboard of the two notebooks).
+        self.rerun: ValidationDashboard | None = None
+        self._rerun_copy: Path | None = None
+        self.rerun_box = widgets.VBox()
         # Where JupyterLab lacks the extension, the app writes to disk behind an open tab's back.
         self.notice = widgets.HTML()
         if bridge.extension_missing(get_ipython()):
@@ -111,9 +126,18 @@ class MigrationApp(StaticView, widgets.VBox):
                 self.diff,
                 self.findings,
                 self.checks,
-                widgets.HBox([self.apply_button, self.undo_button, self.next_button, self.status]),
+                widgets.HBox(
+                    [
+                        self.apply_button,
+                        self.undo_button,
+                        self.next_button,
+                        self.rerun_button,
+                        self.status,
+                    ]
+                ),
                 self.notice,
                 self.review,
+                self.rerun_box,
             ]
         )
         self.add_class("nm-migration-app")
@@ -125,6 +149,7 @@ class MigrationApp(StaticView, widgets.VBox):
         self.apply_button.on_click(self._apply)
         self.undo_button.on_click(self._undo)
         self.next_button.on_click(self._next)
+        self.rerun_button.on_click(lambda _: self.rerun_and_compare())
         self._file_changed()
 
     def __repr__(self) -> str:
@@ -216,6 +241,7 @@ class MigrationApp(StaticView, widgets.VBox):
             self.headline.value = "<i>No Python scripts or notebooks found.</i>"
             self.diff.value = self.findings.value = self.checks.value = ""
             self.apply_button.disabled = True
+            self.rerun_button.layout.display = "none"
             self._buttons()
             return
         view = self.view_picker.value
@@ -230,6 +256,8 @@ class MigrationApp(StaticView, widgets.VBox):
         name = Path(migration.label).name
         where = f"cell {self.cell + 1} to " if self.cell is not None else ""
         self.apply_button.description = f"Apply {where}{name}"
+        notebook = migration.kind == "notebook" and not migration.error
+        self.rerun_button.layout.display = None if notebook else "none"
         self._buttons()
 
     def _buttons(self) -> None:
@@ -262,7 +290,36 @@ class MigrationApp(StaticView, widgets.VBox):
 
     def static_html(self) -> str:
         parts = [self.headline.value, self.diff.value, self.findings.value, self.checks.value]
-        return "".join(parts) + self.status.value + self.review.value
+        rerun = self.rerun.static_html() if self.rerun is not None else ""
+        return "".join(parts) + self.status.value + self.review.value + rerun
+
+    # -- re-run and compare -----------------------------------------------------------------------
+
+    def rerun_and_compare(self, timeout: float = 600) -> bool:
+        """Run the selected notebook's migration in a fresh kernel, in the background, and compare
+        each code cell's outputs with those saved in the notebook (`neuron-migrate validate
+        NOTEBOOK MIGRATED`); the table shows below. False (saying why) when it cannot start.
+
+        The migration runs from a copy in a temporary folder, in the notebook's own folder (the
+        files it reads are there), whether or not it was applied: Apply changes the cells' code
+        and keeps the outputs they saved."""
+        migration = self.migration
+        if migration is None or migration.kind != "notebook" or migration.error:
+            return False
+        if self.rerun is not None and self.rerun.validation and self.rerun.validation.running:
+            self.rerun.status.value = render.badge("already running", "warn")
+            return False
+        original = Path(migration.label)
+        if self._rerun_copy is not None:  # the last run's copy: only its table is kept
+            shutil.rmtree(self._rerun_copy.parent, ignore_errors=True)
+        copy = Path(tempfile.mkdtemp(prefix="neuron-migrate-rerun-")) / original.name
+        copy.write_text(migration.migrated, encoding="utf-8")
+        self._rerun_copy = copy
+        options = ["--migrated-cwd", str(original.parent.resolve())]
+        if self.rerun is None:
+            self.rerun = ValidationDashboard(owner=self)
+            self.rerun_box.children = [self.rerun]
+        return self.rerun.start(original, copy, options=options, timeout=timeout)
 
     # -- apply, undo, next ------------------------------------------------------------------------
 

@@ -8,6 +8,10 @@ terminal or on another machine (`ValidationDashboard.from_json`) as well as one 
 pressing Validate leaves the kernel free, streams both programs' output into the log, shows how
 far they got, and Cancel stops them; `run()` does the same and waits, for a notebook run top to
 bottom (papermill). What the dashboard shows is also in its output as static HTML (see `views`).
+
+Given two notebooks, validate re-runs the migrated one in a fresh kernel against the outputs saved
+in the original (`validate.notebook_rerun`): the dashboard shows how many cells have run, and a
+table of the cells (same, differs, new error, no saved output) with the first cell that differs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,8 @@ import traitlets
 
 from neuron_migrate.jupyter import render
 from neuron_migrate.jupyter.views import StaticView
+from neuron_migrate.validate import notebook_rerun
+from neuron_migrate.validate.background import PROGRESS_PREFIX
 
 VERDICTS = {
     "match": ("MATCH", "ok", "the migrated program computes what the original did"),
@@ -58,6 +65,8 @@ MAX_ENTRIES = 40  # tensors listed under an item; the rest are counted
 
 def summary(document: dict[str, Any]) -> str:
     """The verdict in one sentence: `MATCH: the migrated program computes what the original did (...)`."""
+    if "cells" in document:
+        return notebook_summary(document)
     verdict = document.get("verdict", "error")
     word, _, meaning = VERDICTS.get(verdict, VERDICTS["error"])
     items = document.get("items", [])
@@ -204,6 +213,64 @@ def comparison_table_html(document: dict[str, Any]) -> str:
     )
 
 
+# -- two notebooks: the migrated one re-run against the original's saved outputs ---------------
+
+NOTEBOOK_VERDICTS = {"match": ("SAME", "ok"), "diverge": ("DIFFERS", "bad")}
+CELL_TONES = {
+    notebook_rerun.SAME: "ok",
+    notebook_rerun.DIFFERS: "bad",
+    notebook_rerun.NEW_ERROR: "bad",
+    notebook_rerun.NO_SAVED_OUTPUT: "warn",
+    notebook_rerun.ADDED: "warn",
+    notebook_rerun.REMOVED: "warn",
+}
+
+
+def notebook_summary(document: dict[str, Any]) -> str:
+    """`SAME: every code cell gives the outputs saved in the original (12 same)`, or `DIFFERS:
+    first cell that differs: 4 (...): differs (10 same, 2 differs, 1 new error)`."""
+    result = notebook_rerun.from_json(document)
+    word, _ = NOTEBOOK_VERDICTS["diverge" if result.first_difference else "match"]
+    sentence = f"{word}: {notebook_rerun.conclusion(result)}"
+    if result.first_difference is None:
+        return sentence
+    counts = Counter(cell.verdict for cell in result.cells)
+    return sentence + " (" + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + ")"
+
+
+def notebook_table_html(document: dict[str, Any]) -> str:
+    """The migrated notebook's code cells: source, verdict and what differs first; the first cell
+    that differs is marked."""
+    result = notebook_rerun.from_json(document)
+    if not result.cells:
+        return "<i>No code cell was run.</i>"
+    first = result.first_difference
+    cell = "padding: 2px 8px; text-align: left; vertical-align: top; border: none;"
+    head = "".join(
+        f'<th style="{cell}">{title}</th>'
+        for title in ("cell", "source", "verdict", "first difference")
+    )
+    rows = []
+    for row in result.cells:
+        marked = row is first
+        slug = row.verdict.replace(" ", "-")
+        rows.append(
+            f'<tr class="nm-cell nm-{slug}{" nm-first-difference" if marked else ""}"'
+            + (' style="background: rgba(248, 81, 73, 0.12);"' if marked else "")
+            + f'><td style="{cell} text-align: right;">{row.number}</td>'
+            f'<td style="{cell}"><code>{render.escape(row.first_line)}</code></td>'
+            f'<td style="{cell} white-space: nowrap;">'
+            f"{render.badge(row.verdict, CELL_TONES.get(row.verdict, 'warn'))}</td>"
+            f'<td style="{cell}">{render.escape(row.detail)}'
+            + (" <b>(first cell that differs)</b>" if marked else "")
+            + "</td></tr>"
+        )
+    return (
+        '<table class="nm-notebook-cells" style="border-collapse: collapse; margin: 4px 0;">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def runs_html(document: dict[str, Any]) -> str:
     lines = []
     for run in document.get("runs", []):
@@ -262,6 +329,21 @@ def details_html(document: dict[str, Any]) -> str:
 LOG_LINES = 400  # of each program's output kept in the log view
 POLL = 0.5  # seconds between looks at the running programs
 _STEP = re.compile(r"\bstep\W{0,3}(\d+)", re.IGNORECASE)
+_CELL_RUN = re.compile(re.escape(PROGRESS_PREFIX) + notebook_rerun.CELL_PROGRESS.pattern)
+
+
+def is_notebook_pair(original: str | Path, migrated: str | Path) -> bool:
+    """Whether validate re-runs a migrated notebook against its original (rather than comparing
+    two programs)."""
+    return all(str(path).lower().endswith(".ipynb") for path in (original, migrated))
+
+
+def _code_cells(path: str | Path) -> int:
+    """How many code cells a notebook has (0 where it cannot be read: validate will say why)."""
+    try:
+        return len(notebook_rerun.code_cells(notebook_rerun.read_notebook(Path(path))))
+    except notebook_rerun.NotebookError:
+        return 0
 
 
 def _descendants(pid: int) -> list[int]:
@@ -307,6 +389,7 @@ class Validation:
         timeout: float = 600,
     ) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="neuron-migrate-dashboard-"))
+        self.notebooks = is_notebook_pair(original, migrated)
         self.command = [
             sys.executable,
             "-m",
@@ -316,15 +399,20 @@ class Validation:
             str(migrated),
             "--json",
             str(self.folder / "result.json"),
-            "--work-dir",
-            str(self.folder / "work"),
             "--timeout",
             str(timeout),
             *options,
-            "--",
-            *arguments,
         ]
-        self.limit = timeout * 2 + 60  # both programs ran past validate's own timeout
+        if self.notebooks:
+            # The migrated notebook runs a cell at a time, each within `timeout`; what a program
+            # comparison keeps (its captures) and passes on (`-- ARGUMENTS`) means nothing here.
+            self.cells = _code_cells(migrated)
+            self.command += ["--", *arguments] if arguments else []
+            self.limit = timeout * max(self.cells, 1) + 60
+        else:
+            self.cells = 0
+            self.command += ["--work-dir", str(self.folder / "work"), "--", *arguments]
+            self.limit = timeout * 2 + 60  # both programs ran past validate's own timeout
         self.started = time.monotonic()
         self._cancelled = threading.Event()
         self._output = (self.folder / "validate.log").open("wb")
@@ -361,6 +449,14 @@ class Validation:
                 "last": lines[-1] if lines else "",
             }
         return sides
+
+    def cells_run(self) -> list[str]:
+        """Two notebooks: what validate said of each cell it ran so far ("cell 3/9 ...: same")."""
+        try:
+            text = (self.folder / "validate.log").read_text(errors="replace")
+        except OSError:
+            return []
+        return [line[len(PROGRESS_PREFIX) :] for line in text.splitlines() if _CELL_RUN.match(line)]
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -410,8 +506,10 @@ class Validation:
         if output.exists():
             document: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))
             return document
-        said = (self.folder / "validate.log").read_text(errors="replace").strip()
-        message = said or f"validate exited with status {self.process.returncode}"
+        said = (self.folder / "validate.log").read_text(errors="replace")
+        if self.notebooks:  # the cells run before the error say nothing of it
+            said = "\n".join(line for line in said.splitlines() if not _CELL_RUN.match(line))
+        message = said.strip() or f"validate exited with status {self.process.returncode}"
         return {"verdict": "error", "exit_code": self.process.returncode, "errors": [message]}
 
 
@@ -455,7 +553,9 @@ class ValidationDashboard(StaticView, widgets.VBox):
         migrated: str | Path = "",
         arguments: str = "",
         options: Sequence[str] = (),
+        owner: StaticView | None = None,
     ) -> None:
+        self.owner = owner
         wide, half = widgets.Layout(width="70%"), widgets.Layout(width="48%")
         self.original = widgets.Text(
             str(original), description="Original", placeholder="train_xla.py", layout=half
@@ -472,7 +572,7 @@ class ValidationDashboard(StaticView, widgets.VBox):
         self.original_python = widgets.Text(
             description="Old Python",
             placeholder="the reference environment, where the original imports torch_xla",
-            layout=half,
+            layout=widgets.Layout(width="48%"),  # its own: two notebooks hide it
         )
         self.migrated_python = widgets.Text(
             description="New Python", placeholder="this kernel's Python", layout=half
@@ -525,6 +625,9 @@ class ValidationDashboard(StaticView, widgets.VBox):
         self.add_class("nm-validation-dashboard")
         self.run_button.on_click(lambda _: self.start())
         self.cancel_button.on_click(lambda _: self.cancel())
+        for name in (self.original, self.migrated):
+            name.observe(self._fields, names="value")
+        self._fields()
         self.observe(self._render, names="result")
         self.result = result
         if result is None:
@@ -545,6 +648,13 @@ class ValidationDashboard(StaticView, widgets.VBox):
 
     def summary(self) -> str:
         return summary(self.result) if self.result else "Nothing validated yet."
+
+    def _fields(self, _change: object = None) -> None:
+        """Two notebooks are compared by the migrated one's outputs, run in this kernel's Python
+        (or New Python): the fields of a program comparison go."""
+        notebooks = is_notebook_pair(self.original.value, self.migrated.value)
+        for field in (self.arguments, self.original_python, self.precision, self.processes):
+            field.layout.display = "none" if notebooks else None
 
     # -- options ----------------------------------------------------------------------------------
 
@@ -613,7 +723,7 @@ class ValidationDashboard(StaticView, widgets.VBox):
             self.validate_options(),
             timeout,
         )
-        steps = _steps(script_arguments)
+        steps = self.validation.cells or _steps(script_arguments)
         self.progress_bar.max, self.progress_bar.value = max(steps or 1, 1), 0
         self.progress_bar.layout.display = None if steps else "none"
         self.log_box.layout.display = None
@@ -663,7 +773,18 @@ class ValidationDashboard(StaticView, widgets.VBox):
         self.result = document
 
     def _tick(self, validation: Validation) -> None:
-        """Show how far the programs got."""
+        """Show how far the programs got (the notebook, how many of its cells ran)."""
+        if validation.notebooks:
+            ran = validation.cells_run()
+            last = ran[-1] if ran else "starting a fresh kernel"
+            self.status.value = (
+                f"<i>running for {validation.seconds:.0f} s</i> — "
+                f"{len(ran)} of {render.plural(validation.cells, 'code cell')} run; "
+                f"{render.escape(last)}"
+            )
+            self.progress_bar.value = min(len(ran), self.progress_bar.max)
+            self.log_view.value = _log_html({"migrated notebook": "\n".join(ran)})
+            return
         sides = validation.progress()
         parts = []
         for label, side in sides.items():
@@ -691,21 +812,28 @@ class ValidationDashboard(StaticView, widgets.VBox):
         self.curves.layout.display = None if shown["curves"] else "none"
         if self.result:
             # Open on what matters: the curves when there are any, else the table or the errors.
-            self.tabs.selected_index = (
-                0 if shown["curves"] else 1 if self.result.get("items") else 2
-            )
+            table = self.result.get("items") or self.result.get("cells")
+            self.tabs.selected_index = 0 if shown["curves"] else 1 if table else 2
 
     def _shown(self, document: dict[str, Any] | None) -> dict[str, Any]:
         """What each view shows for `document`, by the name of its widget."""
         if not document:
             running = self.validation is not None and self.validation.running
-            headline = (
-                "<i>Validating: the verdict shows here when both programs have finished.</i>"
-                if running
-                else "<i>Name the original and the migrated program, then press Validate.</i>"
-            )
+            if running and self.validation is not None and self.validation.notebooks:
+                headline = (
+                    "<i>Validating: the migrated notebook runs in a fresh kernel; the table "
+                    "shows here when its last cell has run.</i>"
+                )
+            elif running:
+                headline = (
+                    "<i>Validating: the verdict shows here when both programs have finished.</i>"
+                )
+            else:
+                headline = "<i>Name the original and the migrated program, then press Validate.</i>"
             empty = dict.fromkeys(("runs", "table", "details", "curves_note"), "")
             return {"headline": headline, **empty, "curves": b""}
+        if "cells" in document:
+            return self._shown_notebooks(document)
         # The programs compared, so that Validate runs them again.
         scripts = {run["label"]: run["script"] for run in document.get("runs", [])}
         word, tone, _ = VERDICTS.get(document.get("verdict", "error"), VERDICTS["error"])
@@ -729,11 +857,31 @@ class ValidationDashboard(StaticView, widgets.VBox):
             "curves": png or b"",
         }
 
+    def _shown_notebooks(self, document: dict[str, Any]) -> dict[str, Any]:
+        """What each view shows for the re-run of a migrated notebook."""
+        word, tone = NOTEBOOK_VERDICTS.get(document.get("verdict", ""), ("ERROR", "bad"))
+        return {
+            "original": document.get("original", self.original.value),
+            "migrated": document.get("migrated", self.migrated.value),
+            "headline": (
+                f'<div class="nm-verdict" style="margin: 6px 0; font-size: 14px;">'
+                f"{render.badge(word, tone)} {render.escape(notebook_summary(document))}</div>"
+            ),
+            "runs": "",
+            "table": notebook_table_html(document),
+            "details": details_html(document),
+            "curves_note": "<i>Notebooks are compared cell by cell: no loss curves.</i>",
+            "curves": b"",
+        }
+
     def static_html(self) -> str:
         """The verdict, the runs, the curves (an embedded PNG), the table and the details."""
         shown = self._static
         if not self.result:
             return str(shown["headline"])
+        if "cells" in self.result:  # two notebooks: the verdict and the table of cells
+            notes = render.items_list("Notes", map(render.prose, self.result.get("notes", [])))
+            return shown["headline"] + shown["table"] + notes
         curves = ""
         if shown["curves"]:
             encoded = base64.b64encode(shown["curves"]).decode("ascii")

@@ -21,6 +21,9 @@ STATIC_MARK = "nm-static"  # the piece shows a widget's text/html in place of it
 class StaticView:
     """Mixed into an ipywidgets box: its output carries `static_html()` as text/html."""
 
+    # A view shown inside another's box: the other's output carries it, and publishes for it.
+    owner: StaticView | None = None
+
     def static_html(self) -> str:
         raise NotImplementedError
 
@@ -36,6 +39,9 @@ class StaticView:
     def publish(self, now: bool = False) -> None:
         """Tell the open tab what the widget shows now, for the notebook it saves next; with
         `now`, the tab puts it into the notebook at once (a result, rather than a view of it)."""
+        if self.owner is not None:
+            self.owner.publish(now)
+            return
         tab = bridge.current()
         model_id = getattr(self, "model_id", None)
         if tab is not None and model_id:

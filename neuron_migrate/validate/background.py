@@ -102,6 +102,8 @@ def start(
 
     `options` are validate's own flags (`--localize`, `--nproc 2`, `--original-python PATH`, ...);
     `work_dir` keeps the captures and logs (default: a new temporary folder, kept for inspection).
+    Two notebooks: the migrated one re-run against the original's saved outputs, `progress()`
+    saying of each cell it ran `cell 3/9 SOURCE: VERDICT`.
     """
     work = (
         Path(work_dir)
@@ -118,8 +120,11 @@ def start(
         str(migrated),
         *options,
         f"--json={work / 'result.json'}",
-        f"--work-dir={work / 'captures'}",
-        "--",
-        *arguments,
     ]
+    if all(str(path).lower().endswith(".ipynb") for path in (original, migrated)):
+        # The migrated notebook re-run against the original's saved outputs: nothing is captured,
+        # and validate says that arguments do not apply.
+        command += ["--", *arguments] if arguments else []
+    else:
+        command += [f"--work-dir={work / 'captures'}", "--", *arguments]
     return Validation(command, work, str(cwd) if cwd is not None else None)

@@ -15,7 +15,9 @@ import difflib
 import json
 import math
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +32,10 @@ DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-6
 # Code cells paired by their sources when the two notebooks do not have as many: a pair needs at
 # least this similarity (difflib's ratio), else the cell counts as added or removed.
 PAIR_SIMILARITY = 0.3
+
+
+# How `rerun` reports each cell it ran to its `log` (validate's stderr): "cell 3/9 SOURCE: VERDICT".
+CELL_PROGRESS = re.compile(r"cell (\d+)/(\d+) ")
 
 
 class NotebookError(Exception):
@@ -482,20 +488,22 @@ def format_table(result: RerunResult) -> str:
         for row in rows
     ]
     lines += result.notes
+    lines.append(conclusion(result))
+    return "\n".join(lines)
+
+
+def conclusion(result: RerunResult) -> str:
+    """The table's last line: the first cell that differs, or that none does."""
     first = result.first_difference
     if first is not None:
-        lines.append(
-            f"first cell that differs: {first.number} ({first.first_line}): {first.verdict}"
-        )
-    else:
-        unsaved = sum(c.verdict == NO_SAVED_OUTPUT for c in result.cells)
-        compared = sum(c.verdict == SAME for c in result.cells)
-        lines.append(
-            f"every code cell gives the outputs saved in the original ({compared} same"
-            + (f", {unsaved} without saved output" if unsaved else "")
-            + ")"
-        )
-    return "\n".join(lines)
+        return f"first cell that differs: {first.number} ({first.first_line}): {first.verdict}"
+    unsaved = sum(c.verdict == NO_SAVED_OUTPUT for c in result.cells)
+    compared = sum(c.verdict == SAME for c in result.cells)
+    return (
+        f"every code cell gives the outputs saved in the original ({compared} same"
+        + (f", {unsaved} without saved output" if unsaved else "")
+        + ")"
+    )
 
 
 # Options of the program comparison that mean nothing here: the original notebook is not run, and
@@ -537,6 +545,10 @@ def run_command(args: Any) -> int:
     if args.migrated_python is not None and not args.migrated_python.exists():
         return error(f"{args.migrated_python}: no such interpreter")
     original, migrated = (Path(p) for p in args.programs)
+    # Stopped as a background run is (SIGTERM), the kernel goes too: it runs in a session of its
+    # own, which the signal to validate's process group does not reach.
+    main = threading.current_thread() is threading.main_thread()  # where Python takes signals
+    stopped = signal.signal(signal.SIGTERM, _interrupt) if main else None
     try:
         result = rerun(
             original,
@@ -552,6 +564,9 @@ def run_command(args: Any) -> int:
         return error(str(exc))
     except KeyboardInterrupt:
         return error("interrupted; the kernel was shut down")
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, stopped)
     if args.json != "-":
         print(format_table(result))
     if args.json:
@@ -561,13 +576,25 @@ def run_command(args: Any) -> int:
     return result.exit_code
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def as_json(result: RerunResult, original: Path, migrated: Path) -> dict[str, Any]:
     first = result.first_difference
     return {
         "original": str(original),
         "migrated": str(migrated),
+        # The word a comparison of two programs uses, for readers of either document.
+        "verdict": "diverge" if first else "match",
         "exit_code": result.exit_code,
         "cells": [asdict(cell) for cell in result.cells],
         "notes": result.notes,
         "first_difference": None if first is None else first.number,
     }
+
+
+def from_json(document: dict[str, Any]) -> RerunResult:
+    """The result `as_json` wrote, back (a notebook app reads the document a child process wrote)."""
+    cells = [CellResult(**cell) for cell in document.get("cells", [])]
+    return RerunResult(cells, list(document.get("notes", [])))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -148,6 +149,93 @@ def test_a_validation_leaves_the_kernel_free_and_cancel_stops_it(tmp_path: Path)
     )
     assert "running while the next cell runs: True True" in outputs(notebook.cells[1])
     assert outputs(notebook.cells[2]).strip() == "cancelled"
+
+
+# A notebook saved on the old stack: the outputs its author saw. Its migration prints the device
+# the same way (a device name compares equal to another), waits in its second cell for a file named
+# `finish` (which the original never did: no saved output), computes another loss in its third and
+# fails in its fourth.
+SAVED = [
+    (
+        "import os\nimport pathlib\nimport time\nimport torch_xla.core.xla_model as xm\n"
+        "print('on', xm.xla_device())",
+        "on xla:0\n",
+    ),
+    (
+        "pathlib.Path('pid').write_text(str(os.getpid()))\n"
+        "while not pathlib.Path('finish').exists():\n"
+        "    time.sleep(0.05)\n"
+        "print('waited')",
+        None,
+    ),
+    ("lr = 0.5\nprint('loss', lr * 3)\nxm.mark_step()", "loss 1.2\n"),
+    ("print(1 / 0)", "inf\n"),
+]
+
+
+def saved_notebook(path: Path) -> Path:
+    from nbformat.v4 import new_output
+
+    cells = []
+    for source, stdout in SAVED:
+        cell = new_code_cell(source, execution_count=None if stdout is None else len(cells) + 1)
+        if stdout is not None:
+            cell.outputs = [new_output("stream", name="stdout", text=stdout)]
+        cells.append(cell)
+    nbformat.write(new_notebook(cells=cells), path)
+    return path
+
+
+def test_re_run_and_compare_leaves_the_kernel_free_shows_each_cell_and_cancels(
+    tmp_path: Path,
+) -> None:
+    saved_notebook(tmp_path / "saved.ipynb")
+    notebook = run(
+        tmp_path,
+        "import time\n"
+        "from neuron_migrate.jupyter import MigrationApp\n"
+        "app = MigrationApp(['saved.ipynb'])\n"
+        "app.rerun_button.click()",
+        # The migrated notebook waits in its second cell: this kernel runs the next cells meanwhile.
+        "deadline = time.monotonic() + 240\n"
+        "while '1 of 4' not in app.rerun.status.value and time.monotonic() < deadline:\n"
+        "    time.sleep(0.1)\n"
+        "print('running:', app.rerun.validation.running, app.rerun.validation.cells_run())\n"
+        "print(app.rerun.status.value)",
+        "app.rerun.cancel_button.click()\nprint(app.rerun.wait()['verdict'])",
+        "open('finish', 'w').close()\n"
+        "app.rerun_button.click()\n"
+        "print(app.rerun.wait()['verdict'])\n"
+        "print(app.rerun.summary())",
+        "app",
+    )
+    running = outputs(notebook.cells[1])
+    assert "running: True ['cell 1/4 import os: same']" in running, running
+    assert "1 of 4 code cells run; cell 1/4 import os: same" in text_of(running)
+    assert outputs(notebook.cells[2]).strip() == "cancelled"
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and "State:\tZ" not in _status(pid):
+        assert time.monotonic() < deadline, "Cancel must stop the migrated notebook's kernel"
+        time.sleep(0.1)
+    assert outputs(notebook.cells[3]).splitlines() == [
+        "diverge",
+        "DIFFERS: first cell that differs: 3 (lr = 0.5): differs "
+        "(1 same, 1 no saved output, 1 differs, 1 new error)",
+    ]
+    # What the notebook keeps of the app: the table, read without a kernel.
+    [view] = [o for o in notebook.cells[4].outputs if "data" in o]
+    rows = text_of(view.data["text/html"].replace("</tr>", "\n"))
+    assert "3lr = 0.5differs1.2 saved, 1.5 now, after 'loss ' (first cell that differs)" in rows
+    assert re.search(r"^2pathlib\.Path\('pid'\)\S*…no saved output$", rows, re.M), rows
+    assert "4print(1 / 0)new errorZeroDivisionError: division by zero" in rows
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
 
 
 def test_widgets_leave_their_view_in_a_notebook_saved_without_widget_state(tmp_path: Path) -> None:

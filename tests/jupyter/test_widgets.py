@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -18,6 +18,15 @@ from neuron_migrate.jupyter import MigrationApp, ValidationDashboard, bridge
 from neuron_migrate.jupyter import dashboard as dashboard_module
 from neuron_migrate.jupyter.apps import WHOLE_FILE
 from neuron_migrate.jupyter.dashboard import summary
+from neuron_migrate.validate.notebook_rerun import (
+    DIFFERS,
+    NEW_ERROR,
+    NO_SAVED_OUTPUT,
+    SAME,
+    CellResult,
+    RerunResult,
+    as_json,
+)
 from tests.jupyter.conftest import DATA, text_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -561,6 +570,8 @@ def test_the_dashboard_output_carries_the_verdict_the_table_and_the_curves() -> 
 class HeldValidation:
     """A validation that ends when the test says so, with the document it is given."""
 
+    notebooks, cells = False, 0
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.document: dict | None = None
         self.seconds, self.end = 0.0, threading.Event()
@@ -693,3 +704,134 @@ def test_validate_runs_in_the_background_with_its_log_and_progress_and_cancel(
     flag.write_text("")
     assert dashboard.wait()["verdict"] == "match"
     assert "MATCH" in dashboard._repr_mimebundle_()["text/html"]
+
+
+# -- re-run and compare: a migrated notebook against the outputs its original saved --------------
+
+
+def rerun_document(*cells: CellResult) -> dict:
+    """The document `validate ORIGINAL.ipynb MIGRATED.ipynb --json` writes for these cells."""
+    return as_json(RerunResult(list(cells)), Path("a.ipynb"), Path("b.ipynb"))
+
+
+FOUR_CELLS = (
+    CellResult(1, "import torch", SAME),
+    CellResult(2, "print(x)", NO_SAVED_OUTPUT),
+    CellResult(3, "train(lr=0.5)", DIFFERS, "0.81 saved, 0.91 now, after 'loss '"),
+    CellResult(4, "1 / 0", NEW_ERROR, "ZeroDivisionError: division by zero"),
+)
+
+
+def test_the_dashboard_shows_a_notebook_re_run_cell_by_cell() -> None:
+    dashboard = ValidationDashboard(rerun_document(*FOUR_CELLS))
+    assert dashboard.verdict == "diverge"
+    assert dashboard.summary() == (
+        "DIFFERS: first cell that differs: 3 (train(lr=0.5)): differs "
+        "(1 same, 1 no saved output, 1 differs, 1 new error)"
+    )
+    assert (dashboard.original.value, dashboard.migrated.value) == ("a.ipynb", "b.ipynb")
+    # A program comparison's fields mean nothing for two notebooks.
+    assert dashboard.arguments.layout.display == "none" == dashboard.precision.layout.display
+    assert dashboard.migrated_python.layout.display is None
+    assert dashboard.tabs.selected_index == 1  # the table of cells
+    rows = text_of(dashboard.table.value.replace("</tr>", "\n")).splitlines()[1:]
+    assert rows == [
+        "1import torchsame",
+        "2print(x)no saved output",
+        "3train(lr=0.5)differs0.81 saved, 0.91 now, after 'loss ' (first cell that differs)",
+        "41 / 0new errorZeroDivisionError: division by zero",
+    ]
+    assert dashboard.table.value.count("nm-first-difference") == 1
+    # Reopened without a kernel: the verdict and the table, and no word of loss curves.
+    static = dashboard._repr_mimebundle_()["text/html"]
+    assert 'class="nm-notebook-cells"' in static and "DIFFERS: first cell that differs" in static
+    assert "loss curves" not in static.lower()
+    same = ValidationDashboard(rerun_document(FOUR_CELLS[0], FOUR_CELLS[1]))
+    assert same.verdict == "match"
+    assert same.summary() == (
+        "SAME: every code cell gives the outputs saved in the original "
+        "(1 same, 1 without saved output)"
+    )
+    assert "nm-ok" in same.headline.value
+
+
+class HeldRerun(HeldValidation):
+    """The re-run of two notebooks, ended when the test says so, after one cell."""
+
+    notebooks, cells = True, 4
+    started: ClassVar[list[tuple[Path, Path, list[str]]]] = []
+
+    def __init__(
+        self, original: str, migrated: str, arguments: object, options: list, *_: object
+    ) -> None:
+        super().__init__()
+        self.started.append((Path(original), Path(migrated), list(options)))
+
+    def cells_run(self) -> list[str]:
+        return ["cell 1/4 import torch: same"]
+
+    def wait(self, on_tick: Callable | None = None) -> dict:
+        if on_tick is not None:
+            on_tick(self)
+        assert self.end.wait(30)
+        self.document = rerun_document(*FOUR_CELLS)
+        return self.document
+
+
+def test_re_run_and_compare_runs_the_selected_notebooks_migration_from_the_app(
+    project: Path, tab: tuple[bridge.Bridge, FakeTab], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, channel = tab
+    monkeypatch.setattr(dashboard_module, "Validation", HeldRerun)
+    monkeypatch.setattr(HeldRerun, "started", [])
+    app = MigrationApp([project])
+    app.file_picker.value = str(project / "train.py")
+    assert app.rerun_button.layout.display == "none"  # a script has no saved outputs
+    app.file_picker.value = str(project / "tutorial.ipynb")
+    assert app.rerun_button.layout.display is None
+    channel.sent.clear()
+    app.rerun_button.click()
+    [(original, copy, options)] = HeldRerun.started
+    # The migration runs from a copy, in the notebook's folder; the notebook is left as it is.
+    assert original == project / "tutorial.ipynb" and copy.parent != project
+    assert copy.read_text() == app.migration.migrated != original.read_text()
+    assert options == ["--migrated-cwd", str(project.resolve())]
+    assert app.rerun is not None and app.rerun_box.children == (app.rerun,)
+    assert "1 of 4 code cells run; cell 1/4 import torch: same" in text_of(app.rerun.status.value)
+    assert app.rerun.progress_bar.max == 4 and app.rerun.progress_bar.value == 1
+    assert not app.rerun_and_compare()  # one at a time
+    # What the app's output carries: the run under way, then the table, put in the notebook at once.
+    statics = [m for m in channel.sent if m.get("op") == "static"]
+    assert all(m["model_id"] == app.model_id for m in statics)
+    running = [m for m in statics if "runs in a fresh kernel" in m["data"]["text/html"]]
+    assert running and running[0]["now"]
+    app.rerun.validation.end.set()
+    assert app.rerun.wait()["verdict"] == "diverge"
+    last = [m for m in channel.sent if m.get("op") == "static"][-1]
+    assert last["now"] and last["model_id"] == app.model_id
+    assert "first cell that differs: 3 (train(lr=0.5))" in text_of(last["data"]["text/html"])
+    assert "nm-notebook-cells" in app._repr_mimebundle_()["text/html"]
+    # Again: from a new copy; the last one goes.
+    assert app.rerun_and_compare()
+    assert not copy.parent.exists() and HeldRerun.started[-1][1].exists()
+    app.rerun.validation.end.set()
+    app.rerun.wait()
+
+
+@pytest.mark.slow
+def test_a_notebook_without_saved_outputs_is_an_error_that_says_so(tmp_path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    original, migrated = tmp_path / "a.ipynb", tmp_path / "b.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)")]), original)
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)")]), migrated)
+    dashboard = ValidationDashboard()
+    result = dashboard.run(original, migrated)
+    assert result["verdict"] == "error" == dashboard.verdict
+    [error] = result["errors"]
+    assert error == (
+        f"neuron-migrate validate: {original}: no saved outputs to compare with "
+        "(run it and save it with its outputs)"
+    )
+    assert "ERROR: the comparison could not be made" in text_of(dashboard.headline.value)

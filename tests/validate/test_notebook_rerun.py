@@ -166,7 +166,8 @@ def test_a_cell_past_the_timeout_is_an_error_naming_it(original, migrated_dir, c
     )
 
 
-def test_ctrl_c_shuts_the_kernel_down_and_exits_2(original, migrated_dir):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "terminate"])
+def test_ctrl_c_or_terminate_shuts_the_kernel_down_and_exits_2(original, migrated_dir, stop):
     sources = migrated_sources()
     sources[0] += "\nimport os, time\nopen('kernel.pid', 'w').write(str(os.getpid()))"
     sources[2] += "\ntime.sleep(120)"
@@ -184,7 +185,7 @@ def test_ctrl_c_shuts_the_kernel_down_and_exits_2(original, migrated_dir):
         for line in process.stderr:  # the progress line of the cell that wrote the pid
             if line.startswith("validate: cell 1/5"):
                 break
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         out, err = process.communicate(timeout=120)
         assert out == ""  # no table for a run cut short
     finally:
@@ -261,3 +262,31 @@ def test_a_notebook_saved_from_torch_xla_and_migrated_by_rewrite(
     out = capsys.readouterr().out
     assert "first cell that differs: 3 (optimizer = torch.optim.SGD(" in out
     assert "1.3010 saved" not in out  # step 0's loss comes before the first update: the same
+
+
+def test_a_background_run_of_two_notebooks_reports_each_cell_and_cancel_stops_its_kernel(
+    original, migrated_dir
+):
+    from neuron_migrate.validate import background
+
+    migrated = write(migrated_dir / "migrated.ipynb", migrated_sources())
+    run = background.start(original, migrated, options=["--migrated-cwd", str(migrated_dir)])
+    document = run.wait(timeout=240)
+    assert document["verdict"] == "match" and len(document["cells"]) == 5, document
+    assert run.progress()[0] == "cell 1/5 import torch: same" and len(run.progress()) == 5
+
+    sources = migrated_sources()
+    sources[0] += "\nimport os, time\nopen('kernel.pid', 'w').write(str(os.getpid()))"
+    sources[2] += "\ntime.sleep(120)"
+    waiting = write(migrated_dir / "waiting.ipynb", sources)
+    run = background.start(original, waiting, options=["--migrated-cwd", str(migrated_dir)])
+    deadline = time.monotonic() + 240
+    while not run.progress() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    kernel = int((migrated_dir / "kernel.pid").read_text())
+    run.cancel()
+    assert run.document()["verdict"] == "error"
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(kernel) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
