@@ -367,3 +367,16 @@ def test_a_call_of_the_files_own_function_that_the_migration_wrote_is_bound_to_i
     call = next(line for line in migrated.splitlines() if line.lstrip().startswith("main("))
     assert "`main()`: takes at most 1 positional arguments, 2 given" in _todo_above(migrated, call)
     assert "`spare()`" not in migrated
+
+
+def test_a_module_beside_the_file_that_still_imports_the_old_stack_gets_a_todo_unless_migrated_too(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "sharding.py").write_text("import torch_xla.core.xla_model as xm\n\n\ndef device():\n    return xm.xla_device()\n")
+    (tmp_path / "src" / "plain.py").write_text("def twice(x):\n    return 2 * x\n")
+    source = "import torch_xla.core.xla_model as xm\nfrom sharding import device\nfrom plain import twice\n\nxm.mark_step()\n"
+    migrated, _ = _rewrite(tmp_path, source)
+    assert "`sharding` (sharding.py) still imports the old stack" in _todo_above(migrated, "from sharding import device")
+    assert "`plain`" not in migrated
+    out = tmp_path / "together"
+    main(["rewrite", str(tmp_path / "src" / "train.py"), str(tmp_path / "src" / "sharding.py"), "--output-dir", str(out), "-q"])
+    assert "still imports the old stack" not in (out / "train.py").read_text()

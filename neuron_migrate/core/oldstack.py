@@ -78,6 +78,11 @@ _OTHER_XLA_FRONTEND = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:jax|jaxlib|fla
 _XLA_NAME = re.compile(rf"\b(?:{_XLA_NAMES})\b")
 
 
+def imports_old_stack(text: str) -> bool:
+    """Does this file import a package of the old stack (optimum-neuron included)?"""
+    return _OLD_STACK_IMPORT.search(text) is not None
+
+
 def uses_pytorch_xla(text: str) -> bool:
     """Does this file use PyTorch/XLA: import its stack, or name a variable only it reads?
 

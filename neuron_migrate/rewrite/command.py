@@ -202,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"neuron-migrate: {clash}", file=sys.stderr)
         return EXIT_ERROR
     jobs = _beside_old_stack(jobs)
+    together = frozenset(str(job.path.resolve()) for job in jobs)
+    jobs = [replace(job, options=replace(job.options, migrated_together=together)) for job in jobs]
     jobs, meshes = _nxd_programs(jobs)
     if args.helpers_module:
         results, modules = _sharing_helpers(jobs, args, mode)

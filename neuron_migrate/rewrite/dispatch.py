@@ -384,6 +384,7 @@ class Dispatcher(Transformer):
         self._began: list[tuple[int, ...]] = []
         # By scope: the last statement given TODOs, and those TODOs (a run of statements carries one).
         self._said: dict[int, tuple[int, set[tuple[str, str]]]] = {}
+        self._late_at_module_level: set[str] = set()  # imports put above a module statement
 
     # -- traversal ------------------------------------------------------------------------------
     def rewrite(self, module: cst.Module) -> cst.Module:
@@ -623,6 +624,9 @@ class Dispatcher(Transformer):
         lines = [line for line, name in frame.late_imports.items() if name in used]
         scope = self.ctx.scope
         if scope.kind == "Module":
+            # Once above a module statement, the import serves the statements after it too.
+            lines = [line for line in lines if line not in self._late_at_module_level]
+            self._late_at_module_level.update(lines)
             frame.before[:0] = [stmt(line + "\n") for line in lines]
         else:
             self.ctx.function_imports.setdefault(scope, {}).update(dict.fromkeys(lines))

@@ -82,6 +82,8 @@ class Options:
     # The file's folder holds old-stack code the run migrates: the upgrade family (transformers 5,
     # TRL 1.x) runs on this file as well, as its code moves to the new versions with theirs.
     beside_old_stack: bool = False
+    # The files this run migrates (resolved): a module beside the file among them is migrated too.
+    migrated_together: frozenset[str] = frozenset()
 
     def enabled(self, code: str) -> bool:
         return selection.enabled(code, self.select, self.ignore)
@@ -237,7 +239,7 @@ def _rewrite_source(
     result.notes = ctx.notes
     result.manual = manual_items(code)
     if options.verify_in is not None and options.enabled(VERIFY_CODE):
-        verify(result, options.verify_in)
+        verify(result, options.verify_in, options.migrated_together)
     return result
 
 

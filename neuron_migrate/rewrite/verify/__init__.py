@@ -15,12 +15,13 @@ from pathlib import Path
 from neuron_migrate.rewrite.results import FileResult, Verification
 from neuron_migrate.rewrite.verify.checks import Problem, check
 from neuron_migrate.rewrite.verify.leftovers import old_stack_left, old_stack_objects
+from neuron_migrate.rewrite.verify.siblings import old_stack_siblings
 from neuron_migrate.rewrite.verify.target import environment
 
 CODE = "NM091"  # the rule code of the TODOs this step writes
 
 
-def verify(result: FileResult, python: str | None = None) -> None:
+def verify(result: FileResult, python: str | None = None, migrated_together: frozenset[str] = frozenset()) -> None:
     """Check `result.migrated` in the interpreter `python` (default: this one), mark each problem
     with a TODO above its statement, and record what was checked. Only a migrated file is checked:
     an untouched one is the user's code as it was."""
@@ -37,6 +38,7 @@ def verify(result: FileResult, python: str | None = None) -> None:
     target.save()  # worker processes end without running exit hooks
     if not result.kept_as_it_was:  # a file left whole keeps its old stack on purpose, and says so
         verdict.problems += old_stack_left(tree, result.migrated) + old_stack_objects(tree, result.migrated, target)
+        verdict.problems += old_stack_siblings(tree, Path(result.path), migrated_together | {str(Path(result.path).resolve())})
     marked = with_todos(result.migrated, verdict.problems)
     unmarked = None
     if marked != result.migrated:
