@@ -601,7 +601,12 @@ class Dispatcher(Transformer):
             if manual is None:
                 continue
             code, message = manual
-            message = message.replace("{name}", dotted) if "{name}" in message else f"`{dotted}`: {message}"
+            constant = qualified.rsplit(".", 1)[-1]
+            if constant.isupper() and not constant.isdigit() and len(constant) > 1:
+                # `PIXEL_SIZE_MAP`: a value, not an API to port: the advice for the package does not fit
+                message = f"`{dotted}` is a constant of `{qualified.split('.')[0]}`: copy its value into this file"
+            else:
+                message = message.replace("{name}", dotted) if "{name}" in message else f"`{dotted}`: {message}"
             if (code, message) not in frame.todos:
                 frame.todos.append((code, message))
 

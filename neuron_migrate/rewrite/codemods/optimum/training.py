@@ -469,6 +469,15 @@ class OptimumTraining(RenamingCodemod):
         f"{OPTIMUM}.models.training.NeuronModelMixin": "subclass `transformers.PreTrainedModel` and shard with `DistributedConfig` / a `tp_plan`",
         f"{OPTIMUM}.models.training.CustomModule": "Neuron-specific weight transformations; transformers loads the original layout",
         f"{OPTIMUM}.distributed": "optimum-neuron's parallelization helpers: shard with `DistributedConfig(tp_size=...)` in `from_pretrained`",
+        # Merging shards already on disk is no sharding at load time: the shards are optimum-neuron's format.
+        **dict.fromkeys(
+            (
+                f"{OPTIMUM}.distributed.checkpointing.consolidate_model_parallel_checkpoints",
+                f"{OPTIMUM}.distributed.consolidate_model_parallel_checkpoints",
+                f"{OPTIMUM}.models.training.checkpointing.consolidate_model_parallel_checkpoints",
+            ),
+            "`{name}` merges optimum-neuron's shards: run it where optimum-neuron is installed",
+        ),
         f"{OPTIMUM}.trainers": "use the transformers `Trainer` / TRL counterpart",
         f"{OPTIMUM}.utils.testing_utils": "`{name}` is an optimum-neuron test marker: use `pytest.mark.skipif(...)` with a condition of your own",
         OPTIMUM: "`{name}` is optimum-neuron API with no automatic migration: use the transformers / TRL / diffusers counterpart",
