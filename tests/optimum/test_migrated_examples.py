@@ -191,7 +191,8 @@ def test_encoder_classification_matches_eager(
 def test_trace_inference_matches_cpu(
     tmp_path: Path, tiny_bert: Path, eager_compile: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = migrate_example("neuronx_trace_inference.py", tmp_path)
+    # Its one TODO: the saved file holds weights now, for whoever else reads it.
+    script = migrate_example("neuronx_trace_inference.py", tmp_path, expected_todos=("now holds weights, not TorchScript",))
     tree = ast.parse(script.read_text())
     names = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute | ast.Name)}
     assert not any(n.startswith(("torch_neuronx", "torch.jit")) for n in names)

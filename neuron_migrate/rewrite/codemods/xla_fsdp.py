@@ -493,7 +493,11 @@ class XlaFsdp(ReferenceRenames):
         layers = arg_value(policy, None, "transformer_layer_cls")
         if function is None or layers is None or len(policy.args) != 2:
             return None
-        if self.qualify(function.value) not in (TRANSFORMER_POLICY, f"{FSDP_PACKAGE}.wrap.transformer_auto_wrap_policy"):
+        if self.qualify(function.value) not in (
+            TRANSFORMER_POLICY,
+            f"{FSDP_PACKAGE}.wrap.transformer_auto_wrap_policy",
+            "torch.distributed.fsdp.wrap.transformer_auto_wrap_policy",  # torch_xla's, renamed on the way up
+        ):
             return None
         value = layers.value
         if dotted_name(value) is not None:  # a variable holding the classes, read where the policy was
