@@ -280,3 +280,11 @@ def test_corpus_is_migrated_soundly(tmp_path: Path) -> None:
         for t, counts in report.counts.items()
     }
     assert not any(failing.values()), gate.format_report(report)
+
+
+def test_the_checkers_blind_spots_on_native_code_do_not_count() -> None:
+    wrapped_to = "Argument `device` is not assignable to parameter `self` with type `BertModel` in function `functools._Wrapped.__call__`"
+    compiled = "Object of class `FunctionType` has no attribute `_orig_mod`"
+    assert gate.checker_blind_spot({"name": "bad-argument-type", "concise_description": wrapped_to})
+    assert gate.checker_blind_spot({"name": "missing-attribute", "concise_description": compiled})
+    assert not gate.checker_blind_spot({"name": "missing-attribute", "concise_description": "Object of class `BertModel` has no attribute `to_neuron`"})
