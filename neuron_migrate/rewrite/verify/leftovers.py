@@ -106,11 +106,12 @@ def old_stack_objects(tree: ast.Module, source: str, target: TargetEnvironment |
         qualified = table.resolve_dotted(dotted) or ""
         if not any(qualified == p or qualified.startswith(p + ".") for p in old):
             continue
-        if not any(part[:1].isupper() for part in dotted.split(".")):
+        classes = [part for part in dotted.split(".") if part[:1].isupper()]
+        if not classes:
             continue  # a function's result (a tensor, a number), not an object of the library
         key = _variable(node.targets[0], scopes)
         if key is not None:
-            made[key] = dotted.split(".")[0] if "." in dotted and dotted.split(".")[0][:1].isupper() else dotted.rsplit(".", 1)[-1]
+            made[key] = classes[-1]  # `MistralForSampling` of `MistralForSampling.from_pretrained`
     if not made:
         return []
     lines = source.splitlines()
