@@ -76,6 +76,10 @@ class Rule:
     # For rules that look at common nodes (every call, every function): the rule runs on a file
     # only if one of these strings occurs in it. Empty: always (dispatch is cheap).
     requires: ClassVar[tuple[str, ...]] = ()
+    # For a rule dispatched by name whose names are common words (`padding`): a pattern the text
+    # must also match for the rule to find anything, so that such words alone do not make a file
+    # worth parsing.
+    requires_pattern: ClassVar[re.Pattern[str] | None] = None
     calls: ClassVar[frozenset[str]] = frozenset()  # last name of the callee -> visit_call
     keywords: ClassVar[frozenset[str]] = frozenset()  # keyword of any call -> visit_keyword
     attributes: ClassVar[frozenset[str]] = frozenset()  # attribute name -> visit_attribute
@@ -136,6 +140,8 @@ class Rule:
             return any(t in text for t in _least_requires(cls))
         if cls.nodes:
             return True
+        if cls.requires_pattern is not None and cls.requires_pattern.search(text) is None:
+            return False
         return not words.isdisjoint(_dispatch_names(cls))
 
     @classmethod

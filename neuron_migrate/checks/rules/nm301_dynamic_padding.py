@@ -24,6 +24,8 @@ COLLATORS = frozenset(
     }
 )
 BUCKET = 128
+# What the rule reports: a constant `padding=True` or `"longest"`, or a collator.
+REPORTED = re.compile(r"""padding\s*=\s*(?:True|["']longest)|""" + "|".join(sorted(COLLATORS)))
 # Prompt and completion padded apart and joined: padding either further would misalign them.
 JOINED = """
 import torch
@@ -128,6 +130,7 @@ class DynamicPadding(Rule):
     summary = "padding to the longest sequence per batch (a new shape per batch)"
     keywords = frozenset({"padding"})
     calls = COLLATORS
+    requires_pattern = REPORTED
     VALID = (
         "batch = tokenizer(texts, padding='max_length', truncation=True, max_length=512)\n",
         "batch = tokenizer(texts, padding=True, pad_to_multiple_of=128, return_tensors='pt')\n",
