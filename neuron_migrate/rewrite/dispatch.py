@@ -664,7 +664,7 @@ class Dispatcher(Transformer):
 _OLD_STACK_WORDS = re.compile(r"\b(?:xla|pjrt|xrt|torch_xla|xm|xmp|neuronx?|trainium|mark_steps?)\b", re.IGNORECASE)
 # Of those, the words that describe what the XLA stack did, which a native rewrite of the same
 # line no longer does (Neuron and Trainium are still the hardware it runs on).
-_XLA_WORDS = re.compile(r"\b(?:xla|pjrt|xrt|torch_xla|xm|xmp|mark_steps?)\b", re.IGNORECASE)
+_XLA_WORDS = re.compile(r"\b(?:xla|pjrt|xrt|torch_xla|xm|xmp|mark_steps?|MpDeviceLoader|ParallelLoader|per_device_loader)\b", re.IGNORECASE)
 
 
 _MARKER = "neuron-migrate"  # the migration's own notes and cell markers are never dropped

@@ -6,7 +6,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, expr
+from neuron_migrate.rewrite.codemods.base import Codemod, arg_value, code_of, dotted_name, expr
+from neuron_migrate.rewrite.codemods.xla_data.moved_batches import loaders_moved_by_their_loops
 
 MP_DEVICE_LOADER = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)
 PARALLEL_LOADER = ("torch_xla.distributed.parallel_loader.ParallelLoader",)
@@ -54,7 +55,9 @@ class XlaData(Codemod):
     `pl.ParallelLoader(loader, [device]).per_device_loader(device)` become
     `DeviceLoader(loader, device)`, a short class added to the file that yields each batch
     (tensors, tuples, lists, dicts, named tuples) moved with `.to(device, non_blocking=True)`.
-    It keeps `len()` and `next()` working, as the XLA loaders did.
+    It keeps `len()` and `next()` working, as the XLA loaders did. Where every use of the loader
+    is `len()` or a loop that moves each name it unpacks to the same device itself
+    (`x, y = x.to(device), y.to(device)`), the loader it wraps is used as it is.
 
     ## Why
     The XLA loaders overlap host-to-device copies with the lazy graph; native PyTorch moves
@@ -95,6 +98,17 @@ class XlaData(Codemod):
         self.parallel_loaders: set[tuple[object, str]] = set()  # binding keys of `ParallelLoader`s
         # `ParallelLoader(...)` calls already rewritten: `.per_device_loader(d)` on one is the loader.
         self.rewritten: dict[int, cst.CSTNode] = {}
+        self.moved_by_loops: set[int] = set()  # `MpDeviceLoader(...)` calls whose loops move batches
+
+    def visit_Module(self, node: cst.Module) -> None:
+        def is_loader(call: cst.Call) -> bool:
+            return (dotted_name(call.func) or "").rpartition(".")[2] == "MpDeviceLoader"
+
+        scopes = _Functions()
+        node.visit(scopes)
+        scopes_of_file: list[cst.Module | cst.FunctionDef] = [node, *scopes.found]
+        for scope in scopes_of_file:
+            self.moved_by_loops |= loaders_moved_by_their_loops(scope, is_loader)
 
     def _loader(self, loader: cst.BaseExpression, device: cst.BaseExpression, call: cst.Call) -> cst.BaseExpression:
         if arg_value(call, None, "input_sharding") is not None:
@@ -109,6 +123,9 @@ class XlaData(Codemod):
             loader, device = arg_value(updated_node, 0, "loader"), arg_value(updated_node, 1, "device")
             if loader is None or device is None:
                 return updated_node
+            if id(original_node) in self.moved_by_loops and arg_value(updated_node, None, "input_sharding") is None:
+                self.changed("`MpDeviceLoader(loader, device)` -> `loader`: the loop moves each batch to the device itself")
+                return loader.value
             self.changed("`MpDeviceLoader(loader, device)` -> `DeviceLoader(loader, device)`")
             return self._loader(loader.value, device.value, updated_node)
         func = updated_node.func
@@ -142,3 +159,11 @@ class XlaData(Codemod):
                 key = self.ctx.binding_key(target.target.value) if isinstance(target.target, cst.Name) else None
                 if key is not None:
                     self.parallel_loaders.add(key)
+
+
+class _Functions(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found: list[cst.FunctionDef] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.found.append(node)
