@@ -183,6 +183,9 @@ def with_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
     """
     args = list(args)
     multiline = any(_line_end(a.comma) is not None for a in call.args)
+    if multiline and _in_place(call.args, args):
+        # Each argument changed where it stood (a new name or value): the lines stay as they were.
+        return call.with_changes(args=[a.with_changes(comma=o.comma) for a, o in zip(args, call.args, strict=True)])
     if multiline and args:
         return _one_per_line(call, args)
     fixed = [
@@ -197,6 +200,16 @@ def with_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
     if len(code_of(result)) > 88 and "\n" not in code_of(call):
         return one_per_line(result)
     return result
+
+
+def _in_place(originals: Sequence[cst.Arg], args: Sequence[cst.Arg]) -> bool:
+    """Is each of `args` the original argument at its position, or that one with a new keyword
+    or a new value (not both)?"""
+    return len(args) == len(originals) and all(
+        a is o
+        or (a.star == o.star and (a.value is o.value or (a.keyword is not None and o.keyword is not None and a.keyword.value == o.keyword.value)))
+        for a, o in zip(args, originals, strict=True)
+    )
 
 
 def _line_end(comma: cst.Comma | cst.MaybeSentinel) -> cst.ParenthesizedWhitespace | None:

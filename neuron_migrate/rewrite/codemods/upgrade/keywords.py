@@ -106,16 +106,18 @@ def _arg_comment(arg: cst.Arg) -> str | None:
 
 
 def _optimizer(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.Arg | None:
-    """`optim="adamw_hf"`: transformers 5 refuses it at start-up; torch's AdamW is the one left."""
+    """`optim="adamw_hf"` (transformers 5 refuses it at start-up) and `optim="adamw_torch_xla"`
+    (the Trainer imports it from torch_xla): torch's AdamW computes what they did."""
     name = literal(arg.value)
     if not isinstance(name, str) or name not in REMOVED_OPTIMIZERS:
         return arg
-    new = REMOVED_OPTIMIZERS[name]
-    codemod.changed(f'`optim="{name}"` -> `optim="{new}"` (transformers 5 removed its own AdamW)')
-    codemod.ctx.note(
-        codemod.code,
-        "torch's AdamW adds `eps` after bias correction, transformers 4's before: the first updates differ slightly",
-    )
+    new, why = REMOVED_OPTIMIZERS[name]
+    codemod.changed(f'`optim="{name}"` -> `optim="{new}"` ({why})')
+    if name == "adamw_hf":
+        codemod.ctx.note(
+            codemod.code,
+            "torch's AdamW adds `eps` after bias correction, transformers 4's before: the first updates differ slightly",
+        )
     return arg.with_changes(value=cst.SimpleString(f'"{new}"'))
 
 
@@ -159,7 +161,7 @@ def _torchscript(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cs
     models (ViT) need inside their own `forward`."""
     if literal(arg.value) is not False and "return_dict" not in present and _unpacks_calls(codemod.ctx.source):
         codemod.changed(
-            "`torchscript=True` -> `return_dict=False` (transformers 5 removed `torchscript`; the file unpacks outputs as tuples)"
+            "`torchscript=True` -> `return_dict=False` (transformers 5 removed `torchscript`; the file reads outputs as tuples)"
         )
         return arg.with_changes(keyword=cst.Name("return_dict"), value=cst.Name("False"))
     codemod.changed("dropped `torchscript=`: transformers 5 removed it (outputs are `ModelOutput`s, read by `[0]` and `[\"logits\"]` alike)")
@@ -202,17 +204,32 @@ def _batch_formatters(source: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def _unpacks_calls(source: str) -> bool:
-    """Does `source` unpack what a call returns (`a, b = f(x)`, `(logits,) = model(x)`)?"""
+    """Does `source` unpack what a call returns (`a, b = f(x)`, `(logits,) = model(x)`), or ask
+    whether a value is a tuple (`isinstance(outputs, tuple)`), which a `ModelOutput` is not?"""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
     return any(
-        isinstance(node, ast.Assign)
-        and isinstance(node.value, ast.Call)
-        and any(isinstance(target, ast.Tuple | ast.List) for target in node.targets)
+        (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and any(isinstance(target, ast.Tuple | ast.List) for target in node.targets)
+        )
+        or _tests_for_tuple(node)
         for node in ast.walk(tree)
     )
+
+
+def _tests_for_tuple(node: ast.AST) -> bool:
+    """`isinstance(x, tuple)` (or `(tuple, list)`), `type(x) is tuple`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" and len(node.args) == 2:
+        kinds = node.args[1]
+        names = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+        return any(isinstance(n, ast.Name) and n.id == "tuple" for n in names)
+    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) and isinstance(node.left.func, ast.Name):
+        return node.left.func.id == "type" and any(isinstance(c, ast.Name) and c.id == "tuple" for c in node.comparators)
+    return False
 
 
 SPECIAL: dict[str, Callable[[Codemod, cst.Arg, Collection[str]], cst.Arg | None]] = {

@@ -304,6 +304,11 @@ def _spellings() -> tuple[Spelling, ...]:
 
 ENTRIES = _spellings()
 
-# `TrainingArguments(optim=...)` values transformers 5 removed, and what computes the same: its
-# own AdamW went, torch's stays (they differ in where `eps` meets the bias correction).
-REMOVED_OPTIMIZERS = {"adamw_hf": "adamw_torch"}
+# `TrainingArguments(optim=...)` values the native stack cannot run, what computes the same, and
+# why the old one is gone: transformers 5 removed its own AdamW (torch's differs only in where
+# `eps` meets the bias correction); torch_xla's syncfree AdamW is torch's update without the
+# found-inf sync, and the Trainer imports it from torch_xla.
+REMOVED_OPTIMIZERS = {
+    "adamw_hf": ("adamw_torch", "transformers 5 removed its own AdamW"),
+    "adamw_torch_xla": ("adamw_torch", "it is torch_xla's AdamW, the same update"),
+}
