@@ -106,7 +106,7 @@ def family(table: ImportTable) -> str | None:
 
 def uses_without_todo(source: str, tree: ast.Module) -> list[str]:
     """`line: name` of the old-stack names used on statements that carry no TODO."""
-    return [f"{node.lineno}: {node.id}" for node, _, _ in leftover_uses(source, tree)]
+    return [f"{node.lineno}: {node.id}" for node, _, _, _ in leftover_uses(source, tree)]
 
 
 def measure(original: Path, migrated: Path) -> FileCoverage | None:

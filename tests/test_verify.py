@@ -265,12 +265,15 @@ def step(xm, model):
 '''
 
 
-def test_the_old_stack_reached_through_a_variable_gets_one_todo_per_function(tmp_path: Path) -> None:
-    migrated, _ = _rewrite(tmp_path, HELD_MODULE)
-    assert _todo_above(migrated, "    xm.mark_step()").endswith("migrate its uses by hand")
-    assert _todo_above(migrated, "    xm.optimizer_step(model.optimizer)").endswith("migrate its uses by hand")
-    assert "    xm.wait_device_ops()" in migrated
-    assert migrated.count(f"TODO(neuron-migrate {CODE})") == 2  # one per function, not one per line
+def test_the_old_stack_reached_through_a_variable_gets_a_todo_at_each_api_it_uses(tmp_path: Path) -> None:
+    migrated, _ = _rewrite(tmp_path, HELD_MODULE + "    xm.optimizer_step(model.optimizer)\n    xm.mark_step()\n")
+    assert _todo_above(migrated, "    xm.mark_step()").endswith(
+        "`xm.mark_step` is likely `torch_xla.core.xla_model.mark_step`, reached through a name no rule follows: port it by hand"
+    )
+    assert "`xm.wait_device_ops` is likely" in _todo_above(migrated, "    xm.wait_device_ops()")
+    assert "`xm.optimizer_step` is likely" in _todo_above(migrated, "    xm.optimizer_step(model.optimizer)")
+    # One per API per function: the second `optimizer_step` of `step` is told already.
+    assert migrated.count(f"TODO(neuron-migrate {CODE})") == 4
 
 
 def test_a_rule_turned_off_keeps_its_old_stack_without_a_todo(tmp_path: Path) -> None:
@@ -380,3 +383,42 @@ def test_a_module_beside_the_file_that_still_imports_the_old_stack_gets_a_todo_u
     out = tmp_path / "together"
     main(["rewrite", str(tmp_path / "src" / "train.py"), str(tmp_path / "src" / "sharding.py"), "--output-dir", str(out), "-q"])
     assert "still imports the old stack" not in (out / "train.py").read_text()
+
+
+XLA_CHOICES = '''\
+import torch
+import torch_xla.core.xla_model as xm
+
+device = xm.xla_device()
+use_xla = True
+device_type = "xla" if use_xla else "cpu"
+print("on xla", device_type)
+with torch.autocast(device_type, dtype=torch.bfloat16):
+    pass
+'''
+
+
+def test_a_string_that_chooses_xla_gets_a_todo_and_a_label_does_not(tmp_path: Path) -> None:
+    migrated, _ = _rewrite(tmp_path, XLA_CHOICES)
+    assert '`"xla"` chooses XLA' in _todo_above(migrated, "device_type = ")
+    assert migrated.count(f"TODO(neuron-migrate {CODE})") == 1  # not the message printed
+
+
+IMPORTED_BY_NAME = '''\
+import importlib
+
+import torch_xla.core.xla_model as xm
+
+NxDModel = importlib.import_module("neuronx_distributed").NxDModel
+model = NxDModel.load("model.pt")
+model.to_neuron()
+xm.mark_step()
+'''
+
+
+def test_an_object_of_a_package_imported_by_its_name_gets_a_todo_at_its_api(tmp_path: Path) -> None:
+    migrated, entry = _rewrite(tmp_path, IMPORTED_BY_NAME)
+    assert "`NxDModel.load` is the API of `NxDModel`" in _todo_above(migrated, "model = NxDModel.load")
+    assert "`model.to_neuron` is the API of `NxDModel`" in _todo_above(migrated, "model.to_neuron()")
+    assert "test `torch.accelerator.is_available()`" not in migrated  # an import, not a probe
+    assert entry["status"].startswith("fails at start-up")

@@ -166,11 +166,27 @@ def _imports_old_stack_at_start(text: str) -> bool:
             names = [a.name for a in statement.names]
         elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
             names = [statement.module, *(f"{statement.module}.{a.name}" for a in statement.names)]
+        elif isinstance(statement, ast.Assign | ast.Expr):
+            names = _imported_by_call(statement)
         else:
             continue
         if any(n == root or n.startswith(f"{root}.") for n in names for root in roots):
             return True
     return False
+
+
+def _imported_by_call(statement: ast.stmt) -> list[str]:
+    """The modules a statement imports by name (`importlib.import_module("torch_neuronx")`)."""
+    return [
+        node.args[0].value
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute | ast.Name)
+        and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in ("import_module", "__import__")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ]
 
 
 def _modules_imported_at_start(text: str) -> list[str]:

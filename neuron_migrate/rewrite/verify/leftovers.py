@@ -9,6 +9,7 @@ import binds, with no TODO on it, gets one: the output never claims more than wa
 from __future__ import annotations
 
 import ast
+import re
 
 from neuron_migrate.core.ast_nodes import statement_starts
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
@@ -20,10 +21,11 @@ from neuron_migrate.rewrite.verify.target import TargetEnvironment
 TODO = "TODO(neuron-migrate "
 
 
-def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int, int]]:
-    """`(name, statement line, function)` of each old-stack name read on a statement that
-    carries no TODO (on its line or in the comments right above it), where no earlier statement of
-    the same function carries one that names it (one TODO per name per function says enough);
+def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int, int, str]]:
+    """`(name, statement line, function, use)` of each old-stack name read on a statement that
+    carries no TODO (on its line or in the comments right above it). `use` is what is read: the
+    attribute taken of the name (`xm.mark_step`), else the name; where an earlier statement of
+    the same function carries a TODO that names that use (or the bare name), it says enough.
     `function` is the line of the enclosing `def` (0: module level)."""
     table = ImportTable.from_ast(tree)
     # A kernel's language moves with the kernel, whose TODO is at its `@nki.jit`.
@@ -31,8 +33,8 @@ def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int
     if not names:
         return []
     lines = source.splitlines()
-    left: list[tuple[ast.Name, int, int]] = []
-    told: set[tuple[int, str]] = set()  # (function, name) a TODO already covers
+    left: list[tuple[ast.Name, int, int, str]] = []
+    told: set[tuple[int, str]] = set()  # (function, use) a TODO already covers
 
     def first_line(statement: ast.stmt) -> int:
         return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
@@ -48,44 +50,55 @@ def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int
             row -= 1
         return found
 
-    def visit(node: ast.AST, statement: ast.stmt | None, function: int) -> None:
+    def visit(node: ast.AST, parent: ast.AST | None, statement: ast.stmt | None, function: int) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom):
             return
         if isinstance(node, ast.stmt):
             statement = node
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names and statement is not None:
-            key = (function, node.id)
+            use = f"{node.id}.{parent.attr}" if isinstance(parent, ast.Attribute) and parent.value is node else node.id
             marks = todos(statement)
-            if any(f"`{node.id}" in todo for todo in marks):
-                told.add(key)  # and the rest of the function with it
-            elif not marks and key not in told:
-                left.append((node, first_line(statement), function))
+            if any(f"`{use}" in todo or f"`{node.id}`" in todo for todo in marks):
+                told.add((function, use))  # and the rest of the function with it
+                told.add((function, node.id))
+            elif not marks and (function, use) not in told and (function, node.id) not in told:
+                left.append((node, first_line(statement), function, use))
         inner = node.lineno if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) else function
         for child in ast.iter_child_nodes(node):
-            visit(child, statement, inner)
+            visit(child, node, statement, inner)
 
-    visit(tree, None, 0)
+    visit(tree, None, None, 0)
     return left
 
 
 def old_stack_left(tree: ast.Module, source: str) -> list[Problem]:
-    """A problem at the first statement of each function that reads an old-stack name the
-    codemods could not see (a variable or parameter holding the module, not its import) with no
-    TODO on it. A name that is its import here was the codemods' to migrate or to mark, or the
-    user's to keep: a rule they turned off is theirs."""
+    """A problem at each statement that reads old-stack API the codemods could not see (through a
+    variable or parameter holding the module, not its import) with no TODO on it: one per API
+    used (`xm.mark_step`) per function, each at its first use. A name that is its import here was
+    the codemods' to migrate or to mark, or the user's to keep: a rule they turned off is theirs."""
     left = uses_without_todo(source, tree)
     if not left:
         return []
     table = ImportTable.from_ast(tree)
     scopes = ScopeTable.from_ast(tree, source)
-    problems: dict[tuple[int, str], Problem] = {}
-    for node, statement, function in left:
-        name = node.id
-        if scopes.innermost(node.lineno, node.col_offset).meaning(name) is not None:
+    uses: dict[int, dict[str, None]] = {}  # statement -> the uses it reads, in order
+    seen: set[tuple[int, str]] = set()
+    for node, statement, function, use in left:
+        if scopes.innermost(node.lineno, node.col_offset).meaning(node.id) is not None or (function, use) in seen:
             continue
-        message = f"`{name}` here is likely `{table.bindings.get(name, name)}`, reached through a name the migration cannot follow: migrate its uses by hand"
-        problems.setdefault((function, name), Problem(statement, message, name))
-    return list(problems.values())
+        seen.add((function, use))
+        uses.setdefault(statement, {})[use] = None
+    problems = []
+    for statement, found in uses.items():
+        spelled = ", ".join(f"`{use}`" for use in found)
+        qualified = [table.bindings.get(use.split(".")[0], use) + use[len(use.split(".")[0]) :] for use in found]
+        if len(found) == 1:
+            message = f"{spelled} is likely `{qualified[0]}`, reached through a name no rule follows: port it by hand"
+        else:
+            modules = " and ".join(sorted({f"`{q.rsplit('.', 1)[0]}`" for q in qualified}))
+            message = f"{spelled} are likely {modules}'s, reached through a name no rule follows: port them by hand"
+        problems.append(Problem(statement, message, next(iter(found))))
+    return problems
 
 
 def old_stack_objects(tree: ast.Module, source: str, target: TargetEnvironment | None = None) -> list[Problem]:
@@ -99,11 +112,19 @@ def old_stack_objects(tree: ast.Module, source: str, target: TargetEnvironment |
     scopes = ScopeTable.from_ast(tree, source)
     old = OBJECT_LIBRARIES
     made: dict[tuple[object, str], str] = {}  # (owner scope or class, variable) -> the class
+    imported = _imported_by_name(tree, old)  # `NxDModel = importlib.import_module("neuronx_distributed").NxDModel`
     for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and id(node) in imported:
+            key = _variable(node.targets[0], scopes)
+            if key is not None:
+                made[key] = imported[id(node)][1].rpartition(".")[2]
+            continue
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call)):
             continue
         dotted = ast_dotted_name(node.value.func) or ""
-        qualified = table.resolve_dotted(dotted) or ""
+        head, _, rest = dotted.partition(".")
+        through = next((q for name, q in imported.values() if name == head), None)
+        qualified = table.resolve_dotted(dotted) or (f"{through}.{rest}" if through and rest else through) or ""
         if not any(qualified == p or qualified.startswith(p + ".") for p in old):
             continue
         classes = [part for part in dotted.split(".") if part[:1].isupper()]
@@ -162,3 +183,69 @@ def _variable(node: ast.expr, scopes: ScopeTable) -> tuple[object, str] | None:
             scope = scope.parent
         return (scope, f"self.{node.attr}") if scope is not None else None
     return None
+
+
+IMPORTERS = frozenset({"importlib.import_module", "import_module", "__import__"})
+
+
+def _imported_by_name(tree: ast.Module, libraries: tuple[str, ...]) -> dict[int, tuple[str, str]]:
+    """`id(assignment) -> (name, what it binds)` for `x = importlib.import_module("<old-stack module>")`,
+    and attributes taken of it (`.NxDModel`): the old stack imported by a string, out of the
+    import table's sight."""
+    found: dict[int, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        value = node.value
+        attributes: list[str] = []
+        while isinstance(value, ast.Attribute):
+            attributes.insert(0, value.attr)
+            value = value.value
+        if not (isinstance(value, ast.Call) and (ast_dotted_name(value.func) or "") in IMPORTERS and value.args):
+            continue
+        module = value.args[0].value if isinstance(value.args[0], ast.Constant) else None
+        if isinstance(module, str) and any(module == p or module.startswith(p + ".") for p in libraries):
+            found[id(node)] = (node.targets[0].id, ".".join([module, *attributes]))
+    return found
+
+
+# A string that names XLA as a device, a backend or an option: `device_type="xla"` (autocast),
+# `backend="openxla"`, `"xla:0"`, `fsdp_config={"xla": True}`. Labels that merely mention XLA
+# (`"model_xla"`, `"xla/compile_time_s"`) are names, not choices.
+XLA_CHOICE = re.compile(r"(?:open)?xla(?::\d+)?")
+# Calls whose strings are messages to a person, not choices.
+MESSAGES = frozenset({"print", "format", "warn", "debug", "info", "warning", "error", "exception", "critical", "log", "write", "master_print"})
+
+
+def xla_choices(tree: ast.Module, source: str) -> list[Problem]:
+    """A problem at each statement, with no TODO of its own, where a string chooses XLA: a device
+    type (`torch.autocast("xla")`), a backend, an option key. No rule knows every place such a
+    value goes, and each one fails or selects nothing natively."""
+    lines = source.splitlines()
+    starts = statement_starts(tree)
+    messages: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = ast_dotted_name(node.func) or ""
+            if called.rpartition(".")[2] in MESSAGES:
+                messages.update(id(n) for n in ast.walk(node))
+            for keyword in node.keywords:
+                if keyword.arg == "help":
+                    messages.update(id(n) for n in ast.walk(keyword.value))
+        elif isinstance(node, ast.JoinedStr) or (
+            isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)  # a docstring
+        ):
+            messages.update(id(n) for n in ast.walk(node))
+    problems: dict[int, Problem] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in messages:
+            continue
+        if XLA_CHOICE.fullmatch(node.value) is None:
+            continue
+        statement = starts.get(node.lineno, node.lineno)
+        above = lines[statement - 2] if statement >= 2 else ""
+        if TODO in lines[statement - 1] or TODO in above or statement in problems:
+            continue
+        message = f"`\"{node.value}\"` chooses XLA, which the native stack has not: choose a native value"
+        problems[statement] = Problem(statement, message, repr(node.value))
+    return list(problems.values())
