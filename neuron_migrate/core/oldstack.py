@@ -107,5 +107,19 @@ REMOVED_STEPS = {
     "optimum-cli neuron cache": "the Neuron compile cache of the XLA stack: TorchNeuron keeps its own cache",
 }
 
+# Strings that name an artifact or a step of the old stack, which a migrated program meets no
+# more, and what happened to each: what a program does with such a string (a path it tests, a
+# variable it sets for a child run) silently stops doing anything.
+OLD_STACK_STRINGS = {
+    "NEURON_EXTRACT_GRAPHS_ONLY": (
+        "`NEURON_EXTRACT_GRAPHS_ONLY` made a run only extract graphs for precompiling; natively it trains for real: drop that run"
+    ),
+    "adapter_default": (
+        "optimum-neuron saved the LoRA adapter in `adapter_default/`; PEFT's `save_pretrained` writes it in the folder itself"
+    ),
+    "optimum/neuron/": "a file of optimum-neuron, which the migrated code no longer imports: drop or port what this does with it",
+    "optimum.commands.optimum_cli": "`optimum-cli`'s `neuron` commands need optimum-neuron: checkpoints are standard now (`save_pretrained`)",
+}
+
 # The code of TODOs left on old-stack names that no codemod rewrote.
 LEFTOVER_CODE = "NM090"

@@ -64,6 +64,7 @@ PREFILTER = re.compile(
     r"|optimum\.neuron|from\s+optimum\s+import\b[^\n]*\bneuron\b|from\s+optimum\s+import\s*\([^)]*\bneuron\b"
     r"|optimum-cli|torch_neuron|neuronx_distributed|neuronperf"
     r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
+    r"|NEURON_EXTRACT_GRAPHS_ONLY|adapter_default|optimum/neuron/|optimum\.commands\.optimum_cli"
 )
 
 _TODO = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")

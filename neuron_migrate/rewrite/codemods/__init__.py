@@ -12,6 +12,7 @@ from neuron_migrate.rewrite.codemods.base import Codemod
 from neuron_migrate.rewrite.codemods.neuronx_distributed import NeuronxDistributed
 from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
 from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import NxdTensorParallel
+from neuron_migrate.rewrite.codemods.old_stack_strings import OldStackStrings
 from neuron_migrate.rewrite.codemods.optimum.diffusion import OptimumDiffusion
 from neuron_migrate.rewrite.codemods.optimum.inference import OptimumInference
 from neuron_migrate.rewrite.codemods.optimum.training import OptimumTraining
@@ -54,6 +55,7 @@ CODEMODS: tuple[type[Codemod], ...] = (
     NxdTensorParallel,
     NeuronxDistributed,
     PackageProbes,
+    OldStackStrings,
     UpgradeNames,
     UpgradeKeywords,
     UpgradeDefaults,
