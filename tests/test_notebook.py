@@ -248,12 +248,17 @@ def test_a_cell_that_installs_the_old_stack_gets_a_todo() -> None:
         ("code", "!pip install -U torch-neuronx==2.1.2.2.3 neuronx-cc transformers"),
         ("code", "!pip install -q torch-neuronx==2.13.* transformers"),
         ("code", "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()"),
+        # The torch the old wheels went with would replace the one the migrated cells need.
+        ("code", "!pip install torch==1.11.0 'torchvision<0.13'"),
+        ("code", "!pip install -U torch==2.13.0"),
     ]
     new, _ = rewrite(nbformat.writes(build(cells)))
     sources = ["".join(c["source"]) for c in json.loads(new)["cells"]]
     assert "# TODO(neuron-migrate NM020): this installs the old stack (`torch_xla`)" in sources[0]
     assert sources[1].startswith("# TODO(neuron-migrate NM020): this installs the old stack (`torch-neuronx==2.1`)")
     assert sources[2] == cells[2][1]  # TorchNeuron's own package family
+    assert sources[4].startswith("# TODO(neuron-migrate NM020): this pins `torch==1.11.0`, the torch of the old stack")
+    assert sources[5] == cells[5][1]
     again, _ = rewrite(new)
     assert again == new
 

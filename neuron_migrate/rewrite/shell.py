@@ -144,6 +144,9 @@ def old_stack_command(command: str) -> str | None:
     installed = _old_stack_installed(words)
     if installed is not None:
         return f"this installs the old stack (`{installed}`): install TorchNeuron, `torch-neuronx==2.13.*` with `torch==2.13.*`"
+    pinned = _old_torch_pinned(words)
+    if pinned is not None:
+        return f"this pins `{pinned}`, the torch of the old stack; the migrated code needs `torch==2.13.*`"
     for at, word in enumerate(words):
         if word == "optimum-cli" and words[at + 1 : at + 2] == ["neuron"]:
             step = " ".join(words[at : at + 3])
@@ -185,6 +188,22 @@ def _old_stack_installed(words: list[str]) -> str | None:
             return match.group(1)
         pinned = _XLA_TORCH_NEURONX.search(word)
         if pinned and (int(pinned.group(1)), int(pinned.group(2))) < (2, 10):
+            return pinned.group()
+    return None
+
+
+# A pin of torch itself below the native stack's (`torch==1.11.0`, `torch<2.0`).
+_TORCH_PIN = re.compile(r"torch(?:==|<=|<|~=)(\d+)(?:\.(\d+))?[\w.*]*", re.IGNORECASE)
+NATIVE_TORCH = (2, 13)
+
+
+def _old_torch_pinned(words: list[str]) -> str | None:
+    """The pin of an older torch an install command makes (`pip install torch==1.11.0`)."""
+    if not any(word in _INSTALLERS or word.endswith("/pip") for word in words) or "install" not in words:
+        return None
+    for word in words:
+        pinned = _TORCH_PIN.fullmatch(word.strip("'\""))
+        if pinned and (int(pinned.group(1)), int(pinned.group(2) or 0)) < NATIVE_TORCH:
             return pinned.group()
     return None
 

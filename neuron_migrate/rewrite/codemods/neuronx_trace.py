@@ -606,7 +606,7 @@ class NeuronxTrace(Codemod):
         # Whoever reads the file, here or elsewhere (a serving script), reads a TorchScript module no more.
         elsewhere = "other readers build" if self._loaded_here(path) else "its loader builds"
         self.todo(
-            f"`{_short(path)}` now holds weights, not TorchScript: {elsewhere} the model, then `load_state_dict(torch.load(...))`"
+            f"{_short(path)} now holds weights, not TorchScript: {elsewhere} the model, then `load_state_dict(torch.load(...))`"
         )
         return cst.parse_expression(
             f"{self.ctx.torch()}.save({source}.state_dict(), {code_of(path)})"
@@ -815,9 +815,9 @@ class NeuronxTrace(Codemod):
 
 
 def _short(node: cst.BaseExpression) -> str:
-    """`node` as code, where it is short enough to quote in a TODO line."""
+    """`node` quoted as code, where it is short enough for a TODO line; else what it names."""
     code = code_of(node)
-    return code if len(code) <= 32 and "\n" not in code else "the file"
+    return f"`{code}`" if len(code) <= 32 and "\n" not in code else "the saved file"
 
 
 def _bound_to_returned_traces(tree: ast.Module, resolve: Callable[[str], str | None]) -> set[str]:

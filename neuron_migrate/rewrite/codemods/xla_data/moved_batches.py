@@ -185,7 +185,24 @@ def _moved_names(statement: cst.CSTNode, device: str) -> set[str] | None:
 
 
 def _moved_to(value: cst.BaseExpression, name: str, device: str) -> bool:
-    """`name.to(device, ...)`, possibly followed by further calls (`.float()`)."""
+    """`name.to(device, ...)`, possibly followed by further calls (`.float()`), or a dict batch
+    moved value by value: `{k: v.to(device) for k, v in name.items()}`."""
+    if isinstance(value, cst.DictComp):
+        loop = value.for_in
+        target = loop.target
+        return (
+            loop.inner_for_in is None
+            and not loop.ifs
+            and isinstance(loop.iter, cst.Call)
+            and isinstance(loop.iter.func, cst.Attribute)
+            and loop.iter.func.attr.value == "items"
+            and isinstance(loop.iter.func.value, cst.Name)
+            and loop.iter.func.value.value == name
+            and isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and isinstance(target.elements[1].value, cst.Name)
+            and _moved_to(value.value, target.elements[1].value.value, device)
+        )
     while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
         func = value.func
         if func.attr.value == "to" and isinstance(func.value, cst.Name) and func.value.value == name:

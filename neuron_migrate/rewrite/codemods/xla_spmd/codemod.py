@@ -245,7 +245,8 @@ class XlaSpmd(Codemod):
         name = self.qualify(call.func)
         if name == USE_SPMD and not call.args:
             self.changed("removed `use_spmd()`: one process per device runs the program under torchrun")
-            self.ctx.comment(f"# Launch with: torchrun --nproc_per_node=<devices> {self.ctx.script_name}")
+            if not self.ctx.notebook:  # a notebook's processes come from `notebook_launcher`, as its spawn's did
+                self.ctx.comment(f"# Launch with: torchrun --nproc_per_node=<devices> {self.ctx.script_name}")
             self.ctx.note(
                 self.code,
                 "every process now runs the whole SPMD program: what a sharded layer reads (inputs, random numbers, "
