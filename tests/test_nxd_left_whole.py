@@ -153,3 +153,13 @@ def test_a_cause_that_recurs_in_a_function_is_marked_once_there() -> None:
     result = rewrite_source(source, "train.py")
     assert result.migrated.count("`ColumnParallelLinear(skip_bias_add=True)` has no native counterpart here") == 1
     assert "the 2 lines marked NM025 below hold it back" in result.migrated  # the layer and the clipping
+
+
+def test_a_whole_checkpoint_load_is_named_with_its_native_form() -> None:
+    import ast
+
+    from neuron_migrate.rewrite.codemods.nxd_checkpointing import LOAD_SHARDS, shards_call_blocker
+
+    call = ast.parse('load("m.pt", model, sharded=False)').body[0].value  # type: ignore[attr-defined]
+    reason = shards_call_blocker(LOAD_SHARDS[0], call, None)
+    assert reason is not None and "`set_model_state_dict(...)` with `full_state_dict=True`" in reason

@@ -57,6 +57,9 @@ def shards_call_blocker(qualified: str, call: ast.Call, statement: ast.AST | Non
         if not isinstance(statement, ast.Expr):
             return "`checkpointing.save` is called for its value"
         return _options_blocker(call, "save", SAVE_PARAMETERS, SAVE_DEFAULTS)
+    whole = next((k for k in call.keywords if k.arg == "sharded"), None)
+    if whole is not None and ast.unparse(whole.value) == "False":
+        return "`load(sharded=False)` reads one whole checkpoint: natively `set_model_state_dict(...)` with `full_state_dict=True`"
     reason = _options_blocker(call, "load", LOAD_PARAMETERS, LOAD_DEFAULTS)
     given = {k.arg for k in call.keywords} | set(LOAD_PARAMETERS[: len(call.args)])
     if reason is None and {"model", "model_or_optimizer"} <= given:
