@@ -656,6 +656,8 @@ class MigrationContext:
             return "script.py"
         if ".ipynb:cell " in self.path:
             return "<the %%writefile script>"  # a notebook cell that writes a script to launch
+        if self.path.endswith(".ipynb"):
+            return "<this notebook saved as a script>"  # torchrun runs Python files, not notebooks
         if _RELATIVE_IMPORT.search(self.source):  # a module of a package: it runs only as one
             return f"-m {_module_path(Path(self.path))}"
         return PurePath(self.path).name
