@@ -44,7 +44,7 @@ from torch import nn
 class Block(nn.Module):
     def __init__(self, hidden):
         super().__init__()
-        self.up = layers.ColumnParallelLinear(hidden, hidden, gather_output=False, stride=2)
+        self.up = layers.ColumnParallelLinear(hidden, hidden, gather_output=False, pad=True)
 """
 
 PROGRAM_SCRIPT = """\
@@ -113,7 +113,7 @@ def test_a_program_is_left_as_a_whole_when_one_of_its_files_is(program: Path, tm
     assert main(["rewrite", str(program), "-q", "--report", str(report_file)]) == 1
     script, model = (program / "train.py").read_text(), (program / "modeling.py").read_text()
     assert _without_todos(script) == PROGRAM_SCRIPT and _without_todos(model) == MODEL
-    assert "stride=2" in _todo_above(model, "self.up = layers.ColumnParallelLinear(hidden, hidden, gather_output=False, stride=2)")
+    assert "pad=True" in _todo_above(model, "self.up = layers.ColumnParallelLinear(hidden, hidden, gather_output=False, pad=True)")
     assert "`modeling.py`, which shares its mesh, is left to a person" in script
     assert not (program / "parallel_mesh.py").exists()
     report = json.loads(report_file.read_text())
@@ -121,7 +121,7 @@ def test_a_program_is_left_as_a_whole_when_one_of_its_files_is(program: Path, tm
 
 
 EVAL_SCRIPT = PROGRAM_SCRIPT.replace("def main():", "def evaluate():")
-PLAIN_MODEL = MODEL.replace(", stride=2)", ")")
+PLAIN_MODEL = MODEL.replace(", pad=True)", ")")
 
 
 def test_two_scripts_may_share_one_model_file(tmp_path: Path) -> None:
@@ -153,6 +153,23 @@ def test_a_cause_that_recurs_in_a_function_is_marked_once_there() -> None:
     result = rewrite_source(source, "train.py")
     assert result.migrated.count("`ColumnParallelLinear(skip_bias_add=True)` has no native counterpart here") == 1
     assert "the 2 lines marked NM025 below hold it back" in result.migrated  # the layer and the clipping
+
+
+def test_a_strided_layer_and_nxd_s_per_rank_slices_in_two_files_leave_the_program(tmp_path: Path) -> None:
+    """A `stride=` layer holds other rows on each rank than NxD's, so a script saving NxD's
+    per-rank slices of the model beside it would write other files than NxD did."""
+    model = PLAIN_MODEL.replace("gather_output=False)", "gather_output=False, stride=2)")
+    (tmp_path / "modeling.py").write_text(model)
+    script = PROGRAM_SCRIPT.replace("    xm.mark_step()\n", "    xm.mark_step()\n    torch.save(model.state_dict(), 'rank.pt')\n")
+    (tmp_path / "train.py").write_text("import torch\n" + script)
+    assert main(["rewrite", str(tmp_path), "-q"]) == 1
+    for name in ("train.py", "modeling.py"):
+        assert "a `stride=` layer keeps other rows on each rank than NxD did" in (tmp_path / name).read_text()
+    assert not (tmp_path / "parallel_mesh.py").exists()
+    (tmp_path / "modeling.py").write_text(model)
+    (tmp_path / "train.py").write_text(PROGRAM_SCRIPT)
+    assert main(["rewrite", str(tmp_path), "-q"]) == 0  # the strided layer alone moves
+    assert "ColwiseParallel(output_layouts=strided_shard(2))" in (tmp_path / "modeling.py").read_text()
 
 
 def test_a_whole_checkpoint_load_is_named_with_its_native_form() -> None:

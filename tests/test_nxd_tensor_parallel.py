@@ -378,13 +378,13 @@ def gradients(model):
 """
 
 
-def run_program(tmp: Path, processes: int, tp: int, program: str = PROGRAM, todos: int = 0) -> list[dict]:
-    """Each rank's record of the migrated `program`."""
+def run_program(tmp: Path, processes: int, tp: int, program: str = PROGRAM, todos: int = 0, **env: str) -> list[dict]:
+    """Each rank's record of the migrated `program` (run with the environment variables `env`)."""
     (tmp / "recording.py").write_text(RECORDING)
     (tmp / "train.py").write_text(migrate(program, str(tmp / "train.py"), todos))
     results = tmp / f"results-{processes}-{tp}"
     results.mkdir()
-    torchrun(tmp, "train.py", processes, TP=str(tp), RESULTS=str(results))
+    torchrun(tmp, "train.py", processes, TP=str(tp), RESULTS=str(results), **env)
     return [json.loads((results / f"rank{rank}.json").read_text()) for rank in range(processes)]
 
 
@@ -423,6 +423,122 @@ def test_sequence_parallelism_mappings_and_loss_equal_one_process(tmp_path: Path
     assert one["losses"][0] != one["losses"][-1]
     # NxD's loss of an ignored target is the log-sum-exp of the shifted logits, not 0.
     assert min(row[-1] for row in one["raw"]) > 0
+
+
+# Fused projections: q, k and v in one layer (`stride=3`), gate and up in another (`stride=2`), two
+# branches whose parts a strided row layer takes as they are; the model code splits each rank's
+# share of the parts. A checkpoint of NxD's trainer API is written after the third step.
+FUSED_PROGRAM = f"""\
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from neuronx_distributed.parallel_layers import layers, parallel_state
+from neuronx_distributed.parallel_layers.random import model_parallel_xla_manual_seed
+from neuronx_distributed.trainer import load_checkpoint, save_checkpoint
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads = heads // parallel_state.get_tensor_model_parallel_size()  # this rank's heads
+        self.head_dim = hidden // heads
+        self.qkv = layers.ColumnParallelLinear(hidden, 3 * hidden, gather_output=False, stride=3)
+        self.out = layers.RowParallelLinear(hidden, hidden, input_is_parallel=True)
+
+    def forward(self, x):
+        batch, seq, _ = x.shape
+        q, k, v = (
+            part.view(batch, seq, self.heads, self.head_dim).transpose(1, 2) for part in self.qkv(x).chunk(3, dim=-1)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.gate_up = layers.ColumnParallelLinear(hidden, 2 * 4 * hidden, bias=False, gather_output=False, stride=2)
+        self.down = layers.RowParallelLinear(4 * hidden, hidden, bias=False, input_is_parallel=True)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Branches(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.split = layers.ColumnParallelLinear(hidden, 2 * hidden, gather_output=False, stride=2)
+        self.merge = layers.RowParallelLinear(2 * hidden, hidden, input_is_parallel=True, stride=2)
+
+    def forward(self, x):
+        a, b = self.split(x).chunk(2, dim=-1)
+        return self.merge(torch.cat([torch.tanh(a), torch.sigmoid(b)], dim=-1))
+
+
+class Net(nn.Module):
+    def __init__(self, vocab=32, hidden=16, heads=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.attn = Attention(hidden, heads)
+        self.norm = nn.LayerNorm(hidden)
+        self.mlp = MLP(hidden)
+        self.branches = Branches(hidden)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = x + self.attn(x)
+        x = x + self.mlp(self.norm(x))
+        return self.head(x + self.branches(x))
+
+
+def main():
+    dist.init_process_group("xla")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=int(os.environ["TP"]))
+    model_parallel_xla_manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = torch.randint(0, 32, ({STEPS + 1}, 4, 9), generator=torch.Generator().manual_seed(1))
+    start = 0
+    if os.environ.get("RESUME"):
+        start = load_checkpoint(os.environ["CHECKPOINTS"], model=model, optimizer=optimizer)["step"] + 1
+    losses = []
+    for step in range(start, {STEPS + 1}):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(data[step, :, :-1]).flatten(0, 1), data[step, :, 1:].flatten())
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step == 2 and not os.environ.get("RESUME"):
+            save_checkpoint(os.environ["CHECKPOINTS"], f"step_{{step}}", model=model, optimizer=optimizer, user_content={{"step": step}})
+    with open(os.path.join(os.environ["RESULTS"], f"rank{{dist.get_rank()}}.json"), "w") as f:
+        json.dump({{"losses": losses}}, f)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_fused_projections_train_as_one_process_and_reload_at_another_size(tmp_path: Path) -> None:
+    """`stride=` layers at TP=2 train as in one process, and a checkpoint written at TP=2 resumes at TP=1."""
+    one_folder, two_folder, resumed_folder = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
+    for folder in (one_folder, two_folder, resumed_folder):
+        folder.mkdir()
+    (one,) = run_program(one_folder, processes=1, tp=1, program=FUSED_PROGRAM, CHECKPOINTS=str(one_folder / "ck"))
+    assert "ColwiseParallel(output_layouts=strided_shard(3))" in (one_folder / "train.py").read_text()
+    ranks = run_program(two_folder, processes=2, tp=2, program=FUSED_PROGRAM, CHECKPOINTS=str(two_folder / "ck"))
+    assert len(one["losses"]) == STEPS + 1
+    for record in ranks:
+        assert_close(record["losses"], one["losses"])
+    assert one["losses"][0] != one["losses"][-1]
+    (resumed,) = run_program(resumed_folder, processes=1, tp=1, program=FUSED_PROGRAM, CHECKPOINTS=str(two_folder / "ck"), RESUME="1")
+    assert_close(resumed["losses"], one["losses"][3:])
 
 
 # The same program with its layers' sequence parallelism read from the run's configuration.

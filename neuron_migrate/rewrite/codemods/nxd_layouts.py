@@ -15,6 +15,10 @@ LAYERS_MODULE = f"{NXD}.parallel_layers"
 
 COLWISE_GATHERED = "ColwiseParallel(output_layouts=Replicate())"
 ROWWISE_SCATTERED = "RowwiseParallel(input_layouts=Replicate())"
+# NxD's `stride=k` splits a fused projection's k parts (q, k, v) over the ranks one by one, so
+# each rank holds its share of every part; natively the style lays the last dimension out so.
+STRIDE = "stride"
+STRIDED = "_StridedShard(-1, split_factor={stride})"
 
 
 @dataclass(frozen=True)
@@ -33,10 +37,13 @@ class Layer:
     # switch value NxD requires then. None: this layer is not migrated with sequence parallelism.
     sequence_style: str | None = None
     sequence_switch: bool | None = None
+    # With `stride=k`: the style (`{strided}` the layout of each rank's share of the k parts), and
+    # the switch value it needs, without which NxD's result changes with the tensor-parallel size.
+    strided_style: str | None = None
+    strided_switch: bool | None = None
 
 
 LINEAR_DEFAULTS = (
-    ("stride", "1"),
     ("init_method", "None"),
     ("keep_master_weight", "False"),
     ("skip_bias_add", "False"),
@@ -59,6 +66,9 @@ LAYERS = {
         # gathered again on the way out); the gradient is reduce-scattered back.
         sequence_style="ColwiseParallel(input_layouts=Shard({dim}))",
         sequence_switch=False,
+        # Gathered, NxD's output has each rank's parts one after another.
+        strided_style="ColwiseParallel(output_layouts={strided})",
+        strided_switch=False,
     ),
     "RowParallelLinear": Layer(
         native="Linear",
@@ -72,6 +82,9 @@ LAYERS = {
         # raises unless the input is already split.
         sequence_style="RowwiseParallel(output_layouts=Shard({dim}))",
         sequence_switch=True,
+        # Scattered, NxD's input is split in slices but its weight by parts.
+        strided_style="RowwiseParallel(input_layouts={strided})",
+        strided_switch=True,
     ),
     "ParallelEmbedding": Layer(
         native="Embedding",
@@ -110,10 +123,17 @@ LAYERS = {
 }
 
 
-def layer_style(layer: Layer, given: dict[str, str], sequence_dim: str = "0") -> str | None:
+def layer_style(layer: Layer, given: dict[str, str], sequence_dim: str = "0", strided: str = STRIDED) -> str | None:
     """The `parallelize_module` style that lays the layer out as NxD did, from the keywords a call
     passes (as code): "" for none, None where the call decides it at run time or DTensor has no
-    such layout. `sequence_dim`: the program's, for a layer that does not name its own."""
+    such layout. `sequence_dim`: the program's, for a layer that does not name its own;
+    `strided`: how the style spells the layout of a `stride=` layer."""
+    stride = given.get(STRIDE, "1")
+    if stride != "1":
+        switch = given.get(layer.switch, str(layer.switch_default))
+        if layer.strided_style is None or given.get(SEQUENCE_OPTIONS[0], "False") != "False" or switch != str(layer.strided_switch):
+            return None
+        return layer.strided_style.format(strided=strided.format(stride=stride))
     if given.get(SEQUENCE_OPTIONS[0], "False") == "True":
         if layer.sequence_style is None:
             return None

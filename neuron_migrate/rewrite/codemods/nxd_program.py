@@ -71,7 +71,7 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
     is migrated on its own, as before.
     """
     from neuron_migrate.rewrite.codemods.nxd_state import INITIALIZE
-    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import plan
+    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import STRIDED_SLICES, plan
     from neuron_migrate.rewrite.codemods.nxd_trainer import CONFIG
 
     builders = {INITIALIZE, *CONFIG}  # what sets NxD's groups up, and so builds the mesh natively
@@ -95,6 +95,7 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
             continue
         owners = [f for f in component if files[f].builds_mesh]
         reasons: dict[Path, str] = {}
+        strided = slices = False
         nested = [f for f in owners if set(_reached(files, f)) & (set(owners) - {f})]
         if not owners:
             shared = f"none of the files {_names(files, component)} builds the mesh they share"
@@ -110,15 +111,19 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
                 continue
             source = file.path.read_text(encoding="utf-8", errors="replace")
             table = ImportTable.from_ast(file.tree)
-            own = plan(
+            planned = plan(
                 source,
                 table.resolve_dotted,
                 unconditional_calls(file.tree, table),
                 str(file.path),
                 MeshProgram(builds_mesh=file.builds_mesh),
-            ).blocked
-            if own is not None:
-                reasons[resolved] = own
+            )
+            if planned.blocked is not None:
+                reasons[resolved] = planned.blocked
+            strided |= bool(planned.strided)
+            slices |= planned.slices
+        if strided and slices and not reasons:  # in two of its files
+            reasons = dict.fromkeys(component, STRIDED_SLICES)
         for resolved in component:
             file = files[resolved]
             blocked = reasons.get(resolved)

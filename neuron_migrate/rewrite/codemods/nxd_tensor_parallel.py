@@ -66,6 +66,8 @@ from neuron_migrate.rewrite.codemods.nxd_layouts import (
     MAPPINGS,
     NXD,
     SEQUENCE_OPTIONS,
+    STRIDE,
+    STRIDED,
     Layer,
     Mapping,
     layer_style,
@@ -221,6 +223,15 @@ def $name(module, init_method):
     return module
 '''
 GRADIENT_IN_PLACE = ("zero_", "detach_", "requires_grad_")  # what changes a gradient rather than reads it
+# A `stride=` layer's weight is split in one piece per rank natively, its output laid out as NxD's
+# by DTensor: each rank's rows are not NxD's, so its per-rank slices and files would not be either.
+STRIDED_SLICES = "a `stride=` layer keeps other rows on each rank than NxD did, and this program uses NxD's per-rank slices (state dicts, files)"
+STRIDED_SHARD = '''\
+def $name(stride):
+    """Where NxD's `stride=` layers kept a fused projection (q, k, v) on each rank: this rank's
+    share of each of the `stride` parts of the last dimension, one part after another."""
+    return $StridedShard(-1, split_factor=stride)  # private in torch, but DTensor's only placement for this
+'''
 
 
 @dataclass(frozen=True)
@@ -242,6 +253,8 @@ class Plan:
     reduces_sequence_gradients: bool = False
     trainer: TrainerPlan = field(default_factory=TrainerPlan)
     state_dicts: StateDicts = field(default_factory=StateDicts)
+    strided: int = 0  # the line of the first `stride=` layer (0: none)
+    slices: bool = False  # NxD's per-rank slices saved or loaded (state dicts, `checkpointing`)
 
     @property
     def blocked(self) -> str | None:
@@ -291,6 +304,7 @@ def _blockers(
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
             yield Blocker(f"`from {node.module} import *` hides which NxD names the file uses", line)
         if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
+            found.slices |= (ast_dotted_name(node.value) or "") not in found.state_dicts.schedulers
             reason = found.state_dicts.blocker(node, parents.get(id(node)))
             if reason is not None:
                 yield Blocker(reason, line)
@@ -343,6 +357,9 @@ def _blockers(
         yield Blocker(reason)
     if IS_INITIALIZED in names and DESTROY in names:
         yield Blocker("`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks")
+    found.slices |= bool(names & {*SAVE_SHARDS, *LOAD_SHARDS})
+    if found.strided and found.slices:
+        yield Blocker(STRIDED_SLICES, found.strided)
     found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
     if found.sequence_norms and not found.reduces_sequence_gradients:
         yield Blocker("sequence-parallel norms or biases are never all-reduced")
@@ -583,6 +600,12 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
     if len(call.args) > len(layer.sizes):
         return f"`{short}` has options given by position"
     given = {k.arg or "": ast.unparse(k.value) for k in call.keywords}
+    stride = next((k.value for k in call.keywords if k.arg == STRIDE), None)
+    if stride is not None and given[STRIDE] != "1":
+        reason = _stride_blocker(short, layer, stride, given)
+        if reason is not None:
+            return reason
+        found.strided = found.strided or call.lineno
     sequence = given.get(SEQUENCE_OPTIONS[0], "False")
     if sequence not in ("True", "False"):
         flag = next(k.value for k in call.keywords if k.arg == SEQUENCE_OPTIONS[0])
@@ -602,7 +625,7 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
         if layer.native == "LayerNorm" or (short == "RowParallelLinear" and given.get("bias", "True") != "False"):
             found.sequence_norms = True
     for name, value in given.items():
-        if name in (*(old for old, _ in layer.sizes), *layer.passed, *SEQUENCE_OPTIONS):
+        if name in (*(old for old, _ in layer.sizes), *layer.passed, *SEQUENCE_OPTIONS, STRIDE):
             continue
         if name == INIT_METHOD and layer.native != "LayerNorm":
             continue  # applied to the whole weight, as NxD did
@@ -610,6 +633,20 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
             continue
         if dict(layer.defaults).get(name) != value:
             return f"`{short}({name}={value})` has no native counterpart here"
+    return None
+
+
+def _stride_blocker(short: str, layer: Layer, stride: ast.expr, given: dict[str, str]) -> str | None:
+    """Why a fused projection (`stride=3` for q, k, v) cannot move, if it cannot."""
+    if not _plain(stride):
+        return f"`{short}(stride=...)` is computed where it is passed"
+    if layer.strided_style is None or given.get(SEQUENCE_OPTIONS[0], "False") != "False":
+        return f"`{short}(stride={ast.unparse(stride)})` has no native counterpart here"
+    if given.get(layer.switch, str(layer.switch_default)) != str(layer.strided_switch):
+        return (
+            f"`{short}(stride={ast.unparse(stride)})` needs `{layer.switch}={layer.strided_switch}`: "
+            "otherwise NxD's output changes with the tensor-parallel size"
+        )
     return None
 
 
@@ -765,8 +802,16 @@ class NxdTensorParallel(Codemod):
     All or nothing per file, because replacing NxD's process groups breaks any NxD call left
     behind: the file must call `initialize_model_parallel` once on every run, with tensor
     parallelism only, and use no other NxD API; layer options must be ones with a native
-    meaning (`skip_bias_add`, padding, `stride`, process groups and a
-    sequence-parallel embedding are not). With
+    meaning (`skip_bias_add`, padding, process groups and a
+    sequence-parallel embedding are not). A fused projection, `ColumnParallelLinear(stride=3)`
+    for q, k and v (or a `RowParallelLinear(stride=k)` fed by one), moves with
+    `gather_output=False` (`input_is_parallel=True`) and without sequence parallelism (NxD's
+    gathered output and scattered input change with the tensor-parallel size): each rank's output
+    is its share of every part, as the model code splits it, through the private `_StridedShard`
+    placement. The weight is split in one piece per rank as for any layer (a checkpoint loads at
+    any size), and DTensor all-gathers the output into NxD's order and the gradient back, which
+    NxD did without; each rank's rows are not NxD's, so a program that uses NxD's per-rank slices
+    (`state_dict()` shards, `checkpointing` files) is left. With
     sequence parallelism, NxD only summed the gradients of the norms and biases a program passed
     to `allreduce_sequence_parallel_gradients`; DTensor always does, so a file that never calls it,
     or marks parameters for it by hand, is left. `parallel_cross_entropy` with label smoothing is
@@ -1316,12 +1361,19 @@ class NxdTensorParallel(Codemod):
         if not style:
             self.changed(f"`{kind}` -> `nn.{layer.native}` (without sequence parallelism it is torch's)")
             return expr(module)
-        self.changed(f"`{kind}` -> `nn.{layer.native}` sharded by `parallelize_module(..., {style})`")
+        stride = given.get(STRIDE, "1")
+        if stride == "1":
+            self.changed(f"`{kind}` -> `nn.{layer.native}` sharded by `parallelize_module(..., {style})`")
+        else:
+            self.changed(
+                f"`{kind}(stride={stride})` -> `nn.{layer.native}` sharded by `parallelize_module(..., {style})`: "
+                f"each rank's share of each of the {stride} parts, as in NxD, laid out by DTensor (an all-gather each way)"
+            )
         return self._parallelized(module, self._spelled_style(style), whole_value)
 
     def _module(self, layer: Layer, call: cst.Call) -> str:
         """The plain `torch.nn` module of the layer's call, its NxD-only options dropped."""
-        dropped = {layer.switch, *dict(layer.defaults), *SEQUENCE_OPTIONS, INIT_METHOD}
+        dropped = {layer.switch, *dict(layer.defaults), *SEQUENCE_OPTIONS, INIT_METHOD, STRIDE}
         init_method = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == INIT_METHOD), None)
         args = []
         for arg in call.args:
@@ -1373,9 +1425,15 @@ class NxdTensorParallel(Codemod):
 
     def _style(self, layer: Layer, given: dict[str, str]) -> str:
         """The `parallelize_module` style that lays the layer out as NxD did ("" for none)."""
-        style = layer_style(layer, given, self._plan.sequence_dim)
+        strided = f"{self._strided_helper()}({{stride}})" if given.get(STRIDE, "1") != "1" else STRIDED
+        style = layer_style(layer, given, self._plan.sequence_dim, strided)
         assert style is not None  # the whole-file check refused it otherwise
         return style
+
+    def _strided_helper(self) -> str:
+        name = self.ctx.unused_name("strided_shard")
+        strided_shard = self.ctx.need_from("torch.distributed.tensor.placement_types", "_StridedShard")
+        return self.ctx.need_helper(name, Template(STRIDED_SHARD).substitute(name=name, StridedShard=strided_shard))
 
     def _spelled_style(self, style: str) -> str:
         style_class, _, rest = style.partition("(")
