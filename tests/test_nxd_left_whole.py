@@ -180,3 +180,24 @@ def test_a_whole_checkpoint_load_is_named_with_its_native_form() -> None:
     call = ast.parse('load("m.pt", model, sharded=False)').body[0].value  # type: ignore[attr-defined]
     reason = shards_call_blocker(LOAD_SHARDS[0], call, None)
     assert reason is not None and "`set_model_state_dict(...)` with `full_state_dict=True`" in reason
+
+
+TRACED = '''\
+import torch
+import neuronx_distributed
+from neuronx_distributed.parallel_layers import parallel_state
+
+
+def get_model():
+    return torch.nn.Linear(4, 4), {}
+
+
+traced = neuronx_distributed.trace.parallel_model_trace(get_model, (torch.ones(1, 4),), tp_degree=1)
+'''
+
+
+def test_a_file_whose_trace_sets_up_the_groups_is_not_told_they_are_set_up_elsewhere() -> None:
+    migrated = rewrite_source(TRACED, "trace.py").migrated
+    assert "groups are set up in another file" not in migrated
+    assert "is not called once on every run" not in migrated
+    assert "`parallel_model_trace`: shard `get_model()` over 1 ranks" in migrated

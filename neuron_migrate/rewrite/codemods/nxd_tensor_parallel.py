@@ -39,6 +39,7 @@ from neuron_migrate.rewrite.codemods.neuronx_distributed import (
     LOCAL_WORLD_SIZE,
     MOVE_TO_DEVICE,
     ROOTS,
+    TRACE_CALLS,
     VERSION_PROBES,
     NeuronxDistributed,
     inference_todo,
@@ -346,8 +347,8 @@ def _blockers(
     trainer = found.trainer
     builds = initializes + bool(trainer.config)
     surely = INITIALIZE in always_called or bool(always_called & set(CONFIG))
-    if program is not None and not program.builds_mesh:
-        pass  # the program's own script builds the mesh
+    if (program is not None and not program.builds_mesh) or (builds == 0 and names & set(TRACE_CALLS)):
+        pass  # the program's own script builds the mesh, or `parallel_model_trace` sets the groups up itself
     elif builds == 0:
         yield Blocker("NxD's groups are set up in another file: migrate this one in the same run as the script that sets them up")
     elif builds != 1 or not surely:
