@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.core.messages import MESSAGE_CALLS
 from neuron_migrate.core.oldstack import OLD_STACK_STRINGS
-from neuron_migrate.rewrite.codemods.base import Codemod, string_value
+from neuron_migrate.rewrite.codemods.base import (
+    Codemod,
+    MigrationContext,
+    dotted_name,
+    string_value,
+)
 
 
 class OldStackStrings(Codemod):
@@ -43,9 +49,27 @@ class OldStackStrings(Codemod):
     markers = tuple(OLD_STACK_STRINGS)
     needs_old_stack_import = False
 
+    def __init__(self, ctx: MigrationContext) -> None:
+        super().__init__(ctx)
+        self._told = 0  # inside a docstring or a message to a person: nothing the program does
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        self._told += isinstance(node.value, cst.SimpleString | cst.ConcatenatedString)
+
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> cst.Expr:
+        self._told -= isinstance(original_node.value, cst.SimpleString | cst.ConcatenatedString)
+        return updated_node
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._told += (dotted_name(node.func) or "").rpartition(".")[2] in MESSAGE_CALLS
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        self._told -= (dotted_name(original_node.func) or "").rpartition(".")[2] in MESSAGE_CALLS
+        return updated_node
+
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
         value = string_value(original_node)
-        if value is not None:
+        if value is not None and not self._told:
             for word, message in OLD_STACK_STRINGS.items():
                 if word in value:
                     self.todo(message)

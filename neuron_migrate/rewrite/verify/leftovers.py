@@ -12,6 +12,7 @@ import ast
 import re
 
 from neuron_migrate.core.ast_nodes import statement_starts
+from neuron_migrate.core.messages import MESSAGE_CALLS
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
 from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, PACKAGES
 from neuron_migrate.core.scopes import Scope, ScopeTable
@@ -213,8 +214,6 @@ def _imported_by_name(tree: ast.Module, libraries: tuple[str, ...]) -> dict[int,
 # `backend="openxla"`, `"xla:0"`, `fsdp_config={"xla": True}`. Labels that merely mention XLA
 # (`"model_xla"`, `"xla/compile_time_s"`) are names, not choices.
 XLA_CHOICE = re.compile(r"(?:open)?xla(?::\d+)?")
-# Calls whose strings are messages to a person, not choices.
-MESSAGES = frozenset({"print", "format", "warn", "debug", "info", "warning", "error", "exception", "critical", "log", "write", "master_print"})
 
 
 def xla_choices(tree: ast.Module, source: str) -> list[Problem]:
@@ -227,7 +226,7 @@ def xla_choices(tree: ast.Module, source: str) -> list[Problem]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             called = ast_dotted_name(node.func) or ""
-            if called.rpartition(".")[2] in MESSAGES:
+            if called.rpartition(".")[2] in MESSAGE_CALLS:
                 messages.update(id(n) for n in ast.walk(node))
             for keyword in node.keywords:
                 if keyword.arg == "help":
