@@ -201,3 +201,12 @@ def test_a_file_whose_trace_sets_up_the_groups_is_not_told_they_are_set_up_elsew
     assert "groups are set up in another file" not in migrated
     assert "is not called once on every run" not in migrated
     assert "`parallel_model_trace`: shard `get_model()` over 1 ranks" in migrated
+
+
+def test_a_program_that_reads_the_kept_master_weight_is_left_with_its_native_form() -> None:
+    fixture = Path(__file__).parent / "fixtures" / "rewrite" / "nxd_tensor_parallel" / "keep_master_weight.in.py"
+    source = fixture.read_text().replace(
+        "    print(down(up(x)).sum())", "    print(down(up(x)).sum(), up.master_weight.shape)"
+    )
+    migrated = rewrite_source(source, "train.py").migrated
+    assert "`.master_weight` (the whole weight `keep_master_weight=True` kept): natively `weight.full_tensor()`" in migrated

@@ -298,6 +298,9 @@ def _blockers(
     parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
     optional = optional_imports(tree)
     initializes = 0
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and node.attr == MASTER_WEIGHT:
+            yield Blocker(f"`.{MASTER_WEIGHT}` (the whole weight `keep_master_weight=True` kept): natively `weight.full_tensor()`", node.lineno)
     names: set[str] = set()
     found.state_dicts = StateDicts.of(tree, resolve)
     for node in nodes:
@@ -597,6 +600,10 @@ def _mapping_blocker(short: str, mapping: Mapping, call: ast.Call, found: Plan) 
     return None
 
 
+KEEP_MASTER_WEIGHT = "keep_master_weight"
+MASTER_WEIGHT = "master_weight"
+
+
 def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str | None:
     if len(call.args) > len(layer.sizes):
         return f"`{short}` has options given by position"
@@ -630,8 +637,8 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
             continue
         if name == INIT_METHOD and layer.native != "LayerNorm":
             continue  # applied to the whole weight, as NxD did
-        if name == layer.switch and value in ("True", "False"):
-            continue
+        if name in (layer.switch, KEEP_MASTER_WEIGHT) and value in ("True", "False"):
+            continue  # NxD split a whole weight either way; keeping it only mattered to `.master_weight`
         if dict(layer.defaults).get(name) != value:
             return f"`{short}({name}={value})` has no native counterpart here"
     return None
@@ -804,7 +811,8 @@ class NxdTensorParallel(Codemod):
     behind: the file must call `initialize_model_parallel` once on every run, with tensor
     parallelism only, and use no other NxD API; layer options must be ones with a native
     meaning (`skip_bias_add`, padding, process groups and a
-    sequence-parallel embedding are not). A fused projection, `ColumnParallelLinear(stride=3)`
+    sequence-parallel embedding are not; `keep_master_weight` is dropped, since NxD split a whole
+    weight either way, unless the file reads `.master_weight`). A fused projection, `ColumnParallelLinear(stride=3)`
     for q, k and v (or a `RowParallelLinear(stride=k)` fed by one), moves with
     `gather_output=False` (`input_is_parallel=True`) and without sequence parallelism (NxD's
     gathered output and scattered input change with the tensor-parallel size): each rank's output
