@@ -3,13 +3,14 @@
 Each case builds a tiny model from its transformers config class (fixed seed, nothing
 downloaded), compiles it with `torch.compile(fullgraph=False, dynamic=False)` on a backend that
 counts the graphs it compiles and the graphs each step runs, takes three steps, and records the
-library lines Dynamo names for its graph breaks. Then the same with the fix. `--check` compares
-the measurement with the table (the line Dynamo names, the graphs per step before and after the
-fix, and the line's text in the installed source) and the table's model classes with the
-architecture sweep's records (`docs/architectures.json`: the classes whose training breaks at
-that line).
+library lines Dynamo names for its graph breaks. Then the same with the fix. `--write`
+regenerates the measured half of the table (`neuron_migrate/checks/library_hazards_measured.py`):
+the line Dynamo names (the one whose installed text the table expects), the graphs per step
+before and after the fix, and the model classes the architecture sweep's records
+(`docs/architectures.json`) saw break at that line in training. `--check` compares the table
+with the measurement, the installed source and the sweep, and exits 1 on a difference.
 
-    python benchmarks/check/library_hazards.py [--check] [--out library_hazards.json]
+    python benchmarks/check/library_hazards.py [--check | --write] [--out library_hazards.json]
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from neuron_migrate.checks.library_hazards import HAZARDS, LibraryHazard  # noqa: E402
+from neuron_migrate.checks.library_hazards import HAZARDS  # noqa: E402
 from neuron_migrate.core import neuron_backend  # noqa: E402
 
 STEPS = 3
 SEQUENCE = 16
 VOCABULARY = 64
 SITE = Path(sysconfig.get_paths()["purelib"])
+MEASURED_TABLE = ROOT / "neuron_migrate" / "checks" / "library_hazards_measured.py"
 
 
 @dataclass
@@ -158,50 +160,78 @@ def run_case(case: Case) -> dict[str, Any]:
     return {"key": case.key, "what": case.what, "before": asdict(before), "after": asdict(after)}
 
 
+def measured_table(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The measured half of the table, from this run and the sweep's records."""
+    table = {h.key: h for h in HAZARDS}
+    measured = {}
+    for result in results:
+        hazard = table[result["key"]]
+        named = [line for line in result["before"]["break_lines"] if _text_at(line).startswith(hazard.line_text)]
+        where = named[0] if named else hazard.where
+        measured[hazard.key] = {
+            "where": where,
+            "graphs": (result["before"]["graphs_per_step"][-1], result["after"]["graphs_per_step"][-1]),
+            "classes": tuple(_swept_classes(where)),
+        }
+    return measured
+
+
 def check(results: list[dict[str, Any]]) -> list[str]:
     """What in the table disagrees with this measurement, the installed sources or the sweep."""
     problems = []
     table = {h.key: h for h in HAZARDS}
-    for result in results:
-        hazard = table[result["key"]]
+    for key, measured in measured_table(results).items():
+        hazard = table[key]
+        result = next(r for r in results if r["key"] == key)
         if hazard.where not in result["before"]["break_lines"]:
-            problems.append(f"{hazard.key}: Dynamo names {result['before']['break_lines']}, the table {hazard.where}")
-        measured = (result["before"]["graphs_per_step"][-1], result["after"]["graphs_per_step"][-1])
-        if measured != hazard.graphs:
-            problems.append(f"{hazard.key}: {measured[0]} graphs per step, {measured[1]} fixed; the table {hazard.graphs}")
+            problems.append(f"{key}: Dynamo names {result['before']['break_lines']}, the table {hazard.where}")
+        if measured["graphs"] != hazard.graphs:
+            problems.append(f"{key}: {measured['graphs'][0]} graphs per step, {measured['graphs'][1]} fixed; the table {hazard.graphs}")
         if result["after"]["break_lines"]:
-            problems.append(f"{hazard.key}: still breaks with the fix: {result['after']['break_lines']}")
-        problems += _source_problems(hazard)
-    problems += _sweep_problems(table["loss-type"])
+            problems.append(f"{key}: still breaks with the fix: {result['after']['break_lines']}")
+        if not _text_at(hazard.where).startswith(hazard.line_text):
+            problems.append(f"{key}: {hazard.where} is now `{_text_at(hazard.where)}`, not `{hazard.line_text}`")
+        if sorted(measured["classes"]) != sorted(hazard.classes):
+            problems.append(f"{key}: the sweep names {sorted(measured['classes'])}, the table {sorted(hazard.classes)}")
     return problems
 
 
-def _source_problems(hazard: LibraryHazard) -> list[str]:
-    path, _, line = hazard.where.rpartition(":")
-    lines = (SITE / path).read_text(encoding="utf-8").splitlines()
-    text = lines[int(line) - 1].strip()
-    if not text.startswith(hazard.line_text):
-        return [f"{hazard.key}: {hazard.where} is now `{text}`, not `{hazard.line_text}`"]
-    return []
+def _text_at(where: str) -> str:
+    path, _, line = where.rpartition(":")
+    try:
+        return (SITE / path).read_text(encoding="utf-8").splitlines()[int(line) - 1].strip()
+    except (OSError, ValueError, IndexError):
+        return ""
 
 
-def _sweep_problems(hazard: LibraryHazard) -> list[str]:
+def _swept_classes(where: str) -> list[str]:
     records = json.loads((ROOT / "docs" / "architectures.json").read_text(encoding="utf-8"))
-    swept = sorted(
+    return sorted(
         {
             r["class"]
             for r in records
-            if any(b.startswith(hazard.where + ":") for b in (r.get("train") or {}).get("graph_breaks") or [])
+            if any(b.startswith(where + ":") for b in (r.get("train") or {}).get("graph_breaks") or [])
         }
     )
-    if swept != sorted(hazard.classes):
-        return [f"{hazard.key}: the sweep names {swept}, the table {sorted(hazard.classes)}"]
-    return []
+
+
+def write_table(measured: dict[str, dict[str, Any]], path: Path) -> None:
+    """`library_hazards_measured.py`, as the package reads it."""
+    head = path.read_text(encoding="utf-8").split("MEASURED = ", 1)[0]
+    lines = ["MEASURED = {"]
+    for key, facts in measured.items():
+        lines += [f"    {key!r}: {{", f"        \"where\": {facts['where']!r},", f"        \"graphs\": {facts['graphs']!r},"]
+        classes = "".join(f"            {c!r},\n" for c in facts["classes"])
+        lines.append(f"        \"classes\": (\n{classes}        )," if classes else '        "classes": (),')
+        lines.append("    },")
+    lines.append("}")
+    path.write_text(head + "\n".join(lines).replace("'", '"') + "\n", encoding="utf-8")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare with the table; exit 1 on a difference")
+    parser.add_argument("--write", action="store_true", help="regenerate the measured half of the table")
     parser.add_argument("--out", type=Path, default=HERE / "library_hazards.json")
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -214,6 +244,9 @@ def main() -> int:
             f"fixed: {a['graphs_per_step']} (compiled {a['graphs_compiled']})"
         )
     args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    if args.write:
+        write_table(measured_table(results), MEASURED_TABLE)
+        print(f"wrote {MEASURED_TABLE.relative_to(ROOT)}")
     if args.check:
         problems = check(results)
         for problem in problems:
