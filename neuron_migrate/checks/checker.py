@@ -13,6 +13,7 @@ must parse, or the file is left as it was.
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 import re
 import sys
@@ -132,8 +133,24 @@ def applicable_rules(text: str, options: CheckOptions) -> list[type[Rule]]:
 
     A rule dispatched only by name is never called where none of its names occurs, so once some
     other rule makes the file worth parsing, such rules come along without the word scan."""
+    eligible, by_name, others = _eligible(options, HOT.search(text) is not None)
+    chosen = [rule for rule in others if rule.may_match(text)]
+    if not by_name:
+        return chosen
+    if not chosen:
+        words = frozenset(_WORDS.findall(text))
+        by_name = [rule for rule in by_name if rule.may_match(text, words)]
+    taken = {*chosen, *by_name}
+    return [rule for rule in eligible if rule in taken]
+
+
+@functools.lru_cache(maxsize=16)
+def _eligible(
+    options: CheckOptions, hot: bool
+) -> tuple[list[type[Rule]], list[type[Rule]], list[type[Rule]]]:
+    """The rules that can report at the chosen severity in a file with (or without) hot code, and
+    those of them dispatched only by name, and the others: the same for every file of a run."""
     enabled = options.enabled()
-    hot = HOT.search(text) is not None
     eligible = []
     for rule in all_rules():
         if rule.code not in enabled:
@@ -145,14 +162,7 @@ def applicable_rules(text: str, options: CheckOptions) -> list[type[Rule]]:
         if most >= options.min_severity:
             eligible.append(rule)
     by_name = [rule for rule in eligible if rule.dispatched_by_name_only()]
-    chosen = [rule for rule in eligible if not rule.dispatched_by_name_only() and rule.may_match(text)]
-    if not by_name:
-        return chosen
-    if not chosen:
-        words = frozenset(_WORDS.findall(text))
-        by_name = [rule for rule in by_name if rule.may_match(text, words)]
-    taken = {*chosen, *by_name}
-    return [rule for rule in eligible if rule in taken]
+    return eligible, by_name, [rule for rule in eligible if not rule.dispatched_by_name_only()]
 
 
 class Walker:
