@@ -72,7 +72,7 @@ TENSOR_FACTORIES = (
 
 
 def _example_kind(tree: ast.AST, name: str) -> str:
-    """ "tuple", "tensor" or "" for the example inputs bound to `name`."""
+    """ "tuple", "list", "tensor" or "" for the example inputs bound to `name`."""
     functions = {n.name: n for n in all_nodes(tree) if isinstance(n, ast.FunctionDef)}
     kinds = set()
     for node in all_nodes(tree):
@@ -82,8 +82,10 @@ def _example_kind(tree: ast.AST, name: str) -> str:
         ):
             continue
         value = node.value
-        if isinstance(value, ast.Tuple | ast.List):
+        if isinstance(value, ast.Tuple):
             kinds.add("tuple")
+        elif isinstance(value, ast.List):
+            kinds.add("list")
         elif isinstance(value, ast.Call):
             dotted = ast_dotted_name(value.func) or ""
             if dotted.startswith("torch.") and dotted in TENSOR_FACTORIES:
@@ -105,9 +107,13 @@ def _example_kind(tree: ast.AST, name: str) -> str:
 
 
 def _example_kind_of(example: cst.BaseExpression, tree: ast.AST | None) -> str:
-    """ "tuple", "tensor" or "" (unknown) for the example inputs given to `trace`."""
-    if isinstance(example, cst.Tuple | cst.List):
+    """ "tuple", "list", "tensor" or "" (unknown) for the example inputs given to `trace`. Only a
+    tuple is several inputs: torch_neuronx, as `torch.jit.trace`, passes anything else (a list
+    too) as the one argument."""
+    if isinstance(example, cst.Tuple):
         return "tuple"
+    if isinstance(example, cst.List):
+        return "list"
     if isinstance(example, cst.Call) and dotted_name(example.func) in TENSOR_FACTORIES:
         return "tensor"
     if isinstance(example, cst.Name) and tree is not None:
@@ -731,7 +737,7 @@ class NeuronxTrace(Codemod):
         self.changed("a dropped `torch_neuronx.trace(...)` -> a compiled call on the example, which compiles")
         inputs = (
             [cst.Arg(e.value) for e in example.elements]
-            if isinstance(example, cst.Tuple | cst.List) and not any(isinstance(e, cst.StarredElement) for e in example.elements)
+            if isinstance(example, cst.Tuple) and not any(isinstance(e, cst.StarredElement) for e in example.elements)
             else [cst.Arg(example, star="*" if kind == "tuple" else "")]
         )
         return cst.Call(func=compiled, args=fix_trailing_comma(inputs))
@@ -757,7 +763,8 @@ class NeuronxTrace(Codemod):
 
     def _warm_up(self, compiled: str, example: cst.BaseExpression) -> None:
         """Call the compiled model once on the example, as the traced graph was called: a tuple
-        of tensors is unpacked into positional arguments, a single tensor is passed as it is."""
+        of tensors is unpacked into positional arguments, a list or a single tensor is passed as
+        it is."""
         text = code_of(example)
         kind = _example_kind_of(example, self._tree)
         if kind == "":
@@ -767,12 +774,17 @@ class NeuronxTrace(Codemod):
             return
         # The inputs move to the model's device: only Neuron copies host tensors into a graph.
         device = self._device()
-        if isinstance(example, cst.Tuple | cst.List) and not any(
+        plain = isinstance(example, cst.Tuple | cst.List) and not any(
             isinstance(e, cst.StarredElement) for e in example.elements
-        ):
+        )
+        if plain and kind == "tuple":
             warm = f"{compiled}({', '.join(f'{_atom(e.value)}.to({device})' for e in example.elements)})"
+        elif plain:  # a list: the one argument, as the trace passed it
+            warm = f"{compiled}([{', '.join(f'{_atom(e.value)}.to({device})' for e in example.elements)}])"
         elif kind == "tuple":
             warm = f"{compiled}(*(t.to({device}) for t in {text}))"
+        elif kind == "list":
+            warm = f"{compiled}([t.to({device}) for t in {text}])"
         else:
             warm = f"{compiled}({_atom(example)}.to({device}))"
         self.ctx.insert_after(stmt(f"{warm}\n"))

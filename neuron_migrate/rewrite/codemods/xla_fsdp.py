@@ -230,6 +230,7 @@ class XlaFsdp(ReferenceRenames):
         super().__init__(*args, **kwargs)
         self._only_constructed: dict[tuple[str, ...], bool] = {}
         self._precision_sign: str | None = None  # "" once the file is known to show none
+        self._group_told = False  # the TODO that FSDP2 needs a process group, at the first wrap
         self._sharded: set[str] = set()  # what holds a module `fully_shard` returned (`model`, `self.model`)
 
     # -- calls ---------------------------------------------------------------------------------
@@ -290,6 +291,13 @@ class XlaFsdp(ReferenceRenames):
         if dropped:
             self.ctx.note(self.code, f"dropped torch_xla FSDP options with no native meaning: {', '.join(dropped)}")
         self.changed("`XlaFullyShardedDataParallel(module)` -> `fully_shard(module)` (FSDP2)")
+        if not (self.ctx.facts.distributed or self._group_told):
+            # torch_xla's FSDP ran in a plain `python` process; FSDP2 shards over a process group.
+            self._group_told = True
+            self.todo(
+                "`fully_shard` needs a process group: run under torchrun and call `dist.init_process_group()` first "
+                "(XLA FSDP needed none)"
+            )
         fully_shard = self.ctx.need_from("torch.distributed.fsdp", "fully_shard")
         if len(kept) == 1:  # `fully_shard(model)` on one line, however the wrapper call was laid out
             only = kept[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
