@@ -774,13 +774,12 @@ class NeuronxTrace(Codemod):
             return
         # The inputs move to the model's device: only Neuron copies host tensors into a graph.
         device = self._device()
-        plain = isinstance(example, cst.Tuple | cst.List) and not any(
-            isinstance(e, cst.StarredElement) for e in example.elements
-        )
-        if plain and kind == "tuple":
-            warm = f"{compiled}({', '.join(f'{_atom(e.value)}.to({device})' for e in example.elements)})"
-        elif plain:  # a list: the one argument, as the trace passed it
-            warm = f"{compiled}([{', '.join(f'{_atom(e.value)}.to({device})' for e in example.elements)}])"
+        elements = example.elements if isinstance(example, cst.Tuple | cst.List) else None
+        plain = elements is not None and not any(isinstance(e, cst.StarredElement) for e in elements)
+        if elements is not None and plain:
+            moved = ", ".join(f"{_atom(e.value)}.to({device})" for e in elements)
+            # a list is the one argument, as the trace passed it
+            warm = f"{compiled}({moved})" if kind == "tuple" else f"{compiled}([{moved}])"
         elif kind == "tuple":
             warm = f"{compiled}(*(t.to({device}) for t in {text}))"
         elif kind == "list":
