@@ -156,6 +156,18 @@ def surely_called_by(tree: ast.Module, table: ImportTable) -> dict[str, frozense
     return {name: frozenset(calls) for name, calls in closed.items()}
 
 
+def _unless_initialized(node: ast.If) -> bool:
+    """`if not <...>is_initialized():` with no `else`: what it runs is what makes it true."""
+    test = node.test
+    return (
+        not node.orelse
+        and isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and isinstance(test.operand, ast.Call)
+        and (ast_dotted_name(test.operand.func) or "").endswith("is_initialized")
+    )
+
+
 def _sure_calls(tree: ast.AST, table: ImportTable, local: set[str] | None = None) -> set[str]:
     """The calls `tree` surely makes once it runs. With `local` (the module's functions), only
     its own body counts, not the functions and classes it defines, and calls of those local
@@ -166,8 +178,10 @@ def _sure_calls(tree: ast.AST, table: ImportTable, local: set[str] | None = None
         for child in ast.iter_child_nodes(node):
             if local is not None and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
-            if isinstance(child, ast.If) and is_main_guard(child.test):
-                walk(ast.Module(body=child.body, type_ignores=[]), into)  # a script's run
+            if isinstance(child, ast.If) and (is_main_guard(child.test) or _unless_initialized(child)):
+                # A script's run; or `if not model_parallel_is_initialized(): initialize(...)`,
+                # after which the set-up is made either way.
+                walk(ast.Module(body=child.body, type_ignores=[]), into)
                 continue
             if isinstance(child, _CONDITIONAL):
                 if isinstance(child, ast.If) and child.orelse:

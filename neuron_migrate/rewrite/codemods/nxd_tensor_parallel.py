@@ -563,6 +563,15 @@ def _argument(call: ast.Call, position: int | None, keyword: str) -> ast.expr | 
     return call.args[position] if position is not None and len(call.args) > position else None
 
 
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
 def _plain(node: ast.expr) -> bool:
     """An expression that reads a value and does nothing else (safe to keep where it was)."""
     return isinstance(node, ast.Constant | ast.Name) or (
@@ -882,6 +891,21 @@ class NxdTensorParallel(Codemod):
         self._state_dicts: dict[int, int] = {}  # `x.state_dict()` calls -> their number in the file
         self._grads_kept: set[int] = set()  # `.grad` attributes assigned, compared with None or cleared
         self._not_values: set[int] = set()  # names called, or an attribute's own name
+        self._functions: list[cst.FunctionDef] = []  # the functions being rewritten, innermost last
+        self._global_in: set[int] = set()  # functions that build the mesh: `global mesh` opens them
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        if id(original_node) not in self._global_in or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        # First in the body (after a docstring): the function may read the mesh before it builds it.
+        body = list(updated_node.body.body)
+        at = 1 if body and _is_docstring(body[0]) else 0
+        body.insert(at, stmt(f"global {self._mesh}\n"))
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
 
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
@@ -930,8 +954,8 @@ class NxdTensorParallel(Codemod):
             shape = f"({world} // {tp}, {tp})"
         else:
             shape = f"({world} // ({tp}), {tp})"
-        if self.ctx.scope is not self.ctx.scope.module and "." not in self._mesh:
-            self.ctx.insert_before(stmt(f"global {self._mesh}\n"))
+        if self.ctx.scope is not self.ctx.scope.module and "." not in self._mesh and self._functions:
+            self._global_in.add(id(self._functions[-1]))
         args = [self.ctx.device_type_expr(), shape, 'mesh_dim_names=("dp", "tp")']
         assign = f"{self._mesh} = {init_device_mesh}({', '.join(args)})"
         if len(assign) > 88:  # one argument per line, as a formatter would
