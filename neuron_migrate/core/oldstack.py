@@ -121,5 +121,30 @@ OLD_STACK_STRINGS = {
     "optimum.commands.optimum_cli": "`optimum-cli`'s `neuron` commands need optimum-neuron: checkpoints are standard now (`save_pretrained`)",
 }
 
+# Lightning's classes that run on torch_xla, whatever module they are imported from
+# (`lightning.fabric.accelerators.XLAAccelerator`, `pytorch_lightning.strategies.XLAStrategy`),
+# and what replaces each natively: without torch_xla they count no devices or refuse to start.
+LIGHTNING_ROOTS = ("lightning", "pytorch_lightning", "lightning_fabric")
+LIGHTNING_XLA = {
+    "XLAAccelerator": 'Lightning\'s torch_xla accelerator: use `accelerator="auto"`',
+    "TPUAccelerator": 'Lightning\'s torch_xla accelerator: use `accelerator="auto"`',
+    "XLAStrategy": 'Lightning\'s torch_xla data parallelism: use `strategy="ddp"`',
+    "SingleDeviceXLAStrategy": 'Lightning\'s torch_xla strategy: use `strategy="auto"` on one device',
+    "XLAFSDPStrategy": 'Lightning\'s torch_xla FSDP: use `strategy="fsdp"` (or `ModelParallelStrategy` for FSDP2)',
+    "XLAPrecision": 'Lightning\'s torch_xla precision: use `precision="bf16-mixed"` or `"bf16-true"`',
+    "XLABf16Precision": 'Lightning\'s torch_xla precision: use `precision="bf16-true"`',
+    "XLACheckpointIO": "Lightning's torch_xla checkpoint I/O: drop it (the default saves with `torch.save`)",
+    "XLAEnvironment": "Lightning's torch_xla cluster environment: drop it (torchrun's variables are read by default)",
+}
+
+
+def lightning_xla(qualified: str) -> str | None:
+    """The advice for a Lightning class that runs on torch_xla, or None for anything else."""
+    root, *parts = qualified.split(".")
+    if root not in LIGHTNING_ROOTS:
+        return None
+    return next((LIGHTNING_XLA[part] for part in parts if part in LIGHTNING_XLA), None)
+
+
 # The code of TODOs left on old-stack names that no codemod rewrote.
 LEFTOVER_CODE = "NM090"

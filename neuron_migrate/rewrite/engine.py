@@ -27,6 +27,7 @@ from neuron_migrate.core.names import (
 )
 from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, old_stack_module
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
+from neuron_migrate.core.oldstack import lightning_xla
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.core.source import syntax_error_message
 from neuron_migrate.rewrite.codemods import CODEMODS, manual_message
@@ -65,6 +66,8 @@ PREFILTER = re.compile(
     r"|optimum-cli|torch_neuron|neuronx_distributed|neuronperf"
     r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
     r"|NEURON_EXTRACT_GRAPHS_ONLY|adapter_default|optimum/neuron/|optimum\.commands\.optimum_cli"
+    r"|\b(?:SingleDevice)?XLA(?:Accelerator|Strategy|FSDPStrategy|Precision|Bf16Precision|CheckpointIO|Environment)\b"
+    r"|\bTPUAccelerator\b"
 )
 
 _TODO = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
@@ -158,6 +161,7 @@ def _rewrite_source(
         environment=environment,
     )
     old_names = table.names_under(OLD_STACK_PACKAGES) - table.names_under(MOVES_WITH_ITS_KERNEL)
+    old_names |= {local for local, target in table.bindings.items() if lightning_xla(target)}
     selected = _applicable(tree, text, table, facts, old_names, options)
     if NxdTensorParallel in selected:
         nxd = plan(text, table.resolve_dotted, facts.always_called, path, options.mesh_program)

@@ -7,7 +7,7 @@ reads the device.
 
 from __future__ import annotations
 
-from neuron_migrate.core.oldstack import LEFTOVER_CODE
+from neuron_migrate.core.oldstack import LEFTOVER_CODE, lightning_xla
 from neuron_migrate.rewrite.codemods.base import Codemod
 from neuron_migrate.rewrite.codemods.neuronx_distributed import NeuronxDistributed
 from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
@@ -73,7 +73,8 @@ def manual_message(qualified: str) -> tuple[str, str]:
             if matches and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), codemod.code, message)
     if best is None:
-        return LEFTOVER_CODE, LEFTOVER_MESSAGE
+        advice = lightning_xla(qualified)
+        return LEFTOVER_CODE, f"`{{name}}` is {advice}" if advice else LEFTOVER_MESSAGE
     return best[1], best[2]
 
 
