@@ -25,9 +25,13 @@ from neuron_migrate.core.names import (
     surely_called_by,
     unconditional_calls,
 )
-from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, old_stack_module
+from neuron_migrate.core.oldstack import (
+    MOVES_WITH_ITS_KERNEL,
+    OPTIMUM_NEURON,
+    lightning_xla,
+    old_stack_module,
+)
 from neuron_migrate.core.oldstack import PACKAGES as OLD_STACK_PACKAGES
-from neuron_migrate.core.oldstack import lightning_xla
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.core.source import syntax_error_message
 from neuron_migrate.rewrite.codemods import CODEMODS, manual_message
