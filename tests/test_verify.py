@@ -422,3 +422,35 @@ def test_an_object_of_a_package_imported_by_its_name_gets_a_todo_at_its_api(tmp_
     assert "`model.to_neuron` is the API of `NxDModel`" in _todo_above(migrated, "model.to_neuron()")
     assert "test `torch.accelerator.is_available()`" not in migrated  # an import, not a probe
     assert entry["status"].startswith("fails at start-up")
+
+
+CLEARED_ENVIRONMENT = '''\
+import os
+
+for name in ("WORLD_SIZE", "RANK", "PATH"):
+    os.environ.pop(name, None)
+os.environ.pop("LOCAL_RANK", None)
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import torch
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_multiprocessing as xmp
+
+
+def _mp_fn(index):
+    print(index, torch.ones(1, device=xm.xla_device()))
+
+
+if __name__ == "__main__":
+    xmp.spawn(_mp_fn, args=())
+'''
+
+
+def test_torchrun_s_variables_cleared_before_the_group_is_made_get_a_todo(tmp_path: Path) -> None:
+    migrated, _ = _rewrite(tmp_path, CLEARED_ENVIRONMENT)
+    assert "dist.init_process_group()" in migrated
+    assert _todo_above(migrated, "for name in").endswith(
+        "`WORLD_SIZE`, `RANK` cleared here: torchrun sets them for `init_process_group()`, which then fails: drop this under torchrun"
+    )
+    assert "`LOCAL_RANK` cleared here: torchrun sets it" in _todo_above(migrated, 'os.environ.pop("LOCAL_RANK"')
+    assert migrated.count(f"TODO(neuron-migrate {CODE})") == 2  # not `OMP_NUM_THREADS`
