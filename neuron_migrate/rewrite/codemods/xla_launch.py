@@ -33,6 +33,7 @@ from neuron_migrate.rewrite.codemods.xla_collectives import BROADCAST_MASTER_PAR
 from neuron_migrate.rewrite.effects import has_effects
 
 XMP_SPAWN = "torch_xla.distributed.xla_multiprocessing.spawn"
+SERIAL_EXECUTOR = "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor"
 SPAWN = (XMP_SPAWN, "torch_xla.launch")
 INIT_PROCESS_GROUP = ("torch.distributed.init_process_group",)
 XLA_DEVICE = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
@@ -181,7 +182,7 @@ class XlaLaunch(Codemod):
     markers = XLA_INIT_METHODS
     manual: ClassVar[dict[str, str]] = {
         MP_MODEL_WRAPPER: "shared the model across spawned processes; under torchrun each builds its own",
-        "torch_xla.distributed.xla_multiprocessing.MpSerialExecutor": "use `dist.barrier()` around rank-ordered work instead",
+        SERIAL_EXECUTOR: "use `dist.barrier()` around rank-ordered work instead",
         "torch_xla.distributed.xla_backend": "registers the `xla` process group, which native PyTorch does not need",
     }
 
@@ -345,6 +346,15 @@ class XlaLaunch(Codemod):
     ) -> Any:
         small = updated_node.body[0] if len(updated_node.body) == 1 else None
         if (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and self.called(small.value, SERIAL_EXECUTOR)
+            and not self._read_elsewhere(small.targets[0].target.value, 0)
+        ):
+            self.changed(f"removed `{small.targets[0].target.value} = MpSerialExecutor()`, which nothing uses")
+            return self.ctx.remove(updated_node)
+        if (
             self._launcher_creates_group
             and isinstance(small, cst.Expr)
             and self.called(small.value, *INIT_PROCESS_GROUP)
@@ -452,14 +462,15 @@ class XlaLaunch(Codemod):
         self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
         self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
 
-    def _read_elsewhere(self, name: str) -> bool:
-        """Does the file read `name` other than as the `nprocs=` of the spawn?"""
+    def _read_elsewhere(self, name: str, here: int = 1) -> bool:
+        """Does the file read `name` more than the `here` times a caller knows of (the `nprocs=`
+        of the spawn)?"""
         try:
             tree = ast.parse(self.ctx.source)
         except SyntaxError:
             return True
         reads = sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in all_nodes(tree))
-        return reads > 1
+        return reads > here
 
     def _single_process(self, call: cst.Call) -> str | None:
         """The condition under which `torch_xla.launch(..., debug_single_process=...)` ran one process,
