@@ -268,7 +268,7 @@ def step(xm, model):
 def test_the_old_stack_reached_through_a_variable_gets_a_todo_at_each_api_it_uses(tmp_path: Path) -> None:
     migrated, _ = _rewrite(tmp_path, HELD_MODULE + "    xm.optimizer_step(model.optimizer)\n    xm.mark_step()\n")
     assert _todo_above(migrated, "    xm.mark_step()").endswith(
-        "`xm.mark_step` is likely `torch_xla.core.xla_model.mark_step`, reached through a name no rule follows: port it by hand"
+        "`xm.mark_step` is likely `torch_xla.core.xla_model.mark_step`, out of the rules' sight: port it by hand"
     )
     assert "`xm.wait_device_ops` is likely" in _todo_above(migrated, "    xm.wait_device_ops()")
     assert "`xm.optimizer_step` is likely" in _todo_above(migrated, "    xm.optimizer_step(model.optimizer)")

@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -300,7 +300,8 @@ def migrate_cell(
     """Migrate the code of one notebook cell (magics and shell lines included), after `context`,
     the cells before it. `defined(name)` says whether the kernel has `name` already: what the
     migration needs from elsewhere is brought into the cell only where it does not."""
-    options = _options(target)
+    # Names no cell before binds are the headline's to tell (`unresolved`), not TODOs in the cell.
+    options = replace(_options(target), marks_unbound_aliases=False)
     problem = _cell_problem(source)
     if problem is not None:
         return Migration(label, source, source, "cell", error=f"{label}:{problem}")

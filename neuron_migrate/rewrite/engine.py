@@ -61,7 +61,8 @@ from neuron_migrate.rewrite.shared_helpers import shareable
 from neuron_migrate.rewrite.spelling import renamed
 from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_bodies
 from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
-from neuron_migrate.rewrite.verify import verify
+from neuron_migrate.rewrite.verify import verify, with_todos
+from neuron_migrate.rewrite.verify.leftovers import bound_elsewhere, old_stack_left
 
 # A file that contains none of these cannot need a migration.
 PREFILTER = re.compile(
@@ -71,7 +72,7 @@ PREFILTER = re.compile(
     r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
     r"|NEURON_EXTRACT_GRAPHS_ONLY|adapter_default|optimum/neuron/|optimum\.commands\.optimum_cli"
     r"|\b(?:SingleDevice)?XLA(?:Accelerator|Strategy|FSDPStrategy|Precision|Bf16Precision|CheckpointIO|Environment)\b"
-    r"|\bTPUAccelerator\b"
+    r"|\bTPUAccelerator\b|\b(?:xm|xr|xmp|met|xu|xser|xp|xs)\.\w"
 )
 
 _TODO = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
@@ -92,6 +93,9 @@ class Options:
     beside_old_stack: bool = False
     # The files this run migrates (resolved): a module beside the file among them is migrated too.
     migrated_together: frozenset[str] = frozenset()
+    # Old-stack module names the code reads but never binds (`xm` from a star import) get a TODO
+    # at each use; a caller that says so itself (a notebook cell run alone) turns this off.
+    marks_unbound_aliases: bool = True
 
     def enabled(self, code: str) -> bool:
         return selection.enabled(code, self.select, self.ignore)
@@ -176,7 +180,10 @@ def _rewrite_source(
             return result
     hidden = _old_stack_star_imports(tree)  # bind old-stack names the table cannot list
     if not selected and not old_names and not hidden:
-        result.manual = manual_items(text)
+        if options.marks_unbound_aliases and options.enabled(VERIFY_CODE) and bound_elsewhere(tree):
+            # `xm.mark_step()` with `xm` from a star import or another cell: no rule sees it.
+            result.migrated = with_todos(text, old_stack_left(tree, text))
+        result.manual = manual_items(result.migrated)
         return result
 
     # Blank lines at the very end are kept aside: LibCST does not always print them back as

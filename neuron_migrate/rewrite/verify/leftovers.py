@@ -14,12 +14,20 @@ import re
 from neuron_migrate.core.ast_nodes import statement_starts
 from neuron_migrate.core.messages import MESSAGE_CALLS
 from neuron_migrate.core.names import ImportTable, ast_dotted_name
-from neuron_migrate.core.oldstack import MOVES_WITH_ITS_KERNEL, OPTIMUM_NEURON, PACKAGES
+from neuron_migrate.core.oldstack import (
+    CONVENTIONAL_ALIASES,
+    MOVES_WITH_ITS_KERNEL,
+    OPTIMUM_NEURON,
+    PACKAGES,
+)
 from neuron_migrate.core.scopes import Scope, ScopeTable
 from neuron_migrate.rewrite.verify.checks import Problem
 from neuron_migrate.rewrite.verify.target import TargetEnvironment
 
 TODO = "TODO(neuron-migrate "
+# The conventional names that, unbound in a file, can only mean torch_xla's modules (`pl` and the
+# package names are too common elsewhere to tell).
+ELSEWHERE_ALIASES = frozenset({"xm", "xr", "xmp", "met", "xu", "xser", "xp", "xs"})
 
 
 def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int, int, str]]:
@@ -31,6 +39,7 @@ def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int
     table = ImportTable.from_ast(tree)
     # A kernel's language moves with the kernel, whose TODO is at its `@nki.jit`.
     names = table.names_under((*PACKAGES, OPTIMUM_NEURON)) - table.names_under(MOVES_WITH_ITS_KERNEL)
+    names |= bound_elsewhere(tree)
     if not names:
         return []
     lines = source.splitlines()
@@ -72,6 +81,32 @@ def uses_without_todo(source: str, tree: ast.Module) -> list[tuple[ast.Name, int
     return left
 
 
+def bound_elsewhere(tree: ast.Module) -> set[str]:
+    """The conventional names of old-stack modules (`xm`, `xs`, `xmp`) that the file reads as
+    modules (`xm.mark_step()`) but never binds: a star import, another cell or a module run
+    before it binds them, out of the rules' sight."""
+    bound = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    } | {
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    } | {
+        n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    } | {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    read = {
+        n.value.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ELSEWHERE_ALIASES
+    }
+    return read - bound
+
+
+def _meaning(table: ImportTable, name: str) -> str:
+    return table.bindings.get(name) or CONVENTIONAL_ALIASES.get(name, name)
+
+
 def old_stack_left(tree: ast.Module, source: str) -> list[Problem]:
     """A problem at each statement that reads old-stack API the codemods could not see (through a
     variable or parameter holding the module, not its import) with no TODO on it: one per API
@@ -92,12 +127,12 @@ def old_stack_left(tree: ast.Module, source: str) -> list[Problem]:
     problems = []
     for statement, found in uses.items():
         spelled = ", ".join(f"`{use}`" for use in found)
-        qualified = [table.bindings.get(use.split(".")[0], use) + use[len(use.split(".")[0]) :] for use in found]
+        qualified = [_meaning(table, use.split(".")[0]) + use[len(use.split(".")[0]) :] for use in found]
         if len(found) == 1:
-            message = f"{spelled} is likely `{qualified[0]}`, reached through a name no rule follows: port it by hand"
+            message = f"{spelled} is likely `{qualified[0]}`, out of the rules' sight: port it by hand"
         else:
             modules = " and ".join(sorted({f"`{q.rsplit('.', 1)[0]}`" for q in qualified}))
-            message = f"{spelled} are likely {modules}'s, reached through a name no rule follows: port them by hand"
+            message = f"{spelled} are likely {modules}'s, out of the rules' sight: port them by hand"
         problems.append(Problem(statement, message, next(iter(found))))
     return problems
 
