@@ -454,7 +454,9 @@ class Dispatcher(Transformer):
         if kind is cst.Module:
             result = self.add_imports(result)
         if kind in _BLOCKS:
-            result = join_guards(sweep_block(result, self.ctx.removed, self.ctx.placeholders), self._guards.keys())
+            result = join_guards(
+                sweep_block(result, self.ctx.removed, self.ctx.placeholders, self.ctx.source), self._guards.keys()
+            )
         if original is cst.FormattedString:
             edited = self._began.pop() != self._edits() or not _same(result, updated_node)
             if edited and type(result) is cst.FormattedString:
@@ -690,6 +692,32 @@ def _without_old_stack_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.Empt
     return kept
 
 
+def _ends_its_paragraph(body: Sequence[Any], index: int) -> bool:
+    """Is a blank line (or the end of the block) after statement `index`? Then the comment right
+    above it spoke of it alone."""
+    if index + 1 == len(body):
+        return True
+    following: Sequence[cst.EmptyLine] = getattr(body[index + 1], "leading_lines", ())
+    return bool(following) and following[0].comment is None
+
+
+def _without_own_comment(lines: list[cst.EmptyLine], source: str) -> list[cst.EmptyLine]:
+    """`lines` less the file's comments right above the statement (`# run the pending graph`
+    over a removed `xm.mark_step()`): they described what went. What the migration wrote there (a
+    launch line, its notes) stays."""
+    start = len(lines)
+    while start > 0 and lines[start - 1].comment is not None:
+        start -= 1
+    return [
+        *lines[:start],
+        *(
+            line
+            for line in lines[start:]
+            if line.comment is not None and (_MARKER in line.comment.value or line.comment.value not in source)
+        ),
+    ]
+
+
 def _speaks_of_xla(text: str) -> bool:
     return _XLA_WORDS.search(text) is not None and _MARKER not in text
 
@@ -723,16 +751,24 @@ def sweep_block(
     node: cst.Module | cst.IndentedBlock,
     removed: dict[int, cst.CSTNode],
     placeholders: dict[int, cst.CSTNode] | None = None,
+    source: str | None = None,
 ) -> Any:
-    """Drop removed statements; their comments move to the next statement, or to the footer."""
+    """Drop removed statements; their comments move to the next statement, or to the footer.
+
+    With the file's `source`: a comment of the file right above a removed statement that a blank
+    line ends goes with it (it spoke of that statement alone), unless the block would be empty."""
     if not any(id(s) in removed for s in node.body):
         return node
+    kept_any = any(id(s) not in removed for s in node.body)
     body: list[Any] = []
     carried: list[cst.EmptyLine] = []
     statement: Any
-    for statement in node.body:
+    for index, statement in enumerate(node.body):
         if id(statement) in removed:
-            carried.extend(_without_old_stack_comments(getattr(statement, "leading_lines", ())))
+            lines = list(getattr(statement, "leading_lines", ()))
+            if source is not None and kept_any and _ends_its_paragraph(node.body, index):
+                lines = _without_own_comment(lines, source)
+            carried.extend(_without_old_stack_comments(lines))
             continue
         if carried or not body:
             own = list(statement.leading_lines)
