@@ -692,11 +692,13 @@ def _without_old_stack_comments(lines: Sequence[cst.EmptyLine]) -> list[cst.Empt
     return kept
 
 
-def _ends_its_paragraph(body: Sequence[Any], index: int) -> bool:
-    """Is a blank line (or the end of the block) after statement `index`? Then the comment right
-    above it spoke of it alone."""
+def _ends_its_paragraph(block: cst.Module | cst.IndentedBlock, index: int) -> bool:
+    """Is a blank line (or the end of an indented block) after statement `index`? Then the
+    comment right above it spoke of it alone. The end of a file (or of a notebook's last cell) is
+    no sign: what comes last there is often a comment on the file."""
+    body = block.body
     if index + 1 == len(body):
-        return True
+        return isinstance(block, cst.IndentedBlock)
     following: Sequence[cst.EmptyLine] = getattr(body[index + 1], "leading_lines", ())
     return bool(following) and following[0].comment is None
 
@@ -766,7 +768,7 @@ def sweep_block(
     for index, statement in enumerate(node.body):
         if id(statement) in removed:
             lines = list(getattr(statement, "leading_lines", ()))
-            if source is not None and kept_any and _ends_its_paragraph(node.body, index):
+            if source is not None and kept_any and _ends_its_paragraph(node, index):
                 lines = _without_own_comment(lines, source)
             carried.extend(_without_old_stack_comments(lines))
             continue
