@@ -17,7 +17,12 @@ PACKAGES: tuple[str, ...] = (
     "transformers_neuronx",
     "neuronperf",  # benchmarks the artifacts of torch_neuronx.trace
     "neuronxcc",  # the Neuron compiler; its own NKI namespace, `neuronxcc.nki`, the standalone `nki` package replaced
+    "optimum.tpu",  # Hugging Face's models and FSDP for TPUs, built on torch_xla
 )
+# What replaces a whole old-stack package, where its names get no advice of their own.
+PACKAGE_ADVICE = {
+    "optimum.tpu": "optimum-tpu runs on torch_xla: use transformers' own classes and `DistributedConfig` or FSDP2",
+}
 # Old-stack imports that register what other code reaches by another name: kept while it is used.
 REGISTERS: dict[str, str] = {"torch_neuron": "torch.neuron."}
 # Parts of an old-stack package that move with the code around them: the language of a

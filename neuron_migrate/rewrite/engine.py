@@ -68,7 +68,7 @@ from neuron_migrate.rewrite.verify.leftovers import bound_elsewhere, old_stack_l
 PREFILTER = re.compile(
     r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://"
     r"|optimum\.neuron|from\s+optimum\s+import\b[^\n]*\bneuron\b|from\s+optimum\s+import\s*\([^)]*\bneuron\b"
-    r"|optimum-cli|torch_neuron|neuronx_distributed|neuronperf"
+    r"|optimum-cli|optimum\.tpu|torch_neuron|neuronx_distributed|neuronperf"
     r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
     r"|NEURON_EXTRACT_GRAPHS_ONLY|adapter_default|optimum/neuron/|optimum\.commands\.optimum_cli"
     r"|\b(?:SingleDevice)?XLA(?:Accelerator|Strategy|FSDPStrategy|Precision|Bf16Precision|CheckpointIO|Environment)\b"

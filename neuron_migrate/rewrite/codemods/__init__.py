@@ -7,7 +7,7 @@ reads the device.
 
 from __future__ import annotations
 
-from neuron_migrate.core.oldstack import LEFTOVER_CODE, lightning_xla
+from neuron_migrate.core.oldstack import LEFTOVER_CODE, PACKAGE_ADVICE, lightning_xla
 from neuron_migrate.rewrite.codemods.base import Codemod
 from neuron_migrate.rewrite.codemods.neuronx_distributed import NeuronxDistributed
 from neuron_migrate.rewrite.codemods.neuronx_trace import NeuronxTrace
@@ -74,7 +74,10 @@ def manual_message(qualified: str) -> tuple[str, str]:
                 best = (len(prefix), codemod.code, message)
     if best is None:
         advice = lightning_xla(qualified)
-        return LEFTOVER_CODE, f"`{{name}}` is {advice}" if advice else LEFTOVER_MESSAGE
+        if advice:
+            return LEFTOVER_CODE, f"`{{name}}` is {advice}"
+        package = next((p for p in PACKAGE_ADVICE if qualified == p or qualified.startswith(p + ".")), None)
+        return LEFTOVER_CODE, f"`{{name}}`: {PACKAGE_ADVICE[package]}" if package else LEFTOVER_MESSAGE
     return best[1], best[2]
 
 

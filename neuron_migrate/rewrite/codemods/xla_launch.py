@@ -16,6 +16,7 @@ from neuron_migrate.rewrite.codemods.base import (
     Visitor,
     arg_value,
     code_of,
+    dotted_name,
     expr,
     fix_trailing_comma,
     has_star_args,
@@ -221,6 +222,13 @@ class XlaLaunch(Codemod):
         beside = _LaunchesBesideTorchrun(lambda call: self.called(call, *SPAWN), self.qualify)
         beside.scan(node)
         self._beside_torchrun = beside.found
+        # Functions another runtime runs in its own worker (`@ray.remote`): no torchrun starts them.
+        self._run_remotely = {
+            statement.name.value
+            for statement in node.body
+            if isinstance(statement, cst.FunctionDef)
+            and any(_remote(decorator.decorator) for decorator in statement.decorators)
+        }
         if not self.ctx.notebook:
             self._parent_only, self._parent_leads = parent_only_statements(node, self._is_spawn_statement)
         launched = _SpawnedFunctions(lambda call: self.called(call, *SPAWN) and id(call) not in self._beside_torchrun)
@@ -380,6 +388,14 @@ class XlaLaunch(Codemod):
         fn = arg_value(call, 0, "fn")
         if fn is None:
             return updated_node
+        runner = self._enclosing_function()
+        if runner in self._run_remotely:
+            written = code_of(call.func)
+            self.todo(
+                f"`{written}` in `{runner}` runs on a remote worker, not under torchrun: start its processes there",
+                explains=(written,),
+            )
+            return updated_node
         if id(original_node.value) in self._beside_torchrun:
             written = code_of(call.func)
             if self.ctx.notebook:
@@ -461,6 +477,13 @@ class XlaLaunch(Codemod):
             self.ctx.insert_after(stmt(f"{dist}.barrier()\n"), *teardown)
         self.changed(f"`{code_of(call.func)}(...)` -> direct call under torchrun")
         self.ctx.note(self.code, f"launch with `{launch}` instead of `python {script}`")
+
+    def _enclosing_function(self) -> str | None:
+        """The module-level function the node being rewritten is in."""
+        scope = self.ctx.scope
+        while scope.parent is not None and scope.parent.kind != "Module":
+            scope = scope.parent
+        return scope.name if scope.kind == "FunctionDef" else None
 
     def _read_elsewhere(self, name: str, here: int = 1) -> bool:
         """Does the file read `name` more than the `here` times a caller knows of (the `nprocs=`
@@ -771,3 +794,9 @@ def _launched_first(source: str) -> frozenset[str]:
         and node.args
         and isinstance(node.args[0], ast.Name)
     )
+
+
+def _remote(decorator: cst.BaseExpression) -> bool:
+    """`@ray.remote`, `@ray.remote(num_gpus=1)`, `@remote`."""
+    target = decorator.func if isinstance(decorator, cst.Call) else decorator
+    return (dotted_name(target) or "").rpartition(".")[2] == "remote"

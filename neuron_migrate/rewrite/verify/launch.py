@@ -13,12 +13,18 @@ from neuron_migrate.core.names import ast_dotted_name
 from neuron_migrate.rewrite.verify.checks import Problem
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# What a process may set for itself: where the rendezvous is (a file's own launcher sets them).
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
+# Launchers of the file's own, which set these variables for the processes they start.
+OWN_LAUNCHERS = ("multiprocessing.spawn", "multiprocessing.start_processes", "mp.spawn", "mp.start_processes")
 
 
 def torchrun_variables_cleared(tree: ast.Module) -> list[Problem]:
     """A problem at each statement that pops, deletes or overwrites a variable torchrun sets, in a
     file that makes its process group from them (`init_process_group()` with no `init_method`)."""
-    if not any(_reads_the_environment(node) for node in ast.walk(tree)):
+    if not any(_reads_the_environment(node) for node in ast.walk(tree)) or any(
+        isinstance(node, ast.Call) and (ast_dotted_name(node.func) or "").endswith(OWN_LAUNCHERS) for node in ast.walk(tree)
+    ):
         return []
     problems: dict[int, list[str]] = {}
     for node in ast.walk(tree):
@@ -54,9 +60,11 @@ def _clears(node: ast.AST) -> list[tuple[int, list[str]]]:
             return [(node.lineno, names)]
         return []
     name = _cleared(node)
-    if isinstance(name, ast.Constant) and name.value in TORCHRUN_VARIABLES and isinstance(node, ast.stmt | ast.expr):
-        return [(node.lineno, [name.value])]
-    return []
+    if not (isinstance(name, ast.Constant) and name.value in TORCHRUN_VARIABLES and isinstance(node, ast.stmt | ast.expr)):
+        return []
+    if isinstance(node, ast.Assign) and name.value in RENDEZVOUS:
+        return []  # pointing the rendezvous somewhere: torchrun's own address is overridden, not lost
+    return [(node.lineno, [name.value])]
 
 
 def _cleared(node: ast.AST) -> ast.expr | None:
