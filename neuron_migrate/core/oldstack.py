@@ -19,6 +19,9 @@ PACKAGES: tuple[str, ...] = (
     "neuronxcc",  # the Neuron compiler; its own NKI namespace, `neuronxcc.nki`, the standalone `nki` package replaced
     "optimum.tpu",  # Hugging Face's models and FSDP for TPUs, built on torch_xla
 )
+# Inf1's `torch-neuron` also installs itself as `torch.neuron`: `import torch.neuron` is old stack.
+INF1_IMPORT = re.compile(r"^[ \t]*(?:import[ \t]+torch\.neuron\b|from[ \t]+torch\.neuron\b|from[ \t]+torch[ \t]+import[ \t]+neuron\b)", re.MULTILINE)
+
 # What replaces a whole old-stack package, where its names get no advice of their own.
 PACKAGE_ADVICE = {
     "optimum.tpu": "optimum-tpu runs on torch_xla: use transformers' own classes and `DistributedConfig` or FSDP2",

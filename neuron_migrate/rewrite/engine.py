@@ -26,6 +26,7 @@ from neuron_migrate.core.names import (
     unconditional_calls,
 )
 from neuron_migrate.core.oldstack import (
+    INF1_IMPORT,
     MOVES_WITH_ITS_KERNEL,
     OPTIMUM_NEURON,
     lightning_xla,
@@ -69,7 +70,8 @@ PREFILTER = re.compile(
     r"torch_xla|XLA_|PJRT_DEVICE|['\"]xla[:'\"]|openxla|xla://"
     r"|optimum\.neuron|from\s+optimum\s+import\b[^\n]*\bneuron\b|from\s+optimum\s+import\s*\([^)]*\bneuron\b"
     r"|optimum-cli|optimum\.tpu|torch_neuron|neuronx_distributed|neuronperf"
-    r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\."
+    r"|transformers_neuronx|neuron_parallel_compile|torch\.neuron\.|import[ \t]+torch\.neuron\b"
+    r"|from[ \t]+torch(?:\.neuron\b|[ \t]+import[ \t]+neuron\b)"
     r"|NEURON_EXTRACT_GRAPHS_ONLY|adapter_default|optimum/neuron/|optimum\.commands\.optimum_cli"
     r"|\b(?:SingleDevice)?XLA(?:Accelerator|Strategy|FSDPStrategy|Precision|Bf16Precision|CheckpointIO|Environment)\b"
     r"|\bTPUAccelerator\b|\b(?:xm|xr|xmp|met|xu|xser|xp|xs)\.\w"
@@ -295,7 +297,7 @@ def _applicable(
 ) -> list[type[Codemod]]:
     """The codemods that can apply to this file: selected, and gated on an old-stack import."""
     # A star import, or a module named by a string (`import_module("...")`, a patch target), too.
-    gate = old_names or table.names_under((OPTIMUM_NEURON,)) or _INF1_IMPORT.search(text) or any(
+    gate = old_names or table.names_under((OPTIMUM_NEURON,)) or INF1_IMPORT.search(text) or any(
         m.split(".")[0] in OLD_STACK_PACKAGES or f"{m}.".startswith(f"{OPTIMUM_NEURON}.")
         for m in modules_out_of_sight(tree, table)
     )
@@ -306,10 +308,6 @@ def _applicable(
         and (gate or not c.needs_old_stack_import or _runs_alone(c, options))
         and c.applies(facts, text)
     ]
-
-
-# Inf1's `torch-neuron` also installs itself as `torch.neuron`: `import torch.neuron` is old stack.
-_INF1_IMPORT = re.compile(r"^[ \t]*(?:import[ \t]+torch\.neuron\b|from[ \t]+torch\.neuron\b|from[ \t]+torch[ \t]+import[ \t]+neuron\b)", re.MULTILINE)
 
 
 def _runs_alone(codemod: type[Codemod], options: Options) -> bool:

@@ -12,8 +12,10 @@ from typing import Any, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.core.oldstack import INF1_IMPORT
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    FileFacts,
     MigrationContext,
     arg_value,
     branch_taken,
@@ -222,6 +224,10 @@ class NeuronxDistributed(Codemod):
     summary = "neuronx-distributed, transformers-neuronx, NxDI and Inf1 code -> TODOs naming the native replacement"
     triggers = (*ROOTS, "torch.neuron.trace")
     markers = ROOTS  # also reached by `importlib.import_module(...)` or `import *`
+
+    @classmethod
+    def applies(cls, facts: FileFacts, text: str) -> bool:
+        return super().applies(facts, text) or INF1_IMPORT.search(text) is not None  # `import torch.neuron`
     manual: ClassVar[dict[str, str]] = {
         # neuronx_distributed: parallel layers and state
         f"{NXD}.parallel_layers.layers.ColumnParallelLinear": _layer_advice("ColumnParallelLinear"),

@@ -12,8 +12,10 @@ import libcst.matchers
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.core.oldstack import INF1_IMPORT
 from neuron_migrate.rewrite.codemods.base import (
     Codemod,
+    FileFacts,
     arg_value,
     code_of,
     dotted_name,
@@ -299,6 +301,16 @@ class NeuronxTrace(Codemod):
     summary = "`torch_neuronx.trace` -> `torch.compile(model.to(device), dynamic=False)` + warm-up"
     triggers = ROOTS
     markers = ROOTS  # also reached by `importlib.import_module("torch_neuronx")` or `import *`
+
+    @classmethod
+    def applies(cls, facts: FileFacts, text: str) -> bool:
+        # Inf1's `import torch.neuron` registers what `torch.jit.load` of its artifacts needs.
+        return super().applies(facts, text) or INF1_IMPORT.search(text) is not None
+
+    @property
+    def _neuron_artifacts(self) -> bool:
+        """The file loads what Neuron compiled (torch_neuronx, or Inf1's `torch.neuron`)."""
+        return self.ctx.facts.uses("torch_neuronx") or INF1_IMPORT.search(self.ctx.source) is not None
     manual: ClassVar[dict[str, str]] = {
         "neuronxcc.nki": "`{name}` (`neuronxcc.nki`) no longer compiles: port the kernel to the standalone `nki` package",
         "neuronxcc": "`{name}` is the Neuron compiler, absent natively: read it only where `importlib.util.find_spec` finds it",
@@ -485,7 +497,7 @@ class NeuronxTrace(Codemod):
                 assert target is not None
                 self._check_not_inside(target, source.removesuffix("._orig_mod"), f"torch.compile({source})")
                 return updated_node.with_changes(value=cst.parse_expression(self._compile(model)))
-            if self.ctx.facts.uses("torch_neuronx"):
+            if self._neuron_artifacts:
                 self.todo(LOAD_TODO)
         return updated_node
 
@@ -563,7 +575,7 @@ class NeuronxTrace(Codemod):
             self.todo(f"`{func.value}` runs on the device: pass it inputs there (`.to(device)`), as its warm-up does")
         if (
             name in JIT_LOAD
-            and self.ctx.facts.uses("torch_neuronx")
+            and self._neuron_artifacts
             and original_node is not self._assigned_value  # `x = torch.jit.load(...)`: leave_Assign
         ):
             self.todo(LOAD_TODO)
@@ -649,7 +661,7 @@ class NeuronxTrace(Codemod):
         if (
             isinstance(call, cst.Call)
             and self.qualify(call.func) in JIT_LOAD
-            and self.ctx.facts.uses("torch_neuronx")
+            and self._neuron_artifacts
         ):
             self.todo(LOAD_TODO)
         return updated_node
