@@ -399,9 +399,12 @@ with torch.autocast(device_type, dtype=torch.bfloat16):
 
 
 def test_a_string_that_chooses_xla_gets_a_todo_and_a_label_does_not(tmp_path: Path) -> None:
-    migrated, _ = _rewrite(tmp_path, XLA_CHOICES)
+    migrated, _ = _rewrite(tmp_path, XLA_CHOICES + "model = torch.nn.Linear(2, 2)\nmodel.enable_xla_flash_attention()\n")
     assert '`"xla"` chooses XLA' in _todo_above(migrated, "device_type = ")
-    assert migrated.count(f"TODO(neuron-migrate {CODE})") == 1  # not the message printed
+    assert "`.enable_xla_flash_attention()` turns on the library's torch_xla path" in _todo_above(
+        migrated, "model.enable_xla_flash_attention()"
+    )
+    assert migrated.count(f"TODO(neuron-migrate {CODE})") == 2  # not the message printed
 
 
 IMPORTED_BY_NAME = '''\

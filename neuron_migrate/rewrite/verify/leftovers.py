@@ -249,6 +249,9 @@ def _imported_by_name(tree: ast.Module, libraries: tuple[str, ...]) -> dict[int,
 # `backend="openxla"`, `"xla:0"`, `fsdp_config={"xla": True}`. Labels that merely mention XLA
 # (`"model_xla"`, `"xla/compile_time_s"`) are names, not choices.
 XLA_CHOICE = re.compile(r"(?:open)?xla(?::\d+)?")
+# A library's method that turns on its torch_xla path (`pipe.transformer.enable_xla_flash_attention()`):
+# it raises, or does nothing, without torch_xla.
+XLA_SWITCH = re.compile(r"(?:enable|set_use|use|apply)_\w*xla\w*")
 
 
 def xla_choices(tree: ast.Module, source: str) -> list[Problem]:
@@ -272,6 +275,15 @@ def xla_choices(tree: ast.Module, source: str) -> list[Problem]:
             messages.update(id(n) for n in ast.walk(node))
     problems: dict[int, Problem] = {}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and XLA_SWITCH.fullmatch(node.func.attr):
+            statement = starts.get(node.lineno, node.lineno)
+            above = lines[statement - 2] if statement >= 2 else ""
+            if TODO not in lines[statement - 1] and TODO not in above and statement not in problems:
+                method = f".{node.func.attr}()"
+                problems[statement] = Problem(
+                    statement, f"`{method}` turns on the library's torch_xla path, absent natively: drop it", method
+                )
+            continue
         if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in messages:
             continue
         if XLA_CHOICE.fullmatch(node.value) is None:
