@@ -47,7 +47,8 @@ class FileState:
     top_bound: set[str] | None = None  # qualified names its top-level imports bind
     named: set[str] = field(default_factory=set)  # roots some string was reported for
     types_only: set[str] | None = None  # names the original file reads only as types
-    held_as_values: tuple[set[str], set[str]] | None = None  # names it reads as values somewhere, and otherwise
+    # Names it reads as values somewhere, otherwise, and asked for a method no `Auto*` factory has.
+    held_as_values: tuple[set[str], set[str], set[str]] | None = None
     imported_by_name: set[int] = field(default_factory=set)  # ids of `import_module("...")` strings
 
 
@@ -111,21 +112,23 @@ def _read_only_as_types(source: str) -> set[str]:
 SETTINGS_CLASSES = ("Arguments", "Config", "Trainer")
 
 
-def _held_as_values(source: str) -> tuple[set[str], set[str]]:
+def _held_as_values(source: str) -> tuple[set[str], set[str], set[str]]:
     """Names read as plain values somewhere (not called, not asked for an attribute, not a type:
-    `auto_class = NeuronModelForCausalLM`, `{"llm": NeuronModel}`), and names read otherwise."""
+    `auto_class = NeuronModelForCausalLM`, `{"llm": NeuronModel}`), names read otherwise, and
+    names asked for a method an `Auto*` factory lacks (`NeuronModelForCausalLM.get_export_config`)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return set(), set()
+        return set(), set(), set()
     direct: set[int] = set()
+    foreign: set[int] = set()
     for node in all_nodes(tree):
         if isinstance(node, ast.Call):
             direct.add(id(node.func))
             if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
                 direct.update(id(n) for n in ast.walk(node.args[1]))
         elif isinstance(node, ast.Attribute):
-            direct.add(id(node.value))
+            (direct if node.attr in AUTO_METHODS else foreign).add(id(node.value))
         elif isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
             direct.update(id(n) for n in ast.walk(node.annotation))
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
@@ -133,7 +136,11 @@ def _held_as_values(source: str) -> tuple[set[str], set[str]]:
         elif isinstance(node, ast.ClassDef):
             direct.update(id(n) for base in node.bases for n in ast.walk(base))
     reads = [node for node in all_nodes(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)]
-    return {node.id for node in reads if id(node) not in direct}, {node.id for node in reads if id(node) in direct}
+    return (
+        {node.id for node in reads if id(node) not in direct and id(node) not in foreign},
+        {node.id for node in reads if id(node) in direct},
+        {node.id for node in reads if id(node) in foreign},
+    )
 
 
 def _top_level_from_modules(source: str) -> set[str]:
@@ -412,6 +419,7 @@ class RenamingCodemod(Codemod):
         self._as_type: dict[int, str] = {}
         # References used where they stand: called (`X(...)`) or asked for a method (`X.from_pretrained`).
         self._direct: set[int] = set()
+        self._methods: dict[int, str] = {}  # references asked for a method -> the method
 
     # An `Auto*` class is a factory: no model has it among its bases, so `isinstance` with it is
     # always False, and a class cannot derive from it.
@@ -437,6 +445,7 @@ class RenamingCodemod(Codemod):
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._skip.add(id(node.attr))
         self._direct.add(id(node.value))
+        self._methods[id(node.value)] = node.attr.value
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
@@ -515,13 +524,18 @@ class RenamingCodemod(Codemod):
         st = self.ctx.shared(FileState)
         if st.held_as_values is None:
             st.held_as_values = _held_as_values(self.ctx.source)
-        values, direct = st.held_as_values
+        values, direct, foreign = st.held_as_values
         for alias in aliases:
             target = self.renamed(f"{module}.{code_of(alias.name)}")
             local = _alias_name(alias) or code_of(alias.name)
+            factory = target is not None and target[1].startswith("Auto")
+            if local in foreign and not factory:
+                direct = direct | {local}  # a trainer's or pipeline's methods are the native class's too
             # Arguments and trainers handed on as classes are followed where they go; a model class
-            # held as a value stays for what is called on it later.
-            held = local in values and not (target is not None and target[1].endswith(SETTINGS_CLASSES))
+            # held as a value, or asked for a method its factory lacks, stays for what is called on it.
+            held = (local in values or (factory and local in foreign)) and not (
+                target is not None and target[1].endswith(SETTINGS_CLASSES)
+            )
             if target is None or held:
                 kept.append(alias)
             if target is not None and (not held or local in direct):
@@ -650,6 +664,14 @@ class RenamingCodemod(Codemod):
         what is called on it later (`.export(...)`, `from_pretrained(..., export=True, batch_size=1)`)
         cannot be followed, and its native counterpart has none of that. Kept, with a TODO."""
         target = self.renamed(qualified)
+        method = self._methods.get(id(node))
+        if target is not None and target[1].startswith("Auto") and method is not None and method not in AUTO_METHODS:
+            written = dotted_name(node) or ""
+            self.todo(
+                f"`{written}.{method}` has no counterpart on `{target[1]}`: port what it does by hand",
+                explains=(written, f"{written}.{method}"),
+            )
+            return True
         if target is None or id(node) in self._direct or id(node) in self._as_type or target[1].endswith(SETTINGS_CLASSES):
             return False
         written = dotted_name(node) or ""
@@ -672,6 +694,11 @@ class RenamingCodemod(Codemod):
             return updated_node
         new = self.rename_target(qualified, text, self._as_type.get(id(original_node)))
         return cst.parse_expression(new) if new else updated_node
+
+
+# What transformers' `Auto*` factories offer, and what the rules port (`export`, `get_neuron_config`):
+# another method of an optimum-neuron class (`get_export_config`) stays with the class it belongs to.
+AUTO_METHODS = frozenset({"from_pretrained", "from_config", "register", "export", "get_neuron_config"})
 
 
 def _dotted_parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
