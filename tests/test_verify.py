@@ -457,3 +457,10 @@ def test_torchrun_s_variables_cleared_before_the_group_is_made_get_a_todo(tmp_pa
     )
     assert "`LOCAL_RANK` cleared here: torchrun sets it" in _todo_above(migrated, 'os.environ.pop("LOCAL_RANK"')
     assert migrated.count(f"TODO(neuron-migrate {CODE})") == 2  # not `OMP_NUM_THREADS`
+
+
+def test_a_file_importing_a_package_absent_from_the_target_is_not_called_checked(tmp_path: Path) -> None:
+    source = "import torch_xla.core.xla_model as xm\nimport no_such_package_here\n\ndevice = xm.xla_device()\n"
+    _, entry = _rewrite(tmp_path, source)
+    assert entry["status"] == report.UNCHECKED
+    assert "no_such_package_here" in entry["why"]

@@ -17,11 +17,13 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from neuron_migrate.core.ast_nodes import statement_starts
 from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.core.oldstack import old_stack_module
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.rewrite.verify.target import Answer, TargetEnvironment
 
@@ -41,6 +43,8 @@ MODULE_CLASS = re.compile(r"^(?:\w*Model\w*|\w+For[A-Z]\w*|\w*(?:Attention|Layer
 _FILLED_AT_RUN_TIME = ("torch.ops.", "torch.classes.")
 NEURON_MODULE = "torch.neuron"
 NEURON_PACKAGE = "torch-neuronx"
+
+_STANDARD = frozenset(sys.stdlib_module_names) | {"__future__"}
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -123,6 +127,13 @@ def _check_import(node: ast.Import | ast.ImportFrom, target: TargetEnvironment, 
     else:
         names = [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
     for name in names:
+        top = name.split(".")[0]
+        if top not in TARGET_PACKAGES and top not in verdict.local and not old_stack_module(name) and top not in _STANDARD:
+            # Not checked here, but a package absent where the file will run fails its import:
+            # the file is not called checked then.
+            if target.installed(top) is False:
+                verdict.not_installed.add(top)
+            continue
         answer = _ask(name, target, verdict)
         if answer is not None and answer.missing is not None:
             verdict.missing_imports.add(answer.missing)

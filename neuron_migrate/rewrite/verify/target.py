@@ -85,7 +85,12 @@ def find(name):
 for line in sys.stdin:
     try:
         name = json.loads(line)
-        answer = {"fingerprint": fingerprint()} if name is None else find(name)
+        if name is None:
+            answer = {"fingerprint": fingerprint()}
+        elif name.startswith("installed:"):  # is the package there, asked without importing it
+            answer = {"installed": importlib.util.find_spec(name.split(":", 1)[1]) is not None}
+        else:
+            answer = find(name)
     except BaseException as exc:
         answer = {"installed": True, "error": f"{type(exc).__name__}: {exc}"[:200]}
     answers.write(json.dumps(answer) + "\n")
@@ -144,6 +149,11 @@ class TargetEnvironment:
         )
         self._answers[name] = answer
         return answer
+
+    def installed(self, top: str) -> bool | None:
+        """Is the top-level package `top` there (found, not imported)? None when the probe cannot say."""
+        answer = self.find(f"installed:{top}")
+        return None if answer is None else answer.installed
 
     def _load(self) -> dict[str, dict[str, Any]] | None:
         """The answers stored for this environment (asked for its fingerprint once)."""
