@@ -155,6 +155,16 @@ def string_value(node: cst.CSTNode) -> str | None:
     return None
 
 
+def is_docstring(statement: cst.BaseStatement) -> bool:
+    """A statement that is only a string: a module's, class's or function's docstring when first."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
 def is_main_guard(test: cst.BaseExpression) -> bool:
     """`__name__ == "__main__"`: what is under it runs whenever the file runs as a script."""
     if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):

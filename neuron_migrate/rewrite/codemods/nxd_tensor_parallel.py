@@ -32,6 +32,7 @@ from neuron_migrate.rewrite.codemods.base import (
     code_of,
     expr,
     fix_trailing_comma,
+    is_docstring,
     stmt,
 )
 from neuron_migrate.rewrite.codemods.neuronx_distributed import (
@@ -563,15 +564,6 @@ def _argument(call: ast.Call, position: int | None, keyword: str) -> ast.expr | 
     return call.args[position] if position is not None and len(call.args) > position else None
 
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
-
-
 def _plain(node: ast.expr) -> bool:
     """An expression that reads a value and does nothing else (safe to keep where it was)."""
     return isinstance(node, ast.Constant | ast.Name) or (
@@ -903,7 +895,7 @@ class NxdTensorParallel(Codemod):
             return updated_node
         # First in the body (after a docstring): the function may read the mesh before it builds it.
         body = list(updated_node.body.body)
-        at = 1 if body and _is_docstring(body[0]) else 0
+        at = 1 if body and is_docstring(body[0]) else 0
         body.insert(at, stmt(f"global {self._mesh}\n"))
         return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
 

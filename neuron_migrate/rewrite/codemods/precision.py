@@ -28,6 +28,7 @@ from neuron_migrate.rewrite.codemods.base import (
     append_arg,
     code_of,
     expr,
+    is_docstring,
     keyword_arg,
     stmt,
     string_value,
@@ -375,19 +376,10 @@ class PrecisionPolicy:
         if not isinstance(body, cst.IndentedBlock):
             return node
         statements = list(body.body)
-        at = 1 if statements and _is_docstring(statements[0]) else 0
+        at = 1 if statements and is_docstring(statements[0]) else 0
         declaration = cst.SimpleStatementLine([cst.Global([cst.NameItem(cst.Name(self._flag))])])
         statements.insert(at, declaration)
         return node.with_changes(body=body.with_changes(body=statements))
-
-
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )
 
 
 def _data_kind(call: cst.Call, name: str) -> str | None:
