@@ -85,21 +85,19 @@ def bound_elsewhere(tree: ast.Module) -> set[str]:
     """The conventional names of old-stack modules (`xm`, `xs`, `xmp`) that the file reads as
     modules (`xm.mark_step()`) but never binds: a star import, another cell or a module run
     before it binds them, out of the rules' sight."""
-    bound = {
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
-    } | {
-        (a.asname or a.name).split(".")[0]
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Import | ast.ImportFrom)
-        for a in n.names
-    } | {
-        n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-    } | {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
-    read = {
-        n.value.id
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ELSEWHERE_ALIASES
-    }
+    bound: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ELSEWHERE_ALIASES:
+            read.add(node.value.id)
     return read - bound
 
 
