@@ -503,3 +503,35 @@ def test_file_cell_magic_is_a_file_of_its_own() -> None:
 def test_shell_command_rewrites(command: str, expected: str | None) -> None:
     rewrite = rewrite_shell_command(command)
     assert (rewrite.text if rewrite else None) == expected
+
+
+def test_shell_lines_that_run_or_fetch_old_stack_code_get_a_todo(tmp_path: Path) -> None:
+    (tmp_path / "clean.py").write_text("print('native')\n")
+    (tmp_path / "old.py").write_text("import torch_xla.core.xla_model as xm\n")
+    cells = [
+        ("code", "!wget https://raw.githubusercontent.com/huggingface/optimum-neuron/main/examples/train.py"),
+        ("code", "!torchrun --nproc_per_node=2 train.py --bf16 True"),
+        ("code", '!python -c "import torch, neuronx_distributed_inference as nxdi; print(nxdi)"'),
+        ("code", "!{BIN}/inference_demo --model-type llama run"),
+        ("code", "!python clean.py --evaluation_strategy epoch --tpu_num_cores 8"),
+        ("code", "!python old.py && python clean.py"),
+        ("code", "%%writefile made.py\nprint('written here')"),
+        ("code", "!python made.py\n!python clean.py\n!wget https://example.com/data.py"),
+    ]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(nbformat.writes(build(cells)))
+    outcome = rewrite_notebook(path.read_text(), str(path), Options())
+    assert outcome.result.error is None, outcome.result.error
+    sources = ["".join(c["source"]) for c in json.loads(outcome.result.migrated)["cells"]]
+    todo = "# TODO(neuron-migrate NM020): "
+    assert sources[0].startswith(f"{todo}this fetches code of the old stack (`optimum-neuron`)")
+    assert sources[1].startswith("# TODO(neuron-migrate NM091): this runs `train.py`, which is not beside this file")
+    assert sources[2].startswith(f"{todo}this runs Python that imports `neuronx_distributed_inference`")
+    assert sources[3].startswith(f"{todo}`inference_demo` is neuronx-distributed-inference's command line")
+    assert sources[4].startswith(
+        f"{todo}transformers 5 has none of `--evaluation_strategy`, `--tpu_num_cores`, and its parser stops on them"
+    )
+    assert sources[5].startswith("# TODO(neuron-migrate NM091): this runs `old.py`, which still imports the old stack")
+    assert sources[6:] == [source for _, source in cells[6:]]  # its own script, a clean one, a download
+    again = rewrite_notebook(outcome.result.migrated, str(path), Options())
+    assert again.result.migrated == outcome.result.migrated

@@ -8,6 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
+import nbformat
+
 from neuron_migrate.cli import main
 from neuron_migrate.core import oldstack
 from neuron_migrate.rewrite import report
@@ -136,3 +138,26 @@ def test_the_report_claims_a_warm_up_only_where_one_was_written() -> None:
     said = [" ".join(change.message for change in rewrite_source(text, "infer.py").changes) for text in (returned, kept)]
     assert "warm-up" not in said[0]  # a TODO asks for it there
     assert "warm-up call" in said[1]
+
+
+def test_a_notebook_cell_with_shell_lines_is_read_as_the_python_the_kernel_runs(tmp_path: Path) -> None:
+    """A program held in a string is not an import of the cell that holds it, shell lines or not."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "!ls\nscript = '''\nfrom neuronx_distributed_inference.models.config import NeuronConfig\n'''\n"
+            "open('step.py', 'w').write(script)"
+        ),
+        nbformat.v4.new_code_cell("%%bash\nimport torch_xla is bash's business"),
+        nbformat.v4.new_code_cell("%%time\n!nproc\nimport torch_xla.core.xla_model as xm\nxm.xla_device()"),
+    ]
+    src = tmp_path / "nb.ipynb"
+    nbformat.write(notebook, src)
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out"), "-q", "--report", str(tmp_path / "r.json")])
+    [entry] = json.loads((tmp_path / "r.json").read_text())["files"]
+    assert entry["status"] == report.AFTER_TODOS  # the string's TODO; the `%%time` cell migrated
+    notebook.cells = [notebook.cells[0], nbformat.v4.new_code_cell("%%time\n!nproc\nimport torch_xla\nx = torch_xla.runtime.foo()")]
+    nbformat.write(notebook, src)
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out2"), "-q", "--report", str(tmp_path / "r2.json")])
+    [entry] = json.loads((tmp_path / "r2.json").read_text())["files"]
+    assert entry["status"] == report.START_UP

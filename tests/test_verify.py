@@ -385,6 +385,27 @@ def test_a_module_beside_the_file_that_still_imports_the_old_stack_gets_a_todo_u
     assert "still imports the old stack" not in (out / "train.py").read_text()
 
 
+
+def test_a_script_the_file_runs_that_keeps_the_old_stack_gets_a_todo_unless_migrated_too(tmp_path: Path) -> None:
+    (tmp_path / "src" / "tools").mkdir(parents=True)
+    (tmp_path / "src" / "tools" / "merge.py").write_text("from optimum.neuron.models.training import consolidate\n")
+    (tmp_path / "src" / "plain.py").write_text("print('native')\n")
+    source = (
+        "import os\nimport subprocess as sp\nimport sys\n\nimport torch_xla.core.xla_model as xm\n\nxm.mark_step()\n"
+        'sp.run([sys.executable, "tools/merge.py", "-i", "out"], check=True)\n'
+        'os.system("python plain.py --steps 3")\n'
+        'sp.run(["python3", "made_later.py"])\n'
+        'sp.run(["wget", "https://example.com/get.py"])\n'
+    )
+    migrated, _ = _rewrite(tmp_path, source)
+    assert "this runs `tools/merge.py`, which still imports the old stack" in _todo_above(migrated, "sp.run([sys.executable")
+    assert "this runs `made_later.py`, which is not beside this file" in _todo_above(migrated, 'sp.run(["python3"')
+    assert "plain.py`" not in migrated and "get.py`" not in migrated
+    out = tmp_path / "together"
+    main(["rewrite", str(tmp_path / "src" / "train.py"), str(tmp_path / "src" / "tools" / "merge.py"), "--output-dir", str(out), "-q"])
+    assert "tools/merge.py`" not in (out / "train.py").read_text()
+
+
 XLA_CHOICES = '''\
 import torch
 import torch_xla.core.xla_model as xm

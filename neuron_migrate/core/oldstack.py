@@ -91,6 +91,26 @@ def imports_old_stack(text: str) -> bool:
     return _OLD_STACK_IMPORT.search(text) is not None
 
 
+_ROOTS = "|".join(re.escape(p) for p in (*PACKAGES, OPTIMUM_NEURON))
+# An import statement anywhere in a text, not only at a line's start: a program held in a string
+# (`python -c "import torch, neuronx_distributed as nxd"`, a script written from a template).
+_IMPORT_IN_TEXT = re.compile(
+    rf"\bimport[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*({_ROOTS})(?![\w])"
+    rf"|\bfrom[ \t]+({_ROOTS})(?:\.[\w.]+)?[ \t]+import\b"
+    r"|\bfrom[ \t]+optimum[ \t]+import[ \t]+(neuron)\b"
+)
+
+
+def old_stack_imported_in(text: str) -> str | None:
+    """The old-stack package an import statement in `text` names, wherever it stands in it
+    (a program in a string or a command line); None if there is none."""
+    match = _IMPORT_IN_TEXT.search(text)
+    if match is None:
+        return None
+    package = next(group for group in match.groups() if group)
+    return OPTIMUM_NEURON if package == "neuron" else package
+
+
 def uses_pytorch_xla(text: str) -> bool:
     """Does this file use PyTorch/XLA: import its stack, or name a variable only it reads?
 
@@ -113,6 +133,11 @@ REMOVED_STEPS = {
     "neuron_parallel_compile": "neuron_parallel_compile pre-compilation: native PyTorch compiles on the first run, no separate pass",
     "optimum-cli export neuron": "ahead-of-time `optimum-cli export neuron`: load the model with `from_pretrained` and compile at run time",
     "optimum-cli neuron cache": "the Neuron compile cache of the XLA stack: TorchNeuron keeps its own cache",
+}
+
+# Command-line programs that only the old stack installs, and whose they are.
+OLD_STACK_COMMANDS = {
+    "inference_demo": "neuronx-distributed-inference's command line",
 }
 
 # Strings that name an artifact or a step of the old stack, which a migrated program meets no

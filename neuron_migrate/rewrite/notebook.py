@@ -19,6 +19,7 @@ import re
 import secrets
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from neuron_migrate.core.newer_syntax import newer_python_hint
 from neuron_migrate.core.notebook_cells import (
@@ -42,6 +43,8 @@ from neuron_migrate.rewrite.shell import (
     rewrite_shell_command,
     scripts_run,
 )
+from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
+from neuron_migrate.rewrite.verify.siblings import script_left_behind
 
 
 class NotebookError(Exception):
@@ -149,6 +152,7 @@ class _Environments:
     scripts: frozenset[str] = frozenset()
     # The switches each `!` line that starts Python sets for it: its own, and the kernel's it inherits.
     lines: dict[Command, frozenset[str]] = field(default_factory=dict)
+    written: frozenset[str] = frozenset()  # the names of the scripts the `%%writefile` cells write
 
 
 def _written_name(cell: RawCell) -> str | None:
@@ -198,7 +202,7 @@ def _started_with(joined: list[tuple[RawCell, Masked]], scripts: list[RawCell]) 
         if script in written and len(switches) == 1 and next(iter(switches))
     }
     own = {variable: "1" for variable, sure in kernel.items() if sure and variable in PRECISION}
-    return _Environments(own, frozenset(launched), lines), launched
+    return _Environments(own, frozenset(launched), lines, frozenset(written)), launched
 
 
 def _not_python(text: str) -> str | None:
@@ -298,6 +302,10 @@ def _rewrite_shell_commands(
             lost = _precision_left_out(rewrite, command, environments) if shell else None
             if lost is not None and options.enabled("NM009") and command not in by_hand:
                 by_hand[command] = ManualItem("NM009", lost)
+            if command not in by_hand and _starts_python(command, rewrite) and options.enabled(VERIFY_CODE):
+                left = _script_left_behind(command, result.path, options, environments)
+                if left is not None:
+                    by_hand[command] = ManualItem(VERIFY_CODE, left)
             if rewrite is None or not options.enabled(rewrite.code):
                 continue
             if rewrite.exported is not None and _read_elsewhere(rewrite.exported[0], command, joined):
@@ -316,6 +324,19 @@ def _rewrite_shell_commands(
             new[command] = f"pass  {rewrite.text}" if indented else rewrite.text
             result.changes.append(Change(rewrite.code, rewrite.message))
     return new, by_hand
+
+
+def _script_left_behind(command: Command, path: str, options: Options, environments: _Environments) -> str | None:
+    """Why a script a `!` line runs keeps the notebook on the old stack (see `script_left_behind`);
+    None for a notebook that is not a file (nothing is beside it)."""
+    if not Path(path).is_file():
+        return None
+    folder = Path(path).parent
+    for script in scripts_run(command.text, as_written=True):
+        why = script_left_behind(script, folder, options.migrated_together, environments.written)
+        if why is not None:
+            return why
+    return None
 
 
 def _precision_left_out(rewrite: ShellRewrite | None, command: Command, environments: _Environments) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from neuron_migrate import __version__
 from neuron_migrate.core import oldstack
+from neuron_migrate.core.notebook_cells import PYTHON_CELL_MAGICS, cell_magic, mask
 from neuron_migrate.core.source import file_diff
 from neuron_migrate.core.wording import plural
 from neuron_migrate.rewrite.results import FileResult, ManualItem
@@ -122,6 +123,13 @@ def standings(results: Sequence[FileResult]) -> dict[int, tuple[str, str]]:
     return found
 
 
+def _cell_python(source: str) -> str | None:
+    """A code cell as the Python the kernel runs (its commands masked); None for a cell in
+    another language (`%%bash`, `%%writefile`)."""
+    magic = cell_magic(source)
+    return mask(source).text if magic is None or magic[0] in PYTHON_CELL_MAGICS else None
+
+
 def _start_statements(text: str) -> list[ast.stmt] | None:
     """The statements that run when the file is started or imported: not those in functions.
     None for text that is not Python (a notebook cell with magics)."""
@@ -155,8 +163,8 @@ def _notebook_code(text: str) -> list[str] | None:
 
 def _imports_old_stack_at_start(text: str) -> bool:
     cells = _notebook_code(text)
-    if cells is not None:  # every cell runs at start-up; one with magics is read as text
-        return any(_imports_old_stack_at_start(cell) for cell in cells)
+    if cells is not None:  # every Python cell runs at start-up, its magics and shell lines aside
+        return any(_imports_old_stack_at_start(python) for cell in cells if (python := _cell_python(cell)) is not None)
     statements = _start_statements(text)
     if statements is None:
         return bool(_OLD_IMPORT.search(text))

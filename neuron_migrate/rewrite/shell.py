@@ -13,9 +13,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from neuron_migrate.core.oldstack import PRECISION, REMOVED_STEPS, XLA_VARIABLE
+from neuron_migrate.core.oldstack import (
+    OLD_STACK_COMMANDS,
+    PRECISION,
+    REMOVED_STEPS,
+    XLA_VARIABLE,
+    old_stack_imported_in,
+)
 from neuron_migrate.rewrite.codemods.optimum.fields import PARALLEL_FIELDS, TRAINING_FIELDS
+from neuron_migrate.rewrite.codemods.upgrade.flags import gone_flags
 from neuron_migrate.rewrite.codemods.xla_env import TRUE_VALUES
+from neuron_migrate.rewrite.verify.siblings import scripts_named
 
 _ENV_MAGIC = re.compile(r"%(?:env|set_env)\s+([A-Za-z_]\w*)(?:\s*=\s*|\s+)?(\S*)")
 _SHELL = re.compile(r"(!{1,2}[ \t]*)(.*)", re.S)
@@ -98,7 +106,6 @@ def rewrite_shell_command(command: str) -> ShellRewrite | None:
     )
 
 
-_SCRIPT = re.compile(r"""(?:^|[\s/'"=])([\w.-]+\.py)(?=$|[\s'"])""")
 
 
 EXPORT = "optimum-cli export neuron"
@@ -122,12 +129,14 @@ def _unquoted(value: str) -> str:
     return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
 
 
-def scripts_run(command: str) -> tuple[str, ...]:
-    """The file names of the Python scripts a `!` command runs (`torchrun ... train.py`)."""
+def scripts_run(command: str, as_written: bool = False) -> tuple[str, ...]:
+    """The file names of the Python scripts a `!` command runs (`torchrun ... train.py`), or with
+    `as_written`, their paths as the command writes them (`scripts/train.py`)."""
     shell = _SHELL.fullmatch(command)
     if not shell:
         return ()
-    return tuple(dict.fromkeys(_SCRIPT.findall(_CONTINUATION.sub(" ", shell.group(2)))))
+    named = scripts_named(_CONTINUATION.sub(" ", shell.group(2)))
+    return named if as_written else tuple(dict.fromkeys(script.rsplit("/", 1)[-1] for script in named))
 
 
 # Flags only optimum-neuron's training arguments take (`overwrite_output_dir` was transformers' own).
@@ -155,6 +164,15 @@ def old_stack_command(command: str) -> str | None:
                 "checkpoints are whole already (`save_pretrained`), and models compile when first called; "
                 "run it with the old stack once if you still need its output"
             )
+    imported = old_stack_imported_in(" ".join(words))
+    if imported is not None:
+        return f"this runs Python that imports `{imported}`, the old stack, which a native install does not have: port it too"
+    command_line = next((name for word in words if (name := word.rsplit("/", 1)[-1]) in OLD_STACK_COMMANDS), None)
+    if command_line is not None:
+        return f"`{command_line}` is {OLD_STACK_COMMANDS[command_line]}, which a native install does not have: port what it does"
+    fetched = _old_stack_fetched(words)
+    if fetched is not None:
+        return f"this fetches code of the old stack (`{fetched}`): migrate what it fetches (`neuron-migrate rewrite`) before it runs"
     flags = sorted({match.group(1).replace("-", "_") for word in words if (match := _FLAG.match(word))} & _NEURON_FLAGS)
     if flags and scripts_run(command):  # a script of the user's; `vllm serve --tensor-parallel-size` is not one
         named = ", ".join(f"`--{flag}`" for flag in flags)
@@ -163,6 +181,24 @@ def old_stack_command(command: str) -> str | None:
             "(`neuron-migrate rewrite`), then pass a tensor- or pipeline-parallel size as its "
             "`DistributedConfig(tp_size=..., pp_size=...)` and drop the flags the native Trainer does not take"
         )
+    gone = gone_flags(" ".join(words)) if scripts_run(command) else {}
+    if len(gone) > 1:
+        named = ", ".join(f"`{flag}`" for flag in gone)
+        return f"transformers 5 has none of {named}, and its parser stops on them: drop or rename them (see NM204)"
+    return next(iter(gone.values()), None)
+
+
+# Commands that fetch code, and what they fetch from: a URL or repository of an old-stack project.
+_FETCHERS = frozenset({"wget", "curl", "git", "huggingface-cli", "hf"})
+
+
+def _old_stack_fetched(words: list[str]) -> str | None:
+    """The old-stack project a `wget`/`curl`/`git clone` command fetches from (`optimum-neuron`)."""
+    if not _FETCHERS & set(words):
+        return None
+    for word in words:
+        if "/" in word and (match := _OLD_DISTRIBUTIONS.search(word)):
+            return match.group(1)
     return None
 
 

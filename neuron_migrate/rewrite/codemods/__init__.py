@@ -18,6 +18,7 @@ from neuron_migrate.rewrite.codemods.optimum.inference import OptimumInference
 from neuron_migrate.rewrite.codemods.optimum.training import OptimumTraining
 from neuron_migrate.rewrite.codemods.package_probes import PackageProbes
 from neuron_migrate.rewrite.codemods.upgrade.defaults import UpgradeDefaults
+from neuron_migrate.rewrite.codemods.upgrade.flags import UpgradeFlags
 from neuron_migrate.rewrite.codemods.upgrade.keywords import UpgradeKeywords
 from neuron_migrate.rewrite.codemods.upgrade.names import UpgradeNames
 from neuron_migrate.rewrite.codemods.xla_autocast import XlaAutocast
@@ -59,6 +60,7 @@ CODEMODS: tuple[type[Codemod], ...] = (
     UpgradeNames,
     UpgradeKeywords,
     UpgradeDefaults,
+    UpgradeFlags,
 )
 
 LEFTOVER_MESSAGE = "`{name}` has no automatic migration; rewrite it for native PyTorch by hand"
