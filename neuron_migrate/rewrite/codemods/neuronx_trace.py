@@ -72,6 +72,18 @@ TENSOR_FACTORIES = (
     "torch.arange",
 )
 
+# Tensor methods that return a tensor again: `torch.randn(...).type(dtype)` is one tensor.
+TENSOR_METHODS = frozenset(
+    {"type", "to", "float", "half", "bfloat16", "double", "int", "long", "contiguous", "clone", "detach", "unsqueeze", "squeeze"}
+)
+
+
+def _tensor_expression(node: ast.expr) -> bool:
+    """A tensor factory's call, with tensor methods called on it (`torch.zeros(2).to(dtype)`)."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in TENSOR_METHODS:
+        node = node.func.value
+    return isinstance(node, ast.Call) and (ast_dotted_name(node.func) or "") in TENSOR_FACTORIES
+
 
 def _example_kind(tree: ast.AST, name: str) -> str:
     """ "tuple", "list", "tensor" or "" for the example inputs bound to `name`."""
@@ -88,11 +100,11 @@ def _example_kind(tree: ast.AST, name: str) -> str:
             kinds.add("tuple")
         elif isinstance(value, ast.List):
             kinds.add("list")
+        elif _tensor_expression(value):
+            kinds.add("tensor")
         elif isinstance(value, ast.Call):
             dotted = ast_dotted_name(value.func) or ""
-            if dotted.startswith("torch.") and dotted in TENSOR_FACTORIES:
-                kinds.add("tensor")
-            elif dotted in functions:
+            if dotted in functions:
                 returns = [
                     r.value
                     for r in ast.walk(functions[dotted])
@@ -116,7 +128,7 @@ def _example_kind_of(example: cst.BaseExpression, tree: ast.AST | None) -> str:
         return "tuple"
     if isinstance(example, cst.List):
         return "list"
-    if isinstance(example, cst.Call) and dotted_name(example.func) in TENSOR_FACTORIES:
+    if isinstance(example, cst.Call) and _tensor_expression(ast.parse(code_of(example).strip(), mode="eval").body):
         return "tensor"
     if isinstance(example, cst.Name) and tree is not None:
         return _example_kind(tree, example.value)

@@ -91,11 +91,14 @@ class _Blocks(Visitor):
         return False
 
     def _draws_nothing(self, statement: cst.BaseStatement) -> bool:
-        """A line of calls that leave torch's generators alone: of other libraries, `print`, other
-        generators' seeding."""
+        """A line of calls, or of assignments of their results, that leave torch's generators
+        alone: of other libraries (`device = xm.xla_device()`), `print`, other generators' seeding."""
         if not isinstance(statement, cst.SimpleStatementLine):
             return False
-        return all(isinstance(small, cst.Expr) and self._draws_nothing_in(small.value) for small in statement.body)
+        return all(
+            isinstance(small, cst.Expr | cst.Assign | cst.AnnAssign) and small.value is not None and self._draws_nothing_in(small.value)
+            for small in statement.body
+        )
 
     def _draws_nothing_in(self, node: cst.CSTNode) -> bool:
         calls = _Calls()
