@@ -57,6 +57,7 @@ class Migration:
     context: str = ""  # a cell: the cells it was migrated after ("In [1] to In [6]"), if any
     carried: list[str] = field(default_factory=list)  # a cell: names brought in from elsewhere
     unresolved: dict[str, str] = field(default_factory=dict)  # old-stack alias -> its module
+    target: str = "portable"  # a notebook: what it was migrated for, and is again for `needed_by`
 
     @property
     def changed(self) -> bool:
@@ -165,12 +166,24 @@ class Migration:
     # -- applying ---------------------------------------------------------------------------------
 
     def needed_by(self, index: int) -> list[int]:
-        """The changed cells (0-based) to write for cell `index` to run: itself, and the cells
-        where the migration puts what it uses (an import, a helper such as `DeviceLoader`)."""
+        """The changed cells (0-based) an Apply of cell `index` writes: itself, the cells where the
+        migration puts what it uses (an import, a helper such as `DeviceLoader`), and the cells
+        whose migration would change once those are written (a model traced in one cell and
+        loaded back in another migrate together). So whatever the order of the cells applied, the
+        notebook ends as the migration of the whole notebook leaves it."""
+        if index not in {i for i, _, _ in self.cells}:
+            return []
+        wanted = self._with_definitions_used({index})
+        while True:
+            moved = self._moved_by(wanted)
+            if not moved:
+                return sorted(wanted)
+            wanted = self._with_definitions_used(wanted | moved)
+
+    def _with_definitions_used(self, wanted: set[int]) -> set[int]:
+        """`wanted` and the changed cells where the migration adds a name they read, in turn."""
         old = {i: o for i, o, _ in self.cells}
         new = {i: n for i, _, n in self.cells}
-        if index not in new:
-            return []
         added = {
             i: {
                 name
@@ -179,7 +192,7 @@ class Migration:
             }
             for i in new
         }
-        wanted, cells = {index}, [index]
+        wanted, cells = set(wanted), list(wanted)
         while cells:
             i = cells.pop()
             names = cell_names.free_names(new[i])
@@ -187,7 +200,20 @@ class Migration:
                 if j not in wanted and names & defined_there:
                     wanted.add(j)
                     cells.append(j)
-        return sorted(wanted)
+        return wanted
+
+    def _moved_by(self, wanted: set[int]) -> set[int]:
+        """The changed cells outside `wanted` whose migration changes once `wanted` is written."""
+        written = {index: new for index, _, new in self.edit(wanted).cells}
+        cells = locate_cells(self.original)
+        after = rewrite_notebook(
+            replace_sources(self.original, cells, written), self.label, _options(self.target)
+        )
+        if after.result.error:
+            return set()
+        now = {index: new for index, old, new in self.cells if old != new}
+        later = {index: new for index, old, new in after.cells if old != new}
+        return {i for i in now if i not in wanted and now[i] != later.get(i)}
 
     def edit(self, cells: Iterable[int] | None = None) -> Edit:
         """The edit that writes this migration, or only the given notebook cells (0-based)."""
@@ -423,6 +449,7 @@ def migrate_path(path: str | Path, target: str = "portable") -> Migration:
         outcome.notes,
         outcome.error,
         cells,
+        target=target,
     )
 
 

@@ -461,21 +461,27 @@ def _module_variable_holding(module: cst.Module, lookup: str, code: str) -> tupl
 
 def _own_copies(helpers: dict[str, str], tree: ast.Module) -> dict[str, str]:
     """The helpers (`run_on_each_process_2`) the original defines already under their first name
-    (`run_on_each_process`), word for word but for that name: new name -> the file's."""
+    (`run_on_each_process`), word for word but for that name and the names of such helpers it
+    calls (`broadcast_master_param_2`): new name -> the file's."""
     defined = {
         node.name: ast.dump(node)
         for node in tree.body
         if isinstance(node, ast.FunctionDef | ast.ClassDef)
     }
     found: dict[str, str] = {}
-    for name, source in helpers.items():
-        first = re.sub(r"_\d+$", "", name)
-        if first == name or first not in defined:
-            continue
-        copy = ast.parse(renamed(source, {name: first}).replace(f"def {name}(", f"def {first}(").replace(f"class {name}(", f"class {first}("))
-        if len(copy.body) == 1 and ast.dump(copy.body[0]) == defined[first]:
-            found[name] = first
-    return found
+    while True:  # a helper is the file's own once the helpers it calls are found to be
+        more = {}
+        for name, source in helpers.items():
+            first = re.sub(r"_\d+$", "", name)
+            if first == name or first not in defined or name in found:
+                continue
+            names = {**found, name: first}
+            copy = ast.parse(renamed(source, names).replace(f"def {name}(", f"def {first}(").replace(f"class {name}(", f"class {first}("))
+            if len(copy.body) == 1 and ast.dump(copy.body[0]) == defined[first]:
+                more[name] = first
+        if not more:
+            return found
+        found.update(more)
 
 
 def _helpers_used(helpers: dict[str, str], used: set[str]) -> dict[str, str]:

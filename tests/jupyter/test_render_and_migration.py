@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from html.parser import HTMLParser
@@ -386,3 +387,113 @@ def test_applying_cell_by_cell_keeps_what_later_cells_need_and_adds_helpers_once
     assert not sources[0].startswith("\n")
     for source in sources:
         compile(source, "cell", "exec")
+
+
+# Notebooks whose cells migrate together: a model wrapped in one cell and moved in another, and
+# launched in a third (helpers in the imports cell); a model traced and saved in one cell and
+# loaded back in another; a function that creates its process group, spawned beside another.
+WRAPPED_MODEL_CELLS = [
+    "import torch\nimport torch_xla.core.xla_model as xm\nimport torch_xla.distributed.xla_multiprocessing as xmp\n",
+    "model = torch.nn.Linear(2, 2)\nwrapped = xmp.MpModelWrapper(model)\n",
+    "def train(rank, flags):\n    device = xm.xla_device()\n    replica = wrapped.to(device)\n    xm.mark_step()\n",
+    "xmp.spawn(train, args=({},), nprocs=2)\n",
+]
+TRACED_MODEL_CELLS = [
+    "import torch\nimport torch_neuronx\n\nmodel = torch.nn.Linear(4, 4).eval()\nexample = (torch.ones(1, 4),)\n",
+    "model_neuron = torch_neuronx.trace(model, example)\nfilename = 'model.pt'\ntorch.jit.save(model_neuron, filename)\n",
+    "model_neuron = torch.jit.load(filename)\noutput = model_neuron(*example)\n",
+    "print(model(*example))\n",
+]
+SELF_INITIALIZING_CELLS = [
+    "import torch.distributed as dist\nimport torch_xla.core.xla_model as xm\nimport torch_xla.distributed.xla_multiprocessing as xmp\n",
+    "def fit(index):\n    device = xm.xla_device()\n    dist.init_process_group('xla', init_method='xla://')\n    print(index, device)\n\nxmp.spawn(fit, args=())\n",
+    "def show(index):\n    print(index, xm.xla_device())\n\nxmp.spawn(show, args=())\n",
+]
+# Each notebook, and the cells whose orders are tried.
+ORDERED_NOTEBOOKS = {
+    "wrapped": (WRAPPED_MODEL_CELLS, [1, 2, 3]),
+    "traced": (TRACED_MODEL_CELLS, [0, 1, 2]),
+    "self-initializing": (SELF_INITIALIZING_CELLS, [0, 1, 2]),
+}
+
+
+def _notebook(path: Path, sources: list[str]) -> Path:
+    cells = [
+        {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": source}
+        for i, source in enumerate(sources)
+    ]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n")
+    return path
+
+
+def _sources(path: Path) -> list[str]:
+    return ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
+
+
+def _applied_whole(path: Path) -> list[str]:
+    apply(migrate_path(path))
+    return _sources(path)
+
+
+def _applied_cell_by_cell(path: Path, order: tuple[int, ...]) -> list[str]:
+    """Each cell of `order` as the app's Apply writes it (a cell written already is passed over),
+    then what is left, as its "Next" offers it."""
+    for index in order:
+        migration = migrate_path(path)
+        if any(i == index and old != new for i, old, new in migration.cells):
+            write(migration.edit(migration.needed_by(index)))
+    migration = migrate_path(path)
+    left = [index for index, old, new in migration.cells if old != new]
+    if left:
+        write(migration.edit(left))
+    return _sources(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "order"),
+    [(name, order) for name, (_, moving) in ORDERED_NOTEBOOKS.items() for order in itertools.permutations(moving)],
+)
+def test_cell_by_cell_in_any_order_gives_the_whole_notebook_migration(tmp_path: Path, name: str, order: tuple[int, ...]) -> None:
+    cells = ORDERED_NOTEBOOKS[name][0]
+    whole = _applied_whole(_notebook(tmp_path / "whole.ipynb", cells))
+    assert _applied_cell_by_cell(_notebook(tmp_path / "cells.ipynb", cells), order) == whole
+    assert not migrate_path(tmp_path / "cells.ipynb").changed  # nothing is migrated twice
+
+
+def test_an_apply_writes_the_cells_whose_migration_reads_it_as_it_was(tmp_path: Path) -> None:
+    """The load of a traced model migrates (to weights) because the trace is there to see: the
+    trace's cell and the load's cell are written together, whichever is applied."""
+    migration = migrate_path(_notebook(tmp_path / "nb.ipynb", TRACED_MODEL_CELLS))
+    assert migration.needed_by(1) == migration.needed_by(2) == [0, 1, 2]
+    migration = migrate_path(_notebook(tmp_path / "nb.ipynb", WRAPPED_MODEL_CELLS))
+    assert 2 in migration.needed_by(1)  # `wrapped.to(device)` reads `wrapped` as `MpModelWrapper` made it
+
+
+def test_helpers_written_before_their_users_are_reused_and_not_migrated_again(tmp_path: Path) -> None:
+    """The imports cell, written with the helpers (`shared_model_copy`, which calls
+    `broadcast_master_param`; `run_on_each_process`, which creates the process group) before
+    the cells that use them: migrating those cells adds no second copy and leaves the helpers."""
+    whole = _applied_whole(_notebook(tmp_path / "whole.ipynb", WRAPPED_MODEL_CELLS))
+    old_imports = "".join(line for line in WRAPPED_MODEL_CELLS[0].splitlines(keepends=True) if "torch_xla" in line)
+    path = _notebook(tmp_path / "nb.ipynb", [old_imports + "\n" + whole[0], *WRAPPED_MODEL_CELLS[1:]])
+    migration = migrate_path(path)
+    new = {index: source for index, _, source in migration.cells}
+    assert "_2" not in migration.migrated
+    assert new[0] == whole[0] and new[2] == whole[2] and new[3] == whole[3]
+
+
+def test_a_process_group_created_under_its_guard_already_is_not_guarded_again(tmp_path: Path) -> None:
+    """A spawned function's `init_process_group`, migrated under `if not dist.is_initialized():`,
+    stays as it is while another cell still spawns with torch_xla."""
+    whole = _applied_whole(_notebook(tmp_path / "whole.ipynb", SELF_INITIALIZING_CELLS))
+    migration = migrate_path(_notebook(tmp_path / "nb.ipynb", [*SELF_INITIALIZING_CELLS[:1], whole[1], SELF_INITIALIZING_CELLS[2]]))
+    assert 1 not in {index for index, old, new in migration.cells if old != new}
+
+
+def test_a_master_print_helper_written_already_serves_the_prints_left(tmp_path: Path) -> None:
+    """Two prints make a `master_print` helper; once one of them is applied, the other uses that
+    helper, as it does in the whole notebook's migration, not a guard of its own."""
+    whole = _applied_whole(_spawning_notebook(tmp_path / "whole.ipynb"))
+    path = _notebook(tmp_path / "nb.ipynb", [SPAWNING_CELLS[0] + "\n" + whole[0], whole[1], SPAWNING_CELLS[2]])
+    new = {index: source for index, _, source in migrate_path(path).cells}
+    assert new[2] == whole[2] and "master_print(" in new[2]

@@ -84,6 +84,7 @@ def {name}(*args, **kwargs):
 '''
 # From this many `xm.master_print` calls in a file on, one helper reads better than a guard each.
 MASTER_PRINT_HELPER_FROM = 2
+MASTER_PRINT_DOCSTRING = ast.get_docstring(ast.parse(MASTER_PRINT_HELPER.format(name="f", os="os")).body[0])  # type: ignore[arg-type]
 
 MESH_REDUCE_HELPER = '''\
 def {name}(data, reduce_fn):
@@ -229,7 +230,10 @@ class XlaCollectives(Codemod):
     def visit_Module(self, node: cst.Module) -> None:
         prints = _CountsCalls(lambda call: self.qualify(call.func) in MASTER_PRINT)
         prints.scan(node)
-        self._print_helper = prints.count >= MASTER_PRINT_HELPER_FROM
+        # A file that has the helper already (a notebook cell applied before the others) uses it.
+        self._print_helper = prints.count >= MASTER_PRINT_HELPER_FROM or any(
+            isinstance(s, cst.FunctionDef) and s.get_docstring() == MASTER_PRINT_DOCSTRING for s in node.body
+        )
         self._early = calls_before_group(
             node,
             lambda call: self.qualify(call.func) in INIT_PROCESS_GROUP,

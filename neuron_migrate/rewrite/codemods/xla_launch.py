@@ -67,6 +67,8 @@ def {name}(fn, *args):
     fn(int({os}.environ.get("RANK", 0)), *args)
 '''
 
+LAUNCH_HELPER_DOCSTRING = ast.get_docstring(ast.parse(RUN_WITH_RANK.format(name="f", os="os", pin="")).body[0])  # type: ignore[arg-type]
+
 # In each process of several, before the work: its own accelerator, as each process of `xmp.spawn`
 # had its own device (the lookup that replaced `xm.xla_device()` names no index).
 PIN_IN_HELPER = """
@@ -196,6 +198,8 @@ class XlaLaunch(Codemod):
         # own `init_process_group` calls, which only some runs made, would create it twice.
         self._launcher_creates_group = False
         self._pinned_inits: dict[int, cst.BaseStatement] = {}  # init call -> the pin that follows it
+        # Statements under `if not dist.is_initialized():` already (a migrated notebook cell).
+        self._guarded_by_initialized: set[int] = set()
         self._parent_only: dict[int, ParentOnly] = {}  # statements next to a spawn, by id
         self._parent_leads: dict[int, int] = {}  # the first of them in a block: how many it leads
         # Launches under a test of torchrun's environment: they ran only without torchrun, and stay.
@@ -306,6 +310,13 @@ class XlaLaunch(Codemod):
 
     def visit_If(self, node: cst.If) -> None:
         self._flag_parent_only(node)
+        test = node.test
+        if (
+            isinstance(test, cst.UnaryOperation)
+            and isinstance(test.operator, cst.Not)
+            and self.called(test.expression, "torch.distributed.is_initialized")
+        ):
+            self._guarded_by_initialized.update(id(s) for s in node.body.body)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self.qualify(node.value.func) == MP_MODEL_WRAPPER:
@@ -369,7 +380,7 @@ class XlaLaunch(Codemod):
             and not self._in_notebook_launcher_helper()
         ):
             assert isinstance(small.value, cst.Call)
-            return self._created_by_launcher(updated_node, small.value)
+            return self._created_by_launcher(updated_node, small.value, id(original_node) in self._guarded_by_initialized)
         if id(original_node) not in self._parent_only or print_call(updated_node) is None:
             return updated_node
         self.changed("a `print` the parent process made once -> `print` on rank 0")
@@ -427,15 +438,18 @@ class XlaLaunch(Codemod):
             scope = scope.parent
         return scope.kind == "FunctionDef" and scope.parent is not None and scope.parent.kind == "Module" and scope.name in _launched_first(self.ctx.source)
 
-    def _created_by_launcher(self, line: cst.SimpleStatementLine, call: cst.Call) -> cst.BaseStatement:
+    def _created_by_launcher(self, line: cst.SimpleStatementLine, call: cst.Call, guarded: bool) -> cst.BaseStatement:
         """The file's own `init_process_group(...)`, which only some runs reached: the launch now
-        creates the group for every run, so on those runs this one must not create it again."""
+        creates the group for every run, so on those runs this one must not create it again
+        (`guarded`: it is under that test already)."""
         backend = arg_value(call, 0, "backend")
         if any(a is not backend or string_value(a.value) != "neuron" for a in call.args):
             self.todo(
                 f"`{code_of(call)}`: the launch now creates the process group first: pass these arguments to "
                 "the entry point's `init_process_group`"
             )
+        if guarded:
+            return line
         pin = [self._pinned_inits[id(call)]] if id(call) in self._pinned_inits else []
         self.changed("`init_process_group(...)` runs only where the launch has not created the group")
         return cst.If(
@@ -781,19 +795,27 @@ class XlaDeviceNames(Visitor):
 
 
 def _launched_first(source: str) -> frozenset[str]:
-    """The functions `notebook_launcher(fn, ...)` calls in this source (by name)."""
+    """The functions `notebook_launcher(fn, ...)` calls in this source (by name), and the helpers
+    a migration wrote for it (by their docstring): in a notebook applied one cell at a time, the
+    helper is written before the cell whose spawn it runs is."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return frozenset()
-    return frozenset(
+    called = {
         node.args[0].id
         for node in all_nodes(tree)
         if isinstance(node, ast.Call)
         and (ast_dotted_name(node.func) or "").rsplit(".", 1)[-1] == "notebook_launcher"
         and node.args
         and isinstance(node.args[0], ast.Name)
-    )
+    }
+    written = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and ast.get_docstring(node) == LAUNCH_HELPER_DOCSTRING
+    }
+    return frozenset(called | written)
 
 
 def _remote(decorator: cst.BaseExpression) -> bool:
