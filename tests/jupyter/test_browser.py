@@ -1,5 +1,6 @@
-"""The extension in a real browser: JupyterLab, served on 127.0.0.1 with neuron-migrate's
-JupyterLab piece, driven headless in Debian's Chromium through Playwright.
+"""The extension in a real browser: JupyterLab, served on 127.0.0.1 from a fresh environment
+where the wheel is installed (as `pip install neuron-migrate[jupyter]` installs it), driven
+headless in Debian's Chromium through Playwright.
 
 Walkthrough 1 is run from the UI (Run ▸ Run All Cells), as a user would: its loop cell, whose
 imports sit in the cell above, shows the migration; every code cell ran and none failed, on the
@@ -26,7 +27,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -39,12 +39,12 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from tests.jupyter.conftest import DATA, NOTEBOOKS, ROOT, artifacts_dir
+from tests.jupyter.installs import wheel_environment
 from tests.jupyter.test_widgets import PROGRAM
 
 pytestmark = pytest.mark.slow
 
 WALKTHROUGH = "01_xla_training_loop.ipynb"
-PIECE = ROOT / "neuron_migrate" / "jupyter" / "labextension"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -157,10 +157,31 @@ def _scratch_notebooks(root: Path) -> None:
     )
 
 
+# Three cells whose migrations depend on each other: the imports the other two read, a `%time`
+# line whose Python migrates, and a loop that brings a helper. Applied one cell at a time, in
+# either order, they must give what applying the whole notebook gives.
+ORDER_CELLS = [
+    "import torch\nimport torch_xla.core.xla_model as xm\nimport torch_xla.distributed.parallel_loader as pl",
+    "%time device = xm.xla_device()",
+    "loader = pl.MpDeviceLoader([torch.ones(2)], device)\nfor batch in loader:\n    print(batch.sum())\n    xm.mark_step()",
+]
+ORDERS = {"forward.ipynb": (1, 2, 3), "backward.ipynb": (3, 2, 1), "whole.ipynb": ()}
+
+
+def _order_notebooks(root: Path) -> None:
+    """Three copies of a notebook to apply in different orders, and the app that applies them."""
+    (root / "orders").mkdir()
+    for name in ORDERS:
+        cells = [new_code_cell(source) for source in ORDER_CELLS]
+        nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC}), root / "orders" / name)
+    app = "from neuron_migrate.jupyter import MigrationApp\n\napp = MigrationApp(['orders'])\napp"
+    nbformat.write(new_notebook(cells=[new_code_cell(app)], metadata={"kernelspec": KERNELSPEC}), root / "apply.ipynb")
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """JupyterLab on 127.0.0.1, with the JupyterLab piece of this checkout, over a copy of the
-    walkthrough (a run never touches the repository)."""
+    """JupyterLab on 127.0.0.1, run from a fresh environment with the wheel of this checkout
+    installed, over a copy of the walkthrough (a run never touches the repository)."""
     pytest.importorskip("jupyterlab", reason="JupyterLab is not installed")
     root = tmp_path_factory.mktemp("lab")
     (root / "notebooks").mkdir()
@@ -173,26 +194,27 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     nbformat.write(notebook, root / "notebooks" / WALKTHROUGH)
     shutil.copytree(ROOT / "examples", root / "examples")
     _scratch_notebooks(root)
+    _order_notebooks(root)
     settings = root / "settings"
     for name, values in LAB_SETTINGS.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
         (settings / name).write_text(json.dumps(values))
-    # The piece as it is in this checkout, found before any installed copy.
-    (root / "jupyter-path" / "labextensions").mkdir(parents=True)
-    (root / "jupyter-path" / "labextensions" / "neuron-migrate").symlink_to(PIECE)
+    # Installed as users install it: the wheel, in an environment of its own, whose JupyterLab
+    # finds the extension where the wheel put it, and whose kernels import the installed package.
+    python = wheel_environment(tmp_path_factory.mktemp("install"))
     port, token = _free_port(), secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(root / "config"),
-        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(settings),
-        "JUPYTERLAB_WORKSPACES_DIR": str(root / "workspaces"),
-        "JUPYTER_PATH": str(root / "jupyter-path"),
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON"))}
+    env.update(
+        JUPYTER_CONFIG_DIR=str(root / "config"),
+        JUPYTER_DATA_DIR=str(root / "data"),
+        JUPYTER_RUNTIME_DIR=str(root / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
+    )
     log = (root / "jupyterlab.log").open("w")
     server = subprocess.Popen(
         [
-            sys.executable,
+            str(python),
             "-m",
             "jupyterlab",
             "--no-browser",
@@ -629,3 +651,43 @@ def test_the_buttons_of_an_untrusted_output_change_nothing(page: Any) -> None:
     _until(lambda: "not trusted" in status.inner_text(), "an untrusted output's button acted")
     cell.locator("button.nm-insert-below").click()
     assert _source(cell) == before and _cells(page).count() == count
+
+
+def test_applying_cell_by_cell_in_either_order_gives_what_applying_the_whole_notebook_gives(
+    page: Any, lab: Lab
+) -> None:
+    _open(page, "apply.ipynb")
+    _run_all(page)
+    app = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .nm-migration-app").first
+    app.wait_for(state="attached", timeout=120_000)
+    files, cells = app.locator("select").first, app.locator("select").nth(1)
+
+    def apply(name: str, cell: int | None) -> None:
+        """Select the cell (or the whole notebook) in the app and apply it, unless an earlier
+        apply wrote it already (its Apply button is then disabled)."""
+        path = lab.root / "orders" / name
+        before = path.read_text()
+        files.select_option(label=_option(files, name))
+        cells.select_option(label=_option(cells, "whole notebook" if cell is None else f"cell {cell}"))
+        where = "" if cell is None else f"cell {cell} to "
+        button = app.locator("button", has_text=re.compile(rf"^\s*Apply {where}{re.escape(name)}\s*$"))
+        _until(lambda: button.count(), f"the app does not offer to apply {where}{name}")
+        if button.first.is_disabled():
+            return
+        button.first.click()
+        _until(lambda: path.read_text() != before, f"{where}{name} was not written")
+
+    for name, order in ORDERS.items():
+        for cell in order:
+            apply(name, cell)
+        apply(name, None)  # what is left (the imports the last cell no longer needs), as Next offers it
+    sources = {
+        name: ["".join(c["source"]) for c in json.loads((lab.root / "orders" / name).read_text())["cells"]]
+        for name in ORDERS
+    }
+    whole = sources["whole.ipynb"]
+    assert sources["forward.ipynb"] == whole and sources["backward.ipynb"] == whole, sources
+    assert whole[1].startswith("%time device = ") and "xm." not in "".join(whole), whole
+    assert "import torch_xla" not in "".join(whole)
+    _menu(page, "Kernel", "Shut Down Kernel")
+    _menu(page, "File", re.compile(r"^Close Tab$"))

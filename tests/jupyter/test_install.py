@@ -1,11 +1,8 @@
 """The JupyterLab extension is there after the install users do: the wheel (`pip install
 neuron-migrate`) and an editable install of a checkout (`pip install -e .`) put it where
 JupyterLab finds installed extensions, `jupyter labextension list` shows it enabled and OK, and
-JupyterLab run from that environment hands it to the page.
-
-Each install goes into a fresh virtual environment that sees this environment's packages through
-a `.pth` file (JupyterLab, pip, setuptools), and is made with `--no-deps` and
-`--no-build-isolation`: nothing is downloaded.
+JupyterLab run from that environment hands it to the page (see `installs` for how each install
+is made).
 """
 
 from __future__ import annotations
@@ -15,11 +12,8 @@ import json
 import os
 import re
 import secrets
-import shutil
 import socket
 import subprocess
-import sys
-import sysconfig
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -28,67 +22,11 @@ from pathlib import Path
 import pytest
 
 from tests.jupyter.conftest import ROOT
+from tests.jupyter.installs import checkout_copy, environment, listed, run, wheel_environment
 
 pytestmark = pytest.mark.slow
 
 pytest.importorskip("jupyterlab", reason="JupyterLab is not installed")
-
-
-def _checkout(folder: Path) -> Path:
-    """What a checkout holds for building the package, copied (a build writes next to it)."""
-    folder.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy(ROOT / name, folder / name)
-    shutil.copytree(
-        ROOT / "neuron_migrate",
-        folder / "neuron_migrate",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    return folder
-
-
-def _environment(folder: Path) -> Path:
-    """A new virtual environment (its Python), which imports what this one has installed."""
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
-    python = folder / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    # A plain path line: this environment's packages, not its editable install of this project.
-    (Path(purelib) / "outer.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return python
-
-
-def _run(*command: str | Path) -> str:
-    """Run a command outside any checkout (a checkout's folder would be imported first)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON"))}
-    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", NO_COLOR="1")
-    result = subprocess.run(
-        [str(part) for part in command],
-        cwd=Path(str(command[0])).parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)
-
-
-def _listed(python: Path, prefix: Path) -> str:
-    """The line `jupyter labextension list` shows for the extension in the environment's own
-    folder of extensions (`python -m jupyterlab.labextensions` is that command)."""
-    shown = _run(python, "-m", "jupyterlab.labextensions", "list")
-    section = str(prefix / "share" / "jupyter" / "labextensions")
-    assert section in shown, shown
-    after = shown.split(section, 1)[1]
-    line = next((line.strip() for line in after.splitlines() if "neuron-migrate" in line), "")
-    assert line, shown
-    return line
 
 
 @contextlib.contextmanager
@@ -150,33 +88,19 @@ def _jupyterlab(python: Path, root: Path) -> Iterator[Callable[[str], bytes]]:
 
 
 def _imported_from(python: Path) -> str:
-    return _run(python, "-c", "import neuron_migrate; print(neuron_migrate.__file__)").strip()
+    return run(python, "-c", "import neuron_migrate; print(neuron_migrate.__file__)").strip()
 
 
 def test_the_wheel_installs_the_jupyterlab_extension(tmp_path: Path) -> None:
-    checkout = _checkout(tmp_path / "checkout")
-    _run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--wheel-dir",
-        tmp_path / "dist",
-        checkout,
-    )
-    [wheel] = (tmp_path / "dist").glob("neuron_migrate-*.whl")
-    python = _environment(tmp_path / "venv")
-    _run(python, "-m", "pip", "install", "--no-deps", wheel)
+    python = wheel_environment(tmp_path)
     assert _imported_from(python).startswith(str(tmp_path / "venv"))
-    line = _listed(python, tmp_path / "venv")
+    line = listed(python, tmp_path / "venv")
     assert re.fullmatch(r"neuron-migrate v\S+ enabled OK \(python, neuron-migrate\)", line), line
     installed = tmp_path / "venv" / "share" / "jupyter" / "labextensions" / "neuron-migrate"
     shipped = ROOT / "neuron_migrate" / "jupyter" / "labextension" / "static" / "remoteEntry.js"
     assert (installed / "static" / "remoteEntry.js").read_bytes() == shipped.read_bytes()
     # The kernel side agrees: %load_ext and the app find it, and say nothing of it.
-    found = _run(
+    found = run(
         python,
         "-c",
         "from neuron_migrate.jupyter import bridge; print(bridge.extension_installed())",
@@ -201,9 +125,9 @@ def test_the_wheel_installs_the_jupyterlab_extension(tmp_path: Path) -> None:
 
 
 def test_an_editable_install_installs_the_jupyterlab_extension(tmp_path: Path) -> None:
-    checkout = _checkout(tmp_path / "checkout")
-    python = _environment(tmp_path / "venv")
-    _run(python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", checkout)
+    checkout = checkout_copy(tmp_path / "checkout")
+    python = environment(tmp_path / "venv")
+    run(python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", checkout)
     assert _imported_from(python).startswith(str(checkout))
-    line = _listed(python, tmp_path / "venv")
+    line = listed(python, tmp_path / "venv")
     assert re.fullmatch(r"neuron-migrate v\S+ enabled OK \(python, neuron-migrate\)", line), line
