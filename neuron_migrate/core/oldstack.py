@@ -140,6 +140,15 @@ OLD_STACK_COMMANDS = {
     "inference_demo": "neuronx-distributed-inference's command line",
 }
 
+# Old-stack modules that launch a program (`python -m torch_xla.distributed.xla_dist ... -- python
+# train.py`), and how a native program is launched instead.
+OLD_STACK_LAUNCHERS = {
+    "torch_xla.distributed.xla_dist": (
+        "`torch_xla.distributed.xla_dist` started the program on every TPU VM with XLA's settings: "
+        "run it with `torchrun` on each host instead"
+    ),
+}
+
 # Strings that name an artifact or a step of the old stack, which a migrated program meets no
 # more, and what happened to each: what a program does with such a string (a path it tests, a
 # variable it sets for a child run) silently stops doing anything.

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 from neuron_migrate.core.oldstack import (
     OLD_STACK_COMMANDS,
+    OLD_STACK_LAUNCHERS,
     PRECISION,
     REMOVED_STEPS,
     XLA_VARIABLE,
     old_stack_imported_in,
+    old_stack_module,
 )
 from neuron_migrate.rewrite.codemods.optimum.fields import PARALLEL_FIELDS, TRAINING_FIELDS
 from neuron_migrate.rewrite.codemods.upgrade.flags import gone_flags
@@ -164,6 +166,9 @@ def old_stack_command(command: str) -> str | None:
                 "checkpoints are whole already (`save_pretrained`), and models compile when first called; "
                 "run it with the old stack once if you still need its output"
             )
+    module = next((words[at + 1] for at, word in enumerate(words[:-1]) if word == "-m" and old_stack_module(words[at + 1])), None)
+    if module is not None:
+        return OLD_STACK_LAUNCHERS.get(module) or f"`-m {module}` runs a module of the old stack, which a native install does not have: port what it does"
     imported = old_stack_imported_in(" ".join(words))
     if imported is not None:
         return f"this runs Python that imports `{imported}`, the old stack, which a native install does not have: port it too"

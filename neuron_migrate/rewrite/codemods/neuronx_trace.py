@@ -84,6 +84,18 @@ def _tensor_expression(node: ast.expr) -> bool:
         node = node.func.value
     return isinstance(node, ast.Call) and (ast_dotted_name(node.func) or "") in TENSOR_FACTORIES
 
+# torch_neuronx's device functions (also reached as `torch.neuron`, which it installed), by the
+# name `torch.accelerator` gives each: a portable program calls them there.
+DEVICE_FUNCTIONS = {
+    **{name: name for name in (
+        "synchronize", "device_count", "is_available", "empty_cache", "memory_allocated", "max_memory_allocated",
+        "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats",
+    )},
+    "current_device": "current_device_index",
+    "set_device": "set_device_index",
+}
+_DEVICE_CALLS = {f"{module}.{name}": name for module in ("torch.neuron", "torch_neuronx") for name in DEVICE_FUNCTIONS}
+
 
 def _example_kind(tree: ast.AST, name: str) -> str:
     """ "tuple", "list", "tensor" or "" for the example inputs bound to `name`."""
@@ -568,6 +580,8 @@ class NeuronxTrace(Codemod):
                 "`dynamic_batch` split batches into traced-size pieces: pad or split batches to the warm-up size, or each size compiles anew"
             )
             return updated_node.args[0].value
+        if name in _DEVICE_CALLS:
+            return self._device_call(updated_node, _DEVICE_CALLS[name])
         if name in RMS_NORM:
             native = self._rms_norm(updated_node)
             if native is not None:
@@ -592,6 +606,16 @@ class NeuronxTrace(Codemod):
         ):
             self.todo(LOAD_TODO)
         return updated_node
+
+    def _device_call(self, call: cst.Call, function: str) -> cst.Call:
+        """`torch.neuron.synchronize()` (or `torch_neuronx.synchronize()`) -> the native device
+        module's function: `torch.neuron`'s for Neuron, `torch.accelerator`'s where it is portable."""
+        torch = self.ctx.torch()
+        new = f"{torch}.neuron.{function}" if self.ctx.target.neuron else f"{torch}.accelerator.{DEVICE_FUNCTIONS[function]}"
+        if code_of(call.func) == new:
+            return call
+        self.changed(f"`{code_of(call.func)}()` -> `{new}()`")
+        return call.with_changes(func=expr(new))
 
     def _rms_norm(self, call: cst.Call) -> cst.BaseExpression | None:
         """`RmsNorm.apply(x, weight, eps, len(x.shape) - 1)` -> `F.rms_norm(x, x.shape[-1:], weight, eps)`:

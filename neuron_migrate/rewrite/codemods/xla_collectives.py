@@ -538,6 +538,13 @@ class XlaCollectives(Codemod):
             # What it still names of the old stack would land in statements of its own, where a
             # TODO could not follow it: leave the call whole for a person.
             return line
+        if isinstance(small, cst.Expr) and _one_tensor(inputs.value):
+            # torch_xla returned one tensor reduced anew and left the input alone: dropped, the
+            # result was never seen.
+            name = code_of(inputs.value)
+            self.todo(f"removed: `xm.all_reduce` left `{name}` as it was (its new tensor was dropped); `dist.all_reduce({name})` reduces it")
+            self.changed("removed an `xm.all_reduce(...)` of one tensor whose result was dropped (it reduced nothing)")
+            return self.ctx.remove(line)
         op = self._reduce_op(reduce_type.value)
         plan = self._all_reduce_targets(small, inputs.value) if op is not None else None
         if op is None or plan is None:
@@ -629,6 +636,15 @@ class XlaCollectives(Codemod):
             if scaled:
                 condition += f" and {dist}.get_world_size() > 1"
         return reduce if condition is None else [_block(f"if {condition}:", reduce)]
+
+
+# Attributes of a tensor that are tensors themselves: `param.data`, `param.grad`.
+TENSOR_ATTRIBUTES = frozenset({"data", "grad"})
+
+
+def _one_tensor(node: cst.BaseExpression) -> bool:
+    """An expression that is one tensor whatever the program (a parameter's `.data` or `.grad`)."""
+    return isinstance(node, cst.Attribute) and node.attr.value in TENSOR_ATTRIBUTES
 
 
 def _block(header: str, lines: list[str]) -> str:

@@ -137,6 +137,8 @@ NEURON_MODEL_ONLY = {
         "`{code}` is a graph optimum-neuron compiled; a transformers model has none: remove what reads it",
     ),
 }
+PRECOMPILE = "neuron_parallel_compile"
+PRECOMPILE_TODO = "`neuron_parallel_compile` only compiled graphs and is gone natively: drop the run this starts (training compiles as it goes)"
 PRECOMPILE_NOTE = "`neuron_parallel_compile` is gone: it extracted XLA graphs in a separate run before training; natively the training run compiles its graphs itself on the first steps, so that run was removed"
 SHELL_RUNNERS = (
     "os.system",
@@ -319,13 +321,14 @@ def _precompile_commands(tree: ast.AST, qualified: Qualifier, loads: dict[str, i
     runs: dict[str, int] = {}
     commands: set[str] = set()
     for n in all_nodes(tree):
-        if (
-            isinstance(n, ast.Call)
-            and qualified(n.func) in SHELL_RUNNERS
-            and n.args
-            and isinstance(n.args[0], ast.Name)
+        if (  # a run whose statement goes with it: its result is read nowhere (`if run(cmd):` stays)
+            isinstance(n, ast.Expr)
+            and isinstance(n.value, ast.Call)
+            and qualified(n.value.func) in SHELL_RUNNERS
+            and n.value.args
+            and isinstance(n.value.args[0], ast.Name)
         ):
-            runs[n.args[0].id] = runs.get(n.args[0].id, 0) + 1
+            runs[n.value.args[0].id] = runs.get(n.value.args[0].id, 0) + 1
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             text = _ast_text(n.value)
             if text is not None and "neuron_parallel_compile" in text.split():
@@ -453,6 +456,7 @@ class OptimumInference(RenamingCodemod):
         self._opaque_configs: set[tuple[object, str]] = set()  # ... given `**` dicts unread
         self._models: dict[Binding, _Model] = {}
         self._target: str | None = None
+        self._dropped = 0  # inside a statement that goes whole (a pre-compilation run, its command)
 
     # -- whole-file facts -----------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -463,10 +467,15 @@ class OptimumInference(RenamingCodemod):
     def visit_Assign(self, node: cst.Assign) -> None:
         target = node.targets[0].target if len(node.targets) == 1 else None
         self._target = target.value if isinstance(target, cst.Name) else None
+        self._dropped += self._target in self.facts.precompile_vars
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        self._dropped += self._shell_step(node) is not None
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> Any:
         target = self._target
         self._target = None
+        self._dropped -= target in self.facts.precompile_vars
         if target is None:
             return updated_node
         if target in self.facts.dicts:
@@ -502,64 +511,50 @@ class OptimumInference(RenamingCodemod):
         return updated_node
 
     # -- shell steps -----------------------------------------------------------------------------
-    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
-        call = original_node.value  # before the string rewrites below
-        if not (
-            isinstance(call, cst.Call) and self.qualify(call.func) in SHELL_RUNNERS and call.args
-        ):
-            return updated_node
+    def _shell_step(self, node: cst.Expr) -> str | None:
+        """The old-stack step a statement runs and that goes with it (`neuron_parallel_compile`,
+        `optimum-cli export neuron`, `optimum-cli neuron cache`), or None."""
+        call = node.value
+        if not (isinstance(call, cst.Call) and self.qualify(call.func) in SHELL_RUNNERS and call.args):
+            return None
         first = call.args[0].value
-        command = _command_text(first)
         if isinstance(first, cst.Name) and first.value in self.facts.precompile_vars:
-            command = "neuron_parallel_compile"
-        if command is None:
+            return PRECOMPILE
+        words = (_command_text(first) or "").split()
+        if PRECOMPILE in words:
+            return PRECOMPILE
+        step = " ".join(words[:3])
+        return step if step in ("optimum-cli export neuron", "optimum-cli neuron cache") else None
+
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr) -> Any:
+        step = self._shell_step(original_node)
+        if step is None:
             return updated_node
-        words = command.split()
-        if "neuron_parallel_compile" in words or (
-            isinstance(call.args[0].value, cst.Name)
-            and call.args[0].value.value in self.facts.precompile_vars
-        ):
+        self._dropped -= 1
+        if step == PRECOMPILE:
             self.changed("removed the `neuron_parallel_compile` pre-compilation run")
             self.ctx.note(self.code, PRECOMPILE_NOTE)
-            return self.ctx.remove(updated_node)
-        step = " ".join(words[:3])
-        if step in ("optimum-cli export neuron", "optimum-cli neuron cache"):
+        else:
             self.changed(f"removed the `{step}` step")
             self.ctx.note(
                 self.code,
                 f"`{step}` is gone: there is no ahead-of-time export or Hub cache of compiled models natively; the first call of the model compiles, and the Neuron compile cache keeps the result",
             )
-            return self.ctx.remove(updated_node)
-        return updated_node
+        return self.ctx.remove(updated_node)
 
-    def leave_SimpleString(
-        self, original_node: cst.SimpleString, updated_node: cst.SimpleString
-    ) -> cst.SimpleString:
-        value = updated_node.value
-        if "neuron_parallel_compile " not in value:
-            return updated_node
-        self.changed("removed the `neuron_parallel_compile` pre-compilation prefix")
-        self.ctx.note(self.code, PRECOMPILE_NOTE)
-        return updated_node.with_changes(value=value.replace("neuron_parallel_compile ", ""))
+    # A command kept whole (its run is not a statement of its own, or it is built in pieces):
+    # without its prefix it would train for real, so it stays, with a TODO.
+    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        if not self._dropped and PRECOMPILE in updated_node.value.split():
+            self.todo(PRECOMPILE_TODO)
+        return updated_node
 
     def leave_FormattedStringText(
         self, original_node: cst.FormattedStringText, updated_node: cst.FormattedStringText
     ) -> cst.FormattedStringText:
-        if "neuron_parallel_compile " not in updated_node.value:
-            return updated_node
-        self.changed("removed the `neuron_parallel_compile` pre-compilation prefix")
-        self.ctx.note(self.code, PRECOMPILE_NOTE)
-        return updated_node.with_changes(
-            value=updated_node.value.replace("neuron_parallel_compile ", "")
-        )
-
-    def leave_List(self, original_node: cst.List, updated_node: cst.List) -> cst.List:
-        elements = list(updated_node.elements)
-        if not elements or literal(elements[0].value) != "neuron_parallel_compile":
-            return updated_node
-        self.changed("removed the `neuron_parallel_compile` pre-compilation prefix")
-        self.ctx.note(self.code, PRECOMPILE_NOTE)
-        return updated_node.with_changes(elements=elements[1:])
+        if not self._dropped and PRECOMPILE in updated_node.value.split():
+            self.todo(PRECOMPILE_TODO)
+        return updated_node
 
     # -- what only optimum-neuron's models have ------------------------------------------------
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
