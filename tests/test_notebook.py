@@ -516,6 +516,7 @@ def test_shell_lines_that_run_or_fetch_old_stack_code_get_a_todo(tmp_path: Path)
         ("code", "!python clean.py --evaluation_strategy epoch --tpu_num_cores 8"),
         ("code", "!python old.py && python clean.py"),
         ("code", "!python -m torch_xla.distributed.xla_dist --tpu=$TPU --env=XLA_USE_BF16=1 -- python3 clean.py"),
+        ("code", "!python xla_spawn.py --num_cores 8 clean.py --max_seq_length 128"),
         ("code", "%%writefile made.py\nprint('written here')"),
         ("code", "!python made.py\n!python clean.py\n!wget https://example.com/data.py"),
     ]
@@ -534,6 +535,7 @@ def test_shell_lines_that_run_or_fetch_old_stack_code_get_a_todo(tmp_path: Path)
     )
     assert sources[5].startswith("# TODO(neuron-migrate NM091): this runs `old.py`, which still imports the old stack")
     assert sources[6].startswith(f"{todo}`torch_xla.distributed.xla_dist` started the program on every TPU VM")
-    assert sources[7:] == [source for _, source in cells[7:]]  # its own script, a clean one, a download
+    assert sources[7].startswith(f"{todo}`xla_spawn.py` started the script on each TPU core")
+    assert sources[8:] == [source for _, source in cells[8:]]  # its own script, a clean one, a download
     again = rewrite_notebook(outcome.result.migrated, str(path), Options())
     assert again.result.migrated == outcome.result.migrated

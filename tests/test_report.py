@@ -161,3 +161,19 @@ def test_a_notebook_cell_with_shell_lines_is_read_as_the_python_the_kernel_runs(
     main(["rewrite", str(src), "--output-dir", str(tmp_path / "out2"), "-q", "--report", str(tmp_path / "r2.json")])
     [entry] = json.loads((tmp_path / "r2.json").read_text())["files"]
     assert entry["status"] == report.START_UP
+
+
+def test_a_module_importing_a_failing_one_by_package_or_relative_path_fails_at_start_up_too(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "helper.py").write_text(LEFTOVER)
+    (src / "pkg" / "model.py").write_text("from .helper import devs\n\nDEVICES = devs\n")
+    (src / "pkg" / "train.py").write_text(NATIVE.replace("xm.mark_step()\n", "xm.mark_step()\nfrom pkg.model import DEVICES\n"))
+    (src / "run.py").write_text("import torch_xla.core.xla_model as xm\nfrom pkg import train\n\nxm.mark_step()\n")
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out"), "-q", "--report", str(tmp_path / "r.json")])
+    status = {f["path"].split("src/")[1]: f["status"] for f in json.loads((tmp_path / "r.json").read_text())["files"]}
+    assert status["pkg/helper.py"] == report.START_UP
+    assert status["pkg/model.py"] == report.START_UP  # `from .helper import ...`
+    assert status["pkg/train.py"] == report.START_UP  # `from pkg.model import ...`, one step further
+    assert status["run.py"] == report.START_UP  # `from pkg import train`

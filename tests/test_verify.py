@@ -406,6 +406,32 @@ def test_a_script_the_file_runs_that_keeps_the_old_stack_gets_a_todo_unless_migr
     assert "tools/merge.py`" not in (out / "train.py").read_text()
 
 
+
+def test_a_test_for_the_old_stack_that_guarded_migrated_code_gets_a_todo_wherever_it_is_read(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "avail.py").write_text(
+        "try:\n    import optimum.neuron  # noqa: F401\n    HAS_NEURON = True\nexcept ImportError:\n    HAS_NEURON = False\n"
+    )
+    source = (
+        "from avail import HAS_NEURON\n\nif HAS_NEURON:\n    from optimum.neuron import NeuronModelForSequenceClassification\n\n\n"
+        "def load(name):\n    if not HAS_NEURON:\n        raise ImportError('optimum-neuron is required')\n"
+        "    return NeuronModelForSequenceClassification.from_pretrained(name)\n"
+    )
+    migrated, _ = _rewrite(tmp_path, source)
+    assert "import optimum" not in migrated.split("if HAS_NEURON:")[1]
+    message = "`HAS_NEURON` tests for `optimum.neuron`, which the code it guarded no longer imports"
+    assert message in _todo_above(migrated, "if HAS_NEURON:")
+    assert message in _todo_above(migrated, "    if not HAS_NEURON:")
+
+
+def test_a_trainer_asked_for_tpu_cores_gets_a_todo_in_a_file_with_no_old_stack_import(tmp_path: Path) -> None:
+    source = "import pytorch_lightning as pl\n\ntrainer = pl.Trainer(tpu_cores=8, max_epochs=1)\nother = pl.Trainer(accelerator='tpu')\n"
+    migrated, entry = _rewrite(tmp_path, source)
+    assert "`tpu_cores=` runs the trainer on TPU cores through torch_xla" in _todo_above(migrated, "trainer = ")
+    assert '`accelerator="tpu"` runs the trainer' in _todo_above(migrated, "other = ")
+    assert entry["status"] == report.AFTER_TODOS
+
+
 XLA_CHOICES = '''\
 import torch
 import torch_xla.core.xla_model as xm

@@ -28,6 +28,10 @@ PACKAGE_ADVICE = {
 }
 # Old-stack imports that register what other code reaches by another name: kept while it is used.
 REGISTERS: dict[str, str] = {"torch_neuron": "torch.neuron."}
+# torch_xla modules imported only to register something for `init_process_group` (the `xla`
+# backend, the `xla://` init method): an import of one goes when nothing reads the module itself,
+# whatever else of torch_xla the file still uses.
+REGISTRATION_ONLY = frozenset({"torch_xla.distributed.xla_backend", "torch_xla.experimental.pjrt_backend"})
 # Parts of an old-stack package that move with the code around them: the language of a
 # `neuronxcc.nki` kernel is ported with its kernel, which the TODO at `@nki.jit` is about.
 MOVES_WITH_ITS_KERNEL: tuple[str, ...] = ("neuronxcc.nki.language", "neuronxcc.nki.isa")
@@ -147,6 +151,8 @@ OLD_STACK_LAUNCHERS = {
         "`torch_xla.distributed.xla_dist` started the program on every TPU VM with XLA's settings: "
         "run it with `torchrun` on each host instead"
     ),
+    # transformers' examples/pytorch/xla_spawn.py: `python xla_spawn.py --num_cores 8 run_glue.py ...`
+    "xla_spawn.py": "`xla_spawn.py` started the script on each TPU core with `xmp.spawn`: run it with `torchrun --nproc_per_node=<cores>` instead",
 }
 
 # Strings that name an artifact or a step of the old stack, which a migrated program meets no

@@ -63,7 +63,11 @@ from neuron_migrate.rewrite.spelling import renamed
 from neuron_migrate.rewrite.suites import expand_old_stack_suites, has_one_line_bodies
 from neuron_migrate.rewrite.verify import CODE as VERIFY_CODE
 from neuron_migrate.rewrite.verify import verify, with_todos
-from neuron_migrate.rewrite.verify.leftovers import bound_elsewhere, old_stack_left
+from neuron_migrate.rewrite.verify.leftovers import (
+    bound_elsewhere,
+    old_stack_left,
+    tpu_trainer_arguments,
+)
 
 # A file that contains none of these cannot need a migration.
 PREFILTER = re.compile(
@@ -74,7 +78,7 @@ PREFILTER = re.compile(
     r"|from[ \t]+torch(?:\.neuron\b|[ \t]+import[ \t]+neuron\b)"
     r"|NEURON_EXTRACT_GRAPHS_ONLY|adapter_default|optimum/neuron/|optimum\.commands\.optimum_cli"
     r"|\b(?:SingleDevice)?XLA(?:Accelerator|Strategy|FSDPStrategy|Precision|Bf16Precision|CheckpointIO|Environment)\b"
-    r"|\bTPUAccelerator\b|\b(?:xm|xr|xmp|met|xu|xser|xp|xs)\.\w"
+    r"|\bTPUAccelerator\b|\b(?:xm|xr|xmp|met|xu|xser|xp|xs)\.\w|tpu_cores|accelerator\s*=\s*[\"']tpu[\"']"
 )
 
 _TODO = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
@@ -182,9 +186,11 @@ def _rewrite_source(
             return result
     hidden = _old_stack_star_imports(tree)  # bind old-stack names the table cannot list
     if not selected and not old_names and not hidden:
-        if options.marks_unbound_aliases and options.enabled(VERIFY_CODE) and bound_elsewhere(tree):
-            # `xm.mark_step()` with `xm` from a star import or another cell: no rule sees it.
-            result.migrated = with_todos(text, old_stack_left(tree, text))
+        if options.enabled(VERIFY_CODE):
+            # `xm.mark_step()` with `xm` from a star import or another cell, a Lightning trainer
+            # asked for TPU cores: the old stack without its imports, which no rule sees.
+            unbound = old_stack_left(tree, text) if options.marks_unbound_aliases and bound_elsewhere(tree) else []
+            result.migrated = with_todos(text, unbound + tpu_trainer_arguments(tree, text))
         result.manual = manual_items(result.migrated)
         return result
 

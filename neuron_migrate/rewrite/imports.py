@@ -27,7 +27,8 @@ import libcst as cst
 
 from neuron_migrate.core.ast_nodes import all_nodes
 from neuron_migrate.core.cst_children import PUNCTUATION, transform
-from neuron_migrate.core.oldstack import REGISTERS
+from neuron_migrate.core.names import ast_dotted_name
+from neuron_migrate.core.oldstack import REGISTERS, REGISTRATION_ONLY
 from neuron_migrate.core.scopes import ScopeTable
 from neuron_migrate.rewrite.codemods.base import (
     MigrationContext,
@@ -192,10 +193,12 @@ class _ImportRemover(Transformer):
         is_dead: Callable[[str, int | None], bool],
         old: frozenset[str],
         was_read: Callable[[str, int | None], bool] = lambda name, scope: True,
+        registrations: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__()
         self.ctx = ctx
         self.is_dead = is_dead
+        self.registrations = registrations  # dotted imports that go whatever their root's uses
         self.old = old  # the names old-stack imports bind
         self.was_read = was_read  # did the original read this binding of the name in that scope?
         self._elifs: set[int] = set()
@@ -256,9 +259,12 @@ class _ImportRemover(Transformer):
                 kept = [
                     a
                     for a in names
-                    if not self.is_dead(_alias_binding(a), scope)
-                    or (own and _alias_binding(a) not in self.old)
-                    or self._probes(a, small, scope)
+                    if (
+                        not self.is_dead(_alias_binding(a), scope)
+                        or (own and _alias_binding(a) not in self.old)
+                        or self._probes(a, small, scope)
+                    )
+                    and not (isinstance(small, cst.Import) and _EMPTY.code_for_node(a.name) in self.registrations)
                 ]
                 self.dropped.update(dict.fromkeys(_alias_binding(a) for a in names if a not in kept))
                 if len(kept) != len(names):
@@ -512,15 +518,40 @@ def remove_dead_imports(
             for alias in node.names:
                 bound_after.add(alias.asname or alias.name.split(".")[0])
     read_anywhere = read_before.union(*in_function_before)
-    if not any(name in old or name in read_anywhere for name in bound_after):
+    registrations = _dead_registrations(after, used_after)
+    if not registrations and not any(name in old or name in read_anywhere for name in bound_after):
         return module
-    remover = _ImportRemover(ctx, is_dead, frozenset(old), lambda name, scope: name in reads(scope)[0])
+    remover = _ImportRemover(ctx, is_dead, frozenset(old), lambda name, scope: name in reads(scope)[0], registrations)
     result = transform(module, remover, PUNCTUATION)
     assert isinstance(result, cst.Module)
     if remover.dropped:
         names = ", ".join(f"`{name}`" for name in remover.dropped)
         ctx.changed("NM012", f"removed imports the migration left unused: {names}")
     return result
+
+
+def _dead_registrations(after: ast.AST, used: set[str]) -> frozenset[str]:
+    """The registration-only modules imported by their dotted name (`import
+    torch_xla.distributed.xla_backend`) whose module nothing reads: their root name stays bound
+    by another import where the code still reads it."""
+    imported: list[str] = []
+    binders: set[str] = set()  # roots other imports bind
+    for node in all_nodes(after):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in REGISTRATION_ONLY and alias.asname is None:
+                    imported.append(alias.name)
+                else:
+                    binders.add(alias.asname or alias.name.split(".")[0])
+    if not imported:
+        return frozenset()
+    paths = {ast_dotted_name(n) or "" for n in all_nodes(after) if isinstance(n, ast.Attribute)}
+    return frozenset(
+        name
+        for name in imported
+        if not any(p == name or p.startswith(f"{name}.") for p in paths)
+        and (name.split(".")[0] in binders or name.split(".")[0] not in used)
+    )
 
 
 # -- adding imports, helpers and set-up statements -------------------------------------------

@@ -16,6 +16,7 @@ from neuron_migrate.core.notebook_cells import PYTHON_CELL_MAGICS, cell_magic, m
 from neuron_migrate.core.source import file_diff
 from neuron_migrate.core.wording import plural
 from neuron_migrate.rewrite.results import FileResult, ManualItem
+from neuron_migrate.rewrite.verify.siblings import LEVELS
 
 RULES_URL = "docs/rules.md#{code}"  # in the neuron-migrate repository
 
@@ -111,15 +112,19 @@ def standings(results: Sequence[FileResult]) -> dict[int, tuple[str, str]]:
             found[id(r)] = (CHECKED, f"checked against {versions}" if versions else "")
         else:
             found[id(r)] = (UNCHECKED, _why_unchecked(r))
+    # A file that imports one that fails fails too, through any number of such imports.
     failing = {Path(r.path).with_suffix(""): r for r in results if found[id(r)][0] == START_UP}
-    for r in results:
-        if found[id(r)][0] in (START_UP, REFUSED) or not failing:
-            continue
-        for module in _modules_imported_at_start(r.migrated):
-            sibling = failing.get(Path(r.path).parent / module.replace(".", "/"))
-            if sibling is not None:
-                found[id(r)] = (START_UP, f"imports `{module}`, which still imports the old stack")
-                break
+    while failing:
+        added = {}
+        for r in results:
+            if found[id(r)][0] in (START_UP, REFUSED):
+                continue
+            for module, candidates in _modules_imported_at_start(r.migrated, Path(r.path)):
+                if any(candidate in failing for candidate in candidates):
+                    found[id(r)] = (START_UP, f"imports `{module}`, which still imports the old stack")
+                    added[Path(r.path).with_suffix("")] = r
+                    break
+        failing = added
     return found
 
 
@@ -197,13 +202,31 @@ def _imported_by_call(statement: ast.stmt) -> list[str]:
     ]
 
 
-def _modules_imported_at_start(text: str) -> list[str]:
+def _modules_imported_at_start(text: str, path: Path) -> list[tuple[str, list[Path]]]:
+    """The modules a file imports when it starts (as written), each with the files (without
+    suffix) it may be: `pkg.helper` beside the file or in a folder above; `.helper` from its
+    package; a package's `__init__`."""
     found = []
     for statement in _start_statements(text) or []:
         if isinstance(statement, ast.Import):
-            found += [a.name for a in statement.names]
-        elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
-            found.append(statement.module)
+            names = [(a.name, a.name) for a in statement.names]
+            folders = [path.parent, *path.parent.parents][:LEVELS]
+        elif isinstance(statement, ast.ImportFrom) and (statement.module or statement.level):
+            written = "." * statement.level + (statement.module or "")
+            module = statement.module or ""
+            # `from pkg import helper` may import the module `pkg.helper`.
+            names = [(written, module), *((written, f"{module}.{a.name}".lstrip(".")) for a in statement.names)]
+            if statement.level:
+                folders = [path.parents[statement.level - 1]] if statement.level <= len(path.parents) else []
+            else:
+                folders = [path.parent, *path.parent.parents][:LEVELS]
+        else:
+            continue
+        for written, module in names:
+            if not module:
+                continue
+            relative = Path(*module.split("."))
+            found.append((written, [c for folder in folders for c in (folder / relative, folder / relative / "__init__")]))
     return found
 
 

@@ -169,6 +169,9 @@ def old_stack_command(command: str) -> str | None:
     module = next((words[at + 1] for at, word in enumerate(words[:-1]) if word == "-m" and old_stack_module(words[at + 1])), None)
     if module is not None:
         return OLD_STACK_LAUNCHERS.get(module) or f"`-m {module}` runs a module of the old stack, which a native install does not have: port what it does"
+    launcher = next((script for script in scripts_run(command) if script in OLD_STACK_LAUNCHERS), None)
+    if launcher is not None:
+        return OLD_STACK_LAUNCHERS[launcher]
     imported = old_stack_imported_in(" ".join(words))
     if imported is not None:
         return f"this runs Python that imports `{imported}`, the old stack, which a native install does not have: port it too"

@@ -8,13 +8,13 @@ import libcst as cst
 
 from neuron_migrate.core.oldstack import PACKAGES
 from neuron_migrate.rewrite.codemods.base import (
-    Codemod,
     Frame,
     MigrationContext,
     code_of,
     dotted_name,
     string_value,
 )
+from neuron_migrate.rewrite.codemods.told import StringValues
 
 PROBE_TODO = (
     "{strings} {names} {packages}, absent natively: test `torch.accelerator.is_available()` instead of {them}"
@@ -24,12 +24,13 @@ PROBE_TODO = (
 IMPORTERS = frozenset({"importlib.import_module", "import_module", "__import__"})
 
 
-class PackageProbes(Codemod):
+class PackageProbes(StringValues):
     """Flags code that asks whether an old-stack package is installed.
 
     ## What it does
     A string that is exactly the name of an old-stack package (`"torch_xla"`, `"torch_neuronx"`,
-    `"neuronx_distributed"`, ...) gets a TODO on its statement. The rest of the statement stays.
+    `"neuronx_distributed"`, ...) gets a TODO on its statement, unless it is only told to a person
+    (printed, logged, raised). The rest of the statement stays.
 
     ## Why
     Scripts often choose their path with `importlib.util.find_spec("torch_xla")`, a version check or
@@ -65,11 +66,12 @@ class PackageProbes(Codemod):
         self._imported: set[int] = set()  # strings a call imports (`importlib.import_module("x")`)
 
     def visit_Call(self, node: cst.Call) -> None:
+        super().visit_Call(node)
         if node.args and (dotted_name(node.func) or "") in IMPORTERS:
             self._imported.add(id(node.args[0].value))
 
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
-        if string_value(original_node) in PACKAGES and id(original_node) not in self._imported:
+        if string_value(original_node) in PACKAGES and id(original_node) not in self._imported and not self.told:
             # One TODO per statement, naming every package string in it.
             frame = self.ctx.frames[-1]
             if self._frame is not frame:

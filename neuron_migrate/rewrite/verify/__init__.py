@@ -14,8 +14,14 @@ from pathlib import Path
 
 from neuron_migrate.rewrite.results import FileResult, Verification
 from neuron_migrate.rewrite.verify.checks import Problem, check
+from neuron_migrate.rewrite.verify.gates import availability_tests
 from neuron_migrate.rewrite.verify.launch import torchrun_variables_cleared
-from neuron_migrate.rewrite.verify.leftovers import old_stack_left, old_stack_objects, xla_choices
+from neuron_migrate.rewrite.verify.leftovers import (
+    old_stack_left,
+    old_stack_objects,
+    tpu_trainer_arguments,
+    xla_choices,
+)
 from neuron_migrate.rewrite.verify.siblings import old_stack_scripts, old_stack_siblings
 from neuron_migrate.rewrite.verify.target import environment
 
@@ -40,6 +46,7 @@ def verify(result: FileResult, python: str | None = None, migrated_together: fro
     if not result.kept_as_it_was:  # a file left whole keeps its old stack on purpose, and says so
         verdict.problems += old_stack_left(tree, result.migrated) + old_stack_objects(tree, result.migrated, target)
         verdict.problems += xla_choices(tree, result.migrated) + torchrun_variables_cleared(tree)
+        verdict.problems += tpu_trainer_arguments(tree, result.migrated) + availability_tests(result.original, tree, result.migrated)
         migrated = migrated_together | {str(Path(result.path).resolve())}
         verdict.problems += old_stack_siblings(tree, Path(result.path), migrated)
         verdict.problems += old_stack_scripts(tree, Path(result.path), migrated)

@@ -293,3 +293,34 @@ def xla_choices(tree: ast.Module, source: str) -> list[Problem]:
         message = f"`\"{node.value}\"` chooses XLA, which the native stack has not: choose a native value"
         problems[statement] = Problem(statement, message, repr(node.value))
     return list(problems.values())
+
+
+# Arguments that ran a Lightning `Trainer` on TPU cores through torch_xla (`tpu_cores=8` before
+# Lightning 2, `accelerator="tpu"` after), whatever else the file imports.
+TPU_KEYWORDS = frozenset({"tpu_cores", "num_tpu_cores"})
+
+
+def tpu_trainer_arguments(tree: ast.Module, source: str) -> list[Problem]:
+    """A problem at each statement, with no TODO of its own, that asks a trainer for TPU cores:
+    natively there are none, and Lightning then refuses to start or falls back to the CPU."""
+    lines = source.splitlines()
+    starts = statement_starts(tree)
+    problems: dict[int, Problem] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for keyword in node.keywords:
+            tpu = keyword.arg in TPU_KEYWORDS or (
+                keyword.arg == "accelerator" and isinstance(keyword.value, ast.Constant) and keyword.value.value == "tpu"
+            )
+            statement = starts.get(node.lineno, node.lineno)
+            above = lines[statement - 2] if statement >= 2 else ""
+            if not tpu or TODO in lines[statement - 1] or TODO in above or statement in problems:
+                continue
+            written = f'{keyword.arg}="tpu"' if keyword.arg == "accelerator" else f"{keyword.arg}="
+            problems[statement] = Problem(
+                statement,
+                f'`{written}` runs the trainer on TPU cores through torch_xla: use `accelerator="auto"` and `devices=<cores>`',
+                keyword.arg or "",
+            )
+    return list(problems.values())

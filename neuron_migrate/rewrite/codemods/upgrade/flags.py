@@ -12,11 +12,13 @@ from neuron_migrate.rewrite.codemods.base import (
     string_value,
 )
 from neuron_migrate.rewrite.codemods.told import StringValues
-from neuron_migrate.rewrite.codemods.upgrade.table import SFT_KEYWORDS, TRAINING_KEYWORDS, Keyword
+from neuron_migrate.rewrite.codemods.upgrade.table import TRAINING_KEYWORDS, Keyword
 
 # The fields `HfArgumentParser` made flags of (`--tpu_num_cores`, or `--tpu-num-cores`) that
-# transformers 5 and TRL 1.x have no more; a kept keyword (`optim`) is still a flag.
-_GONE: dict[str, Keyword] = {k.old: k for k in (*TRAINING_KEYWORDS, *SFT_KEYWORDS) if not k.kept}
+# transformers 5 has no more; a kept keyword (`optim`) is still a flag. TRL's renamed SFT fields
+# are not among them: a script's own arguments often have their names (`--max_seq_length` of the
+# language-modeling examples).
+_GONE: dict[str, Keyword] = {k.old: k for k in TRAINING_KEYWORDS if not k.kept}
 # What the keywords translated in code (`table.Keyword.rule`) become on a command line.
 _RULES = {
     "ratio": "pass the ratio as `--warmup_steps` (a number below 1 is a ratio there)",
@@ -53,8 +55,8 @@ class UpgradeFlags(StringValues):
     """Flags transformers-4 training flags that a script passes on to another in strings.
 
     ## What it does
-    A string that holds a flag of transformers 4's `TrainingArguments` (or TRL's `SFTConfig`)
-    that the native stack's versions removed (`"--tpu_num_cores"`, `"--evaluation_strategy"`,
+    A string that holds a flag of transformers 4's `TrainingArguments` that transformers 5
+    removed (`"--tpu_num_cores"`, `"--evaluation_strategy"`,
     in a list of arguments or a whole command line) gets a TODO on its statement that names the
     flag and what replaced it. A flag the file defines itself (`parser.add_argument(...)`) is its
     own, and stays.
