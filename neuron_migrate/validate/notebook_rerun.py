@@ -5,7 +5,8 @@ author saw when it ran is already in the file. The migrated notebook runs in a f
 this Python (nbclient), and each code cell's fresh outputs are compared with the outputs saved in
 the original's matching cell. Text is compared with its numbers parsed (floats within a tolerance,
 integers exactly) and the rest after normalising what differs between runs and stacks by design:
-whitespace, object addresses, device names, clock and elapsed times. Images are compared by size.
+whitespace, object addresses, device names, the version of the torch build, the banner of the
+launcher the migration writes, clock and elapsed times. Images are compared by size.
 """
 
 from __future__ import annotations
@@ -58,10 +59,19 @@ _DURATION_RE = re.compile(
     rf"(?<![\w.]){_NUMBER}\s*(?:ns|us|µs|μs|ms|s|sec|secs|seconds?|min|minutes?|it/s|s/it)(?![\w/])"
 )
 _SPACE_RE = re.compile(r"\s+")
+# The torch build itself (`torch.__version__`): the migration moves to another one by design. Its
+# build label (+cu128, +cpu, +libtpu) tells it from other versions, which stay text.
+_TORCH_BUILD_RE = re.compile(
+    r"(?<![\w.])\d+\.\d+\.\d+(?:\.?[a-z]+\d*)*\+(?:cpu|cu\d+|rocm[\d.]*|xpu|libtpu|neuron)\b"
+)
+# What accelerate's `notebook_launcher` (written for `xmp.spawn`) prints before it starts.
+_LAUNCHER_BANNER_RE = re.compile(r"^Launching (?:a )?training on [^\n]*\.[ \t]*$", re.M)
 
 
 def normalise(text: str) -> str:
     """`text` with what differs between runs and stacks by design made equal; numbers are kept."""
+    text = _LAUNCHER_BANNER_RE.sub("", text)
+    text = _TORCH_BUILD_RE.sub("<torch build>", text)
     text = _ADDRESS_RE.sub("at 0x…", text)
     text = _DEVICE_ARG_RE.sub("", text)
     text = _DEVICE_OBJECT_RE.sub("device(<device>)", text)

@@ -18,7 +18,8 @@ from pathlib import Path
 # torch_xla 2.9 is the last release that runs the lazy-tensor scripts on CPU; the transformers
 # pin is the one optimum-neuron 0.4.5 declares (`transformers~=4.57.1`). torchvision 0.24.0 is
 # the release built against torch 2.9.0 (another would replace torch); the vision samples load
-# their data through it, and several log through torch.utils.tensorboard.
+# their data through it, and several log through torch.utils.tensorboard. ipykernel lets a
+# notebook's original run in a Jupyter kernel of this environment, to make its saved outputs.
 PINS = (
     "torch==2.9.0",
     "torch-xla==2.9.0",
@@ -27,6 +28,7 @@ PINS = (
     "safetensors",
     "numpy",
     "tensorboard",
+    "ipykernel",
 )
 STAMP = "neuron-migrate-refenv.json"
 ENV_VAR = "NEURON_MIGRATE_REFERENCE_PYTHON"

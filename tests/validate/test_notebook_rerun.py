@@ -141,6 +141,41 @@ def test_a_learning_rate_ten_times_larger_is_found_at_the_cell_it_changes(
     assert re.search(r"^\s*2 .* same", out, re.M)
 
 
+def test_the_torch_build_and_the_launchers_banner_are_the_same_after_a_spawn_is_migrated(
+    tmp_path, capsys
+):
+    """A notebook saved on torch_xla (its spawn printing each process's device), and its cells as
+    the migration writes them: `notebook_launcher` prints a banner, torch is another build."""
+    pytest.importorskip("accelerate")
+    spawn = "def print_device(i):\n    print('process', i, DEVICE)\n\n"
+    version = new_output("execute_result", {"text/plain": "'2.9.0+cu128'"}, execution_count=1)
+    devices = new_output("stream", name="stdout", text="process 0 xla:0\n")
+    original = new_notebook(
+        cells=[
+            new_code_cell("import torch\ntorch.__version__", execution_count=1, outputs=[version]),
+            new_code_cell(
+                spawn + "xmp.spawn(print_device, start_method='fork')",
+                execution_count=2,
+                outputs=[devices],
+            ),
+        ]
+    )
+    nbformat.write(original, tmp_path / "original.ipynb")
+    migrated = write(
+        tmp_path / "migrated.ipynb",
+        [
+            "import torch\ntorch.__version__",
+            "from accelerate import notebook_launcher\nDEVICE = torch.device('cpu')\n"
+            + spawn
+            + "notebook_launcher(print_device, args=(0,), num_processes=1)",
+        ],
+    )
+    code = main(["validate", str(tmp_path / "original.ipynb"), str(migrated)])
+    out = capsys.readouterr().out
+    assert code == EXIT_MATCH, out
+    assert "every code cell gives the outputs saved in the original (2 same)" in out
+
+
 def test_a_cell_that_raises_in_the_migrated_notebook_is_a_new_error(original, migrated_dir, capsys):
     sources = migrated_sources()
     sources[4] = "model.weight.detach().to('xla')"  # left on the old stack's device

@@ -83,6 +83,17 @@ def test_names_versions_and_words_keep_their_digits_as_text():
     assert differs("inference", "inference") is None
 
 
+def test_the_torch_build_and_the_launchers_banner_are_what_the_migration_changes_by_design():
+    assert differs("'2.9.0+cu128'", "'2.13.0+cpu'") is None  # torch.__version__, either stack
+    assert differs("torch 2.1.0+libtpu", "torch 2.13.0.dev20261201+cu130") is None
+    assert differs("numpy 2.1.0", "numpy 2.3.0") is not None  # no build label: another library
+    saved = "process 0 xla:0\n"
+    assert differs(saved, "Launching training on CPU.\nprocess 0 cpu\n") is None
+    assert differs(saved, "Launching training on 2 GPUs.\nprocess 0 cuda:0\n") is None
+    assert differs("Launching training on CPU.\n", "") is None
+    assert differs(saved, "Launching training on CPU. process 1 cpu") is not None
+
+
 def test_missing_or_extra_numbers_differ():
     assert differs("a 1 2", "a 1") is not None
     assert differs("a 1", "a 1 2") is not None
