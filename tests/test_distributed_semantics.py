@@ -808,3 +808,33 @@ def test_a_wrapped_model_starts_every_fold_from_rank_0s_untrained_weights(tmp_pa
     torchrun(tmp_path, [tmp_path / "folds.py"])
     starts = [results(tmp_path, f"fold{fold}") for fold in range(2)]
     assert starts[0][0] == starts[0][1] == starts[1][0] == starts[1][1]
+
+
+SELF_INITIALIZING = [
+    "import torch\nimport torch.distributed as dist\nimport torch_xla\nimport torch_xla.distributed.xla_multiprocessing as xmp\n"
+    "import torch_xla.distributed.xla_backend",
+    "def work(index, scale):\n    device = torch_xla.device()\n    dist.init_process_group('xla', init_method='xla://')\n"
+    "    t = torch.ones(2, device=device) * scale\n    dist.all_reduce(t)\n"
+    "    print('rank', index, 'of', dist.get_world_size(), t.cpu().tolist(), flush=True)",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("spawn", "expected"), [
+    ("xmp.spawn(work, args=(3.0,), start_method='fork')", {"rank 0 of 1 [3.0, 3.0]"}),
+    ("xmp.spawn(work, args=(3.0,), nprocs=2, start_method='fork')", {"rank 0 of 2 [6.0, 6.0]", "rank 1 of 2 [6.0, 6.0]"}),
+])
+def test_a_spawned_function_that_makes_its_own_group_runs_from_the_kernel_alone_or_forked(
+    tmp_path: Path, spawn: str, expected: set[str]
+) -> None:
+    """Alone (no accelerator: `notebook_launcher` runs it in the kernel) the launch helper gives
+    the function's own `init_process_group()` a group of one to make; forked, the launcher's."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in (*SELF_INITIALIZING, spawn)])
+    outcome = rewrite_notebook(nbformat.writes(nb), "spawn.ipynb", Options())
+    assert outcome.result.error is None, outcome.result.error
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("\n\n".join(c.source for c in nbformat.reads(outcome.result.migrated, as_version=4).cells) + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    proc = subprocess.run([sys.executable, str(kernel)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {line for line in proc.stdout.splitlines() if line.startswith("rank ")} == expected

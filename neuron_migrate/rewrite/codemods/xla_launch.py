@@ -60,14 +60,32 @@ def {name}(fn, *args):
         {dist}.destroy_process_group()
 '''
 
-# For a function that creates its process group itself.
+# For a function that creates its process group itself. Alone in the kernel, it has no
+# launcher's variables to make it from: a group of one on a free port is described to it.
 RUN_WITH_RANK = '''\
 def {name}(fn, *args):
     """Run `fn(rank, *args)` in each process `notebook_launcher` starts, as `xmp.spawn` did."""{pin}
-    fn(int({os}.environ.get("RANK", 0)), *args)
+    if "RANK" in {os}.environ:
+        fn(int({os}.environ["RANK"]), *args)
+        return
+    # A single process: notebook_launcher ran it in the kernel itself
+    with {socket}.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    given = {{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}}
+    {os}.environ.update(given)
+    try:
+        fn(0, *args)
+    finally:
+        if {dist}.is_initialized():
+            {dist}.destroy_process_group()
+        for variable in given:
+            del {os}.environ[variable]
 '''
 
-LAUNCH_HELPER_DOCSTRING = ast.get_docstring(ast.parse(RUN_WITH_RANK.format(name="f", os="os", pin="")).body[0])  # type: ignore[arg-type]
+LAUNCH_HELPER_DOCSTRING = ast.get_docstring(
+    ast.parse(RUN_WITH_RANK.format(name="f", os="os", pin="", dist="dist", socket="socket")).body[0]  # type: ignore[arg-type]
+)
 
 # In each process of several, before the work: its own accelerator, as each process of `xmp.spawn`
 # had its own device (the lookup that replaced `xm.xla_device()` names no index).
@@ -528,12 +546,13 @@ class XlaLaunch(Codemod):
         """`notebook_launcher` forks the kernel into one process per device; a helper joins them."""
         os = self.ctx.os()
         pin = "" if self.ctx.target.neuron else PIN_IN_HELPER.format(torch=self.ctx.torch(), os=os)
+        dist = self.ctx.dist()
+        backend = 'backend="neuron"' if self.ctx.target.neuron else ""
         if isinstance(fn.value, cst.Name) and fn.value.value in self._self_initializing:
             helper = self.ctx.unused_name("run_with_rank")
-            self.ctx.need_helper(helper, RUN_WITH_RANK.format(name=helper, os=os, pin=pin))
+            source = RUN_WITH_RANK.format(name=helper, os=os, pin=pin, dist=dist, socket=self.ctx.need_import("socket"))
+            self.ctx.need_helper(helper, source)
         else:
-            dist = self.ctx.dist()
-            backend = 'backend="neuron"' if self.ctx.target.neuron else ""
             helper = self.ctx.unused_name("run_on_each_process")
             source = RUN_ON_EACH_PROCESS.format(
                 name=helper, dist=dist, os=os, backend=backend, backend_first=f"{backend}, " if backend else "", pin=pin.replace("\n    ", "\n        ")
