@@ -381,6 +381,7 @@ class NeuronxTrace(Codemod):
         self._saved_as_weights = False  # the statement being left saves or loads weights now
         self._read_after: list[str | None] = []  # per trace call: a variable of its model read later
         self._traces_seen = 0
+        self._saved_whole: set[int] = set()  # traces saved as they are made (`torch.jit.save(trace(m, x), p)`)
 
     def visit_Module(self, node: cst.Module) -> None:
         try:
@@ -565,6 +566,8 @@ class NeuronxTrace(Codemod):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         mark_run_time_import(self, original_node, ROOTS)
         name = self.qualify(original_node.func)
+        if id(original_node) in self._saved_whole:
+            return updated_node  # the save around it writes the model's weights instead
         if name in TRACE:
             return self._trace(original_node, updated_node)
         if name in PASS_THROUGH and updated_node.args:
@@ -586,6 +589,8 @@ class NeuronxTrace(Codemod):
             native = self._rms_norm(updated_node)
             if native is not None:
                 return native
+        if name in JIT_SAVE and len(updated_node.args) >= 2 and id(original_node.args[0].value) in self._saved_whole:
+            return self._save_traced_whole(updated_node.args[0].value, updated_node.args[1].value)
         if name in JIT_SAVE and len(updated_node.args) >= 2:
             return self._save(updated_node, updated_node.args[0].value, updated_node.args[1].value)
         func = updated_node.func
@@ -666,6 +671,17 @@ class NeuronxTrace(Codemod):
             f"{self.ctx.torch()}.save({source}.state_dict(), {code_of(path)})"
         )
 
+    def _save_traced_whole(self, trace: cst.BaseExpression, path: cst.BaseExpression) -> cst.BaseExpression:
+        """`torch.jit.save(torch_neuronx.trace(model, x), path)`: a compiled model is no file, so
+        the model's weights are what the file holds now."""
+        assert isinstance(trace, cst.Call)
+        model = trace.args[0].value
+        self._saved_as_weights = True
+        self.changed("saving a traced model -> `torch.save(model.state_dict(), path)` (a compiled model is not a file)")
+        elsewhere = "other readers build" if self._loaded_here(path) else "its loader builds"
+        self.todo(f"{_short(path)} now holds weights, not TorchScript: {elsewhere} the model, then `load_state_dict(torch.load(...))`")
+        return cst.parse_expression(f"{self.ctx.torch()}.save({_atom(model)}.state_dict(), {code_of(path)})")
+
     def _loaded_here(self, path: cst.BaseExpression) -> bool:
         """Does this file `torch.jit.load` the very path it saves to (and so migrate that load too)?"""
         written = code_of(path)
@@ -679,6 +695,10 @@ class NeuronxTrace(Codemod):
 
     def visit_Call(self, node: cst.Call) -> None:
         note_run_time_import(self, node)
+        if self.qualify(node.func) in JIT_SAVE and len(node.args) >= 2 and not node.args[0].keyword:
+            saved = node.args[0].value
+            if isinstance(saved, cst.Call) and self.qualify(saved.func) in TRACE and saved.args and not saved.args[0].star:
+                self._saved_whole.add(id(saved))
 
     def leave_SimpleString(
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString
