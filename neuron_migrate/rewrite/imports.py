@@ -536,10 +536,12 @@ def _dead_registrations(after: ast.AST, used: set[str]) -> frozenset[str]:
     by another import where the code still reads it."""
     imported: list[str] = []
     binders: set[str] = set()  # roots other imports bind
+    # In a `try` it is part of what the block probes for, which its TODO names: it stays.
+    probed = {id(n) for t in all_nodes(after) if isinstance(t, ast.Try) for s in t.body for n in ast.walk(s)}
     for node in all_nodes(after):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name in REGISTRATION_ONLY and alias.asname is None:
+                if alias.name in REGISTRATION_ONLY and alias.asname is None and id(node) not in probed:
                     imported.append(alias.name)
                 else:
                     binders.add(alias.asname or alias.name.split(".")[0])

@@ -400,6 +400,21 @@ def _option(select: Any, text: str) -> str:
     return str(_until(found, f"no option {text!r}"))
 
 
+def _choose(select: Any, text: str) -> None:
+    """Select the option of a <select> that contains `text`, again if the widget renamed its
+    options meanwhile (the app relabels its files after each Apply)."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    def chosen() -> bool:
+        try:
+            select.select_option(label=_option(select, text), timeout=3_000)
+        except PlaywrightError:
+            return False
+        return True
+
+    _until(chosen, f"could not select {text!r}")
+
+
 def _cells(page: Any) -> Any:
     return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
 
@@ -667,8 +682,13 @@ def test_applying_cell_by_cell_in_either_order_gives_what_applying_the_whole_not
         apply wrote it already (its Apply button is then disabled)."""
         path = lab.root / "orders" / name
         before = path.read_text()
-        files.select_option(label=_option(files, name))
-        cells.select_option(label=_option(cells, "whole notebook" if cell is None else f"cell {cell}"))
+        headline = app.locator(".nm-headline").first
+        _choose(files, name)
+        # A newly chosen file is shown whole first: choose the cell once the app shows the file.
+        _until(lambda: f"orders/{name}" in headline.inner_text(), f"the app did not show {name}")
+        _choose(cells, "whole notebook" if cell is None else f"cell {cell}")
+        shown = f"orders/{name}:" if cell is None else f"orders/{name}, cell {cell}:"
+        _until(lambda: shown in headline.inner_text(), f"the app did not show {shown}")
         where = "" if cell is None else f"cell {cell} to "
         button = app.locator("button", has_text=re.compile(rf"^\s*Apply {where}{re.escape(name)}\s*$"))
         _until(lambda: button.count(), f"the app does not offer to apply {where}{name}")
@@ -676,6 +696,8 @@ def test_applying_cell_by_cell_in_either_order_gives_what_applying_the_whole_not
             return
         button.first.click()
         _until(lambda: path.read_text() != before, f"{where}{name} was not written")
+        # Done once the app has read the file again and says so ("writing ..." until then).
+        _until(lambda: "writing " not in app.inner_text(), f"the app did not finish writing {where}{name}")
 
     for name, order in ORDERS.items():
         for cell in order:
