@@ -19,11 +19,14 @@ from neuron_migrate.rewrite.verify.checks import Problem
 TODO = "TODO(neuron-migrate "
 # Names that say which stack is there (`HAS_NEURON`, `CHECK_OPTIMUM_NEURON`, `is_torch_xla_available`).
 _STACK_WORD = re.compile(r"neuron|xla|tpu", re.IGNORECASE)
+_INDENTED_IMPORT = re.compile(r"^[ \t]+(?:import|from)[ \t]", re.MULTILINE)
 
 
 def availability_tests(original: str, tree: ast.Module, source: str) -> list[Problem]:
     """A problem at each statement of the migrated `tree` that reads a name the `original` tested
     before importing the old stack, where the migration took those imports from behind the test."""
+    if _INDENTED_IMPORT.search(original) is None:
+        return []  # no import inside a block: nothing guarded (and no second parse)
     try:
         before = ast.parse(original)
     except SyntaxError:
