@@ -256,6 +256,7 @@ class _ImportRemover(Transformer):
                 names = list(small.names)
                 # A relative or `noqa` import may be there for its side effect: only old stack goes.
                 own = marked or (isinstance(small, cst.ImportFrom) and bool(small.relative))
+                probing = self._probed[-1] if self._probed else None  # in a `try` that probes
                 kept = [
                     a
                     for a in names
@@ -264,7 +265,7 @@ class _ImportRemover(Transformer):
                         or (own and _alias_binding(a) not in self.old)
                         or self._probes(a, small, scope)
                     )
-                    and not (isinstance(small, cst.Import) and _EMPTY.code_for_node(a.name) in self.registrations)
+                    and not (probing is None and isinstance(small, cst.Import) and _EMPTY.code_for_node(a.name) in self.registrations)
                 ]
                 self.dropped.update(dict.fromkeys(_alias_binding(a) for a in names if a not in kept))
                 if len(kept) != len(names):
@@ -292,7 +293,9 @@ class _ImportRemover(Transformer):
     def _probes(self, alias: cst.ImportAlias, statement: cst.Import | cst.ImportFrom, scope: int | None) -> bool:
         """Is this old-stack import, never read, in a `try` block that only asks whether it is installed?"""
         binding = _alias_binding(alias)
-        if not self._probed or self._probed[-1] is None or binding not in self.old or self.was_read(binding, scope):
+        # A registration-only module is never read itself: its root read elsewhere says nothing.
+        registers = isinstance(statement, cst.Import) and alias.asname is None and _EMPTY.code_for_node(alias.name) in REGISTRATION_ONLY
+        if not self._probed or self._probed[-1] is None or binding not in self.old or (self.was_read(binding, scope) and not registers):
             return False
         self._probed[-1].append(_import_text(statement, alias))
         return True
