@@ -400,8 +400,7 @@ class _ImportRemover(Transformer):
         message = (
             f"{names} stays imported, fails natively, so its fallback runs: finish its TODOs, or set it from `torch.accelerator`"
             if tested == names
-            else f"{names} stays imported and fails natively, so {tested} is false: finish the TODOs on {names}, "
-            f"or set it from `torch.accelerator`"
+            else f"{names} stays imported and fails natively, so {tested} is false: finish their TODOs, or set it from `torch.accelerator`"
         )
         return add_todos(node, [("NM012", message)])  # type: ignore[return-value]
 
