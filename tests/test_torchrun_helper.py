@@ -1,10 +1,10 @@
-"""The test launcher runs a program again only after torch's abort at interpreter exit, and once."""
+"""The test launcher runs a program again only after torch's abort at interpreter exit, a few times."""
 
 from __future__ import annotations
 
 import subprocess
 
-from tests.helpers.torchrun import TEARDOWN_ABORT, again_after_abort
+from tests.helpers.torchrun import LAUNCHES, TEARDOWN_ABORT, again_after_abort
 
 
 def launches(*outcomes: tuple[int, str]):
@@ -24,10 +24,16 @@ def test_an_abort_at_exit_is_run_once_more() -> None:
     assert calls == [-6, 0]
 
 
-def test_a_second_abort_fails() -> None:
+def test_aborts_in_a_row_are_run_again_until_one_finishes() -> None:
     launch, calls = launches((-6, TEARDOWN_ABORT), (-6, TEARDOWN_ABORT), (0, ""))
+    assert again_after_abort(launch).returncode == 0
+    assert calls == [-6, -6, 0]
+
+
+def test_an_abort_at_every_launch_fails() -> None:
+    launch, calls = launches(*[(-6, TEARDOWN_ABORT)] * LAUNCHES, (0, ""))
     assert again_after_abort(launch).returncode == -6
-    assert calls == [-6, -6]
+    assert calls == [-6] * LAUNCHES
 
 
 def test_any_other_failure_is_not_run_again() -> None:

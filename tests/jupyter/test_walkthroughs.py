@@ -74,7 +74,7 @@ def _cli_has(command: str) -> bool:
 
 
 def execute(name: str, work: Path, **parameters: Any) -> nbformat.NotebookNode:
-    """Run the notebook; once more, in a fresh work folder, when a torchrun it launched lost a
+    """Run the notebook; again, in a fresh work folder, while a torchrun it launched loses a
     worker to torch's gloo abort at interpreter exit (`tests/helpers/torchrun.py`)."""
     papermill = pytest.importorskip("papermill")
     output = artifacts_dir() / name.replace(".ipynb", ".executed.ipynb")
@@ -90,12 +90,13 @@ def execute(name: str, work: Path, **parameters: Any) -> nbformat.NotebookNode:
             execution_timeout=BUDGET_SECONDS,
         )
 
-    try:
-        return run(work)
-    except papermill.PapermillExecutionError as error:
-        if "torchrun" not in str(error) or not torchrun_helper.aborted_at_exit(str(error)):
-            raise
-        return run(work.with_name(work.name + "-again"))
+    for attempt in range(1, torchrun_helper.LAUNCHES):
+        try:
+            return run(work.with_name(f"{work.name}-{attempt}") if attempt > 1 else work)
+        except papermill.PapermillExecutionError as error:
+            if "torchrun" not in str(error) or not torchrun_helper.aborted_at_exit(str(error)):
+                raise
+    return run(work.with_name(f"{work.name}-{torchrun_helper.LAUNCHES}"))
 
 
 def cell(notebook: nbformat.NotebookNode, start: str) -> nbformat.NotebookNode:
