@@ -155,21 +155,23 @@ def test_a_cause_that_recurs_in_a_function_is_marked_once_there() -> None:
     assert "the 2 lines marked NM025 below hold it back" in result.migrated  # the layer and the clipping
 
 
-def test_a_strided_layer_and_nxd_s_per_rank_slices_in_two_files_leave_the_program(tmp_path: Path) -> None:
-    """A `stride=` layer holds other rows on each rank than NxD's, so a script saving NxD's
-    per-rank slices of the model beside it would write other files than NxD did."""
+def test_a_strided_layer_s_program_loading_per_rank_slices_in_another_file_is_told_where_it_loads(tmp_path: Path) -> None:
+    """A `stride=` layer holds other rows on each rank than NxD's: the program moves, and the
+    script that loads per-rank slices beside it (files NxD may have written) gets a TODO there."""
     model = PLAIN_MODEL.replace("gather_output=False)", "gather_output=False, stride=2)")
     (tmp_path / "modeling.py").write_text(model)
-    script = PROGRAM_SCRIPT.replace("    xm.mark_step()\n", "    xm.mark_step()\n    torch.save(model.state_dict(), 'rank.pt')\n")
+    script = PROGRAM_SCRIPT.replace(
+        "    xm.mark_step()\n",
+        "    xm.mark_step()\n    torch.save(model.state_dict(), 'rank.pt')\n    model.load_state_dict(torch.load('rank.pt'))\n",
+    )
     (tmp_path / "train.py").write_text("import torch\n" + script)
-    assert main(["rewrite", str(tmp_path), "-q"]) == 1
-    for name in ("train.py", "modeling.py"):
-        assert "a `stride=` layer keeps other rows on each rank than NxD did" in (tmp_path / name).read_text()
-    assert not (tmp_path / "parallel_mesh.py").exists()
-    (tmp_path / "modeling.py").write_text(model)
-    (tmp_path / "train.py").write_text(PROGRAM_SCRIPT)
-    assert main(["rewrite", str(tmp_path), "-q"]) == 0  # the strided layer alone moves
+    assert main(["rewrite", str(tmp_path), "-q"]) == 1  # a TODO to review
     assert "ColwiseParallel(output_layouts=strided_shard(2))" in (tmp_path / "modeling.py").read_text()
+    migrated = (tmp_path / "train.py").read_text()
+    assert "neuronx_distributed" not in migrated
+    todo = "`stride=` layers keep other rows on each rank than NxD did: load files the migrated program wrote, not NxD's"
+    assert migrated.count(todo) == 1
+    assert migrated.index(todo) < migrated.index("load_shards_into(model")
 
 
 def test_a_whole_checkpoint_load_is_named_with_its_native_form() -> None:

@@ -41,6 +41,8 @@ class Layer:
     # the switch value it needs, without which NxD's result changes with the tensor-parallel size.
     strided_style: str | None = None
     strided_switch: bool | None = None
+    # With both: the style (`{dim}` and `{strided}` as above).
+    sequence_strided_style: str | None = None
 
 
 LINEAR_DEFAULTS = (
@@ -69,6 +71,7 @@ LAYERS = {
         # Gathered, NxD's output has each rank's parts one after another.
         strided_style="ColwiseParallel(output_layouts={strided})",
         strided_switch=False,
+        sequence_strided_style="ColwiseParallel(input_layouts=Shard({dim}), output_layouts={strided})",
     ),
     "RowParallelLinear": Layer(
         native="Linear",
@@ -85,6 +88,7 @@ LAYERS = {
         # Scattered, NxD's input is split in slices but its weight by parts.
         strided_style="RowwiseParallel(input_layouts={strided})",
         strided_switch=True,
+        sequence_strided_style="RowwiseParallel(input_layouts={strided}, output_layouts=Shard({dim}))",
     ),
     "ParallelEmbedding": Layer(
         native="Embedding",
@@ -129,24 +133,31 @@ def layer_style(layer: Layer, given: dict[str, str], sequence_dim: str = "0", st
     such layout. `sequence_dim`: the program's, for a layer that does not name its own;
     `strided`: how the style spells the layout of a `stride=` layer."""
     stride = given.get(STRIDE, "1")
+    sequence = given.get(SEQUENCE_OPTIONS[0], "False")
     if stride != "1":
         switch = given.get(layer.switch, str(layer.switch_default))
-        if layer.strided_style is None or given.get(SEQUENCE_OPTIONS[0], "False") != "False" or switch != str(layer.strided_switch):
+        style = {"False": layer.strided_style, "True": layer.sequence_strided_style}.get(sequence)
+        if style is None or switch != str(layer.strided_switch):
             return None
-        return layer.strided_style.format(strided=strided.format(stride=stride))
-    if given.get(SEQUENCE_OPTIONS[0], "False") == "True":
+        return style.format(strided=strided.format(stride=stride), dim=_sequence_dim(given))
+    if sequence == "True":
         if layer.sequence_style is None:
             return None
         if not layer.switch:
             return layer.sequence_style.format(dim=sequence_dim)
-        dim = given.get(SEQUENCE_OPTIONS[1], "None")
-        return layer.sequence_style.format(dim="0" if dim == "None" else dim)
+        return layer.sequence_style.format(dim=_sequence_dim(given))
     if given.get(SEQUENCE_OPTIONS[0], "False") != "False":
         return None
     if not layer.switch:
         return layer.styles[False]
     value = given.get(layer.switch, str(layer.switch_default))
     return layer.styles[value == "True"] if value in ("True", "False") else None
+
+
+def _sequence_dim(given: dict[str, str]) -> str:
+    """The sequence dimension a linear layer names (NxD's default, 0, where it names none)."""
+    dim = given.get(SEQUENCE_OPTIONS[1], "None")
+    return "0" if dim == "None" else dim
 
 
 LAYER_MODULES = {"LayerNorm": (".layer_norm",)}
@@ -174,6 +185,9 @@ class Mapping:
     # Keywords accepted only at these values, and one that picks the gradient (value -> grad).
     defaults: tuple[tuple[str, str], ...] = (("process_group", "None"),)
     grad_switch: tuple[str, int, dict[str, str]] | None = None
+    # NxD's private helpers behind the mappings: the forward alone, with no backward of their own
+    # (what a hand-written `autograd.Function` calls in its `forward` and `backward`).
+    forward_only: bool = False
 
 
 SEQUENCE_DIMENSION = ("sequence_dimension", 1, "0")
@@ -208,6 +222,10 @@ MAPPINGS = {
     "gather_from_tensor_model_parallel_region_with_dim": Mapping(
         "Shard({dim})", "Replicate()", dimension=("gather_dim", 1, None)
     ),
+    "_split_along_first_dim": Mapping("Replicate()", "Shard(0)", forward_only=True),
+    "_split_along_last_dim": Mapping("Replicate()", "Shard(-1)", forward_only=True),
+    "_gather_along_first_dim": Mapping("Shard(0)", "Replicate()", forward_only=True),
+    "_gather_along_last_dim": Mapping("Shard(-1)", "Replicate()", forward_only=True),
 }
 MAPPING_NAMES = {
     f"{LAYERS_MODULE}{module}.{name}": name

@@ -29,11 +29,14 @@ NXD = "neuronx_distributed"
 @dataclass(frozen=True)
 class MeshProgram:
     """One file's part in a program of several files: where the mesh lives, whether this file
-    builds it, and why the program is left to a person (None when it is migrated)."""
+    builds it, why the program is left to a person (None when it is migrated), and whether one of
+    its files all-reduces the sequence-parallel gradients another file's norms make."""
 
     module: str = MESH_MODULE
     builds_mesh: bool = False
     blocked: str | None = None
+    reduces_sequence_gradients: bool = False
+    strided: bool = False  # one of its files has a `stride=` layer
 
 
 def sibling_modules(tree: ast.Module, folder: Path) -> list[tuple[str, Path]]:
@@ -71,7 +74,7 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
     is migrated on its own, as before.
     """
     from neuron_migrate.rewrite.codemods.nxd_state import INITIALIZE
-    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import STRIDED_SLICES, plan
+    from neuron_migrate.rewrite.codemods.nxd_tensor_parallel import plan
     from neuron_migrate.rewrite.codemods.nxd_trainer import CONFIG
 
     builders = {INITIALIZE, *CONFIG}  # what sets NxD's groups up, and so builds the mesh natively
@@ -95,7 +98,7 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
             continue
         owners = [f for f in component if files[f].builds_mesh]
         reasons: dict[Path, str] = {}
-        strided = slices = False
+        strided = reduces = False
         nested = [f for f in owners if set(_reached(files, f)) & (set(owners) - {f})]
         if not owners:
             shared = f"none of the files {_names(files, component)} builds the mesh they share"
@@ -121,16 +124,16 @@ def programs(paths: Sequence[Path]) -> dict[Path, MeshProgram]:
             if planned.blocked is not None:
                 reasons[resolved] = planned.blocked
             strided |= bool(planned.strided)
-            slices |= planned.slices
-        if strided and slices and not reasons:  # in two of its files
-            reasons = dict.fromkeys(component, STRIDED_SLICES)
+            reduces |= planned.reduces_sequence_gradients
         for resolved in component:
             file = files[resolved]
             blocked = reasons.get(resolved)
             if blocked is None and reasons:
                 other = next(iter(reasons))
                 blocked = f"`{files[other].path.name}`, which shares its mesh, is left to a person ({reasons[other]})"
-            found[file.path] = MeshProgram(builds_mesh=file.builds_mesh, blocked=blocked)
+            found[file.path] = MeshProgram(
+                builds_mesh=file.builds_mesh, blocked=blocked, reduces_sequence_gradients=reduces, strided=strided
+            )
     return found
 
 

@@ -225,9 +225,14 @@ def $name(module, init_method):
     return module
 '''
 GRADIENT_IN_PLACE = ("zero_", "detach_", "requires_grad_")  # what changes a gradient rather than reads it
+# NxD all-reduces these only in `allreduce_sequence_parallel_gradients` (its trainer's optimizer calls
+# it); a program that never does trained a copy per rank.
+UNREDUCED_SEQUENCE_GRADIENTS = (
+    "with sequence parallelism on, NxD never all-reduced this layer's gradients (copies drifted apart per rank); DTensor does"
+)
 # A `stride=` layer's weight is split in one piece per rank natively, its output laid out as NxD's
-# by DTensor: each rank's rows are not NxD's, so its per-rank slices and files would not be either.
-STRIDED_SLICES = "a `stride=` layer keeps other rows on each rank than NxD did, and this program uses NxD's per-rank slices (state dicts, files)"
+# by DTensor: each rank's rows are not NxD's, so neither are the slices in its per-rank files.
+STRIDED_LOADS = "`stride=` layers keep other rows on each rank than NxD did: load files the migrated program wrote, not NxD's"
 STRIDED_SHARD = '''\
 def $name(stride):
     """Where NxD's `stride=` layers kept a fused projection (q, k, v) on each rank: this rank's
@@ -251,12 +256,11 @@ class Plan:
     blockers: list[Blocker] = field(default_factory=list)
     unseen_modules: set[str] = field(default_factory=set)  # imported, found nowhere: a TODO each
     sequence_dims: set[str] = field(default_factory=set)  # of the sequence-parallel layers and mappings
-    sequence_norms: bool = False  # sequence-parallel parameters whose gradients NxD all-reduced
-    reduces_sequence_gradients: bool = False
+    reduces_sequence_gradients: bool = False  # where the program asks NxD to (it never does alone)
     trainer: TrainerPlan = field(default_factory=TrainerPlan)
     state_dicts: StateDicts = field(default_factory=StateDicts)
     strided: int = 0  # the line of the first `stride=` layer (0: none)
-    slices: bool = False  # NxD's per-rank slices saved or loaded (state dicts, `checkpointing`)
+    strided_program: bool = False  # a `stride=` layer in this file or another of its program
 
     @property
     def blocked(self) -> str | None:
@@ -298,6 +302,7 @@ def _blockers(
     nodes = all_nodes(tree)
     parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
     optional = optional_imports(tree)
+    untracked = _autograd_function_bodies(tree, resolve)
     initializes = 0
     for node in nodes:
         if isinstance(node, ast.Attribute) and node.attr == MASTER_WEIGHT:
@@ -309,7 +314,6 @@ def _blockers(
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(NXD) and node.names[0].name == "*":
             yield Blocker(f"`from {node.module} import *` hides which NxD names the file uses", line)
         if isinstance(node, ast.Attribute) and node.attr in ("state_dict", "load_state_dict"):
-            found.slices |= (ast_dotted_name(node.value) or "") not in found.state_dicts.schedulers
             reason = found.state_dicts.blocker(node, parents.get(id(node)))
             if reason is not None:
                 yield Blocker(reason, line)
@@ -344,6 +348,9 @@ def _blockers(
                 yield Blocker(f"`{dotted}` is used other than by calling it", line)
             continue
         names.add(qualified)
+        if qualified in MAPPING_NAMES and MAPPINGS[MAPPING_NAMES[qualified]].forward_only and id(parent) not in untracked:
+            yield Blocker(f"`{dotted}` has no backward of its own: natively only inside an `autograd.Function`", line)
+            continue
         reason = _call_blocker(qualified, parent, parents.get(id(parent)), found)
         if reason is not None:
             yield Blocker(reason, line)
@@ -362,12 +369,12 @@ def _blockers(
         yield Blocker(reason)
     if IS_INITIALIZED in names and DESTROY in names:
         yield Blocker("`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks")
-    found.slices |= bool(names & {*SAVE_SHARDS, *LOAD_SHARDS})
-    if found.strided and found.slices:
-        yield Blocker(STRIDED_SLICES, found.strided)
-    found.reduces_sequence_gradients = bool(names & set(SEQUENCE_GRADIENTS)) or trainer.sequence_parallel == "True"
-    if found.sequence_norms and not found.reduces_sequence_gradients:
-        yield Blocker("sequence-parallel norms or biases are never all-reduced")
+    found.strided_program = bool(found.strided) or (program is not None and program.strided)
+    found.reduces_sequence_gradients = (
+        bool(names & set(SEQUENCE_GRADIENTS))
+        or trainer.sequence_parallel == "True"
+        or (program is not None and program.reduces_sequence_gradients)
+    )
     unseen = _unseen_modules(tree, path)
     if unseen and _extends_sys_path(tree):
         yield Blocker(f"`{unseen[0]}` is not next to this file nor installed: if it uses NxD, migrate both")
@@ -375,6 +382,21 @@ def _blockers(
     reason = _sibling_blocker(tree, path) if program is None else None
     if reason is not None:
         yield Blocker(reason)
+
+
+def _autograd_function_bodies(tree: ast.Module, resolve: Any) -> set[int]:
+    """The nodes inside the static methods of `torch.autograd.Function` subclasses, where autograd
+    records nothing: a forward-only redistribution means the same there as NxD's helper."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if not any(resolve(ast_dotted_name(base) or "") == "torch.autograd.Function" for base in node.bases):
+            continue
+        for method in node.body:
+            if isinstance(method, ast.FunctionDef) and method.name in ("forward", "backward", "symbolic"):
+                inside.update(id(n) for n in ast.walk(method))
+    return inside
 
 
 def _guarded_imports(tree: ast.Module) -> set[int]:
@@ -445,9 +467,12 @@ def _marks_sequence_parallel(node: ast.AST) -> bool:
         return len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == SEQUENCE_MARK
     if isinstance(node, ast.Assign):
         # A model configuration's flag of the same name (`config.sequence_parallel_enabled = True`)
-        # is no parameter.
+        # is no parameter, nor is a module's or a configuration's own (`self.sequence_parallel_enabled`).
         return any(
-            isinstance(t, ast.Attribute) and t.attr == SEQUENCE_MARK and not _CONFIGURATION.search(ast.unparse(t.value))
+            isinstance(t, ast.Attribute)
+            and t.attr == SEQUENCE_MARK
+            and not _CONFIGURATION.search(ast.unparse(t.value))
+            and not (isinstance(t.value, ast.Name) and t.value.id == "self")
             for t in node.targets
         )
     return False
@@ -631,8 +656,6 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
             return f"`{short}(sequence_dimension=...)` is computed where it is passed"
         if layer.switch:
             found.sequence_dims.add("0" if dim is None or ast.unparse(dim) == "None" else ast.unparse(dim))
-        if layer.native == "LayerNorm" or (short == "RowParallelLinear" and given.get("bias", "True") != "False"):
-            found.sequence_norms = True
     for name, value in given.items():
         if name in (*(old for old, _ in layer.sizes), *layer.passed, *SEQUENCE_OPTIONS, STRIDE):
             continue
@@ -645,11 +668,20 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
     return None
 
 
+def _sequence_gradients(kind: str, given: dict[str, str]) -> bool:
+    """Does this layer (its keywords as code) make parameters whose gradients NxD all-reduces over
+    the tensor-parallel group only when asked: a norm or a row layer's bias, along the sequence?"""
+    if given.get(SEQUENCE_OPTIONS[0], "False") == "False":
+        return False
+    return LAYERS[kind].native == "LayerNorm" or (kind == "RowParallelLinear" and given.get("bias", "True") != "False")
+
+
 def _stride_blocker(short: str, layer: Layer, stride: ast.expr, given: dict[str, str]) -> str | None:
     """Why a fused projection (`stride=3` for q, k, v) cannot move, if it cannot."""
     if not _plain(stride):
         return f"`{short}(stride=...)` is computed where it is passed"
-    if layer.strided_style is None or given.get(SEQUENCE_OPTIONS[0], "False") != "False":
+    sequence = given.get(SEQUENCE_OPTIONS[0], "False")
+    if layer.strided_style is None or (sequence != "False" and layer.sequence_strided_style is None):
         return f"`{short}(stride={ast.unparse(stride)})` has no native counterpart here"
     if given.get(layer.switch, str(layer.switch_default)) != str(layer.strided_switch):
         return (
@@ -820,8 +852,9 @@ class NxdTensorParallel(Codemod):
     is its share of every part, as the model code splits it, through the private `_StridedShard`
     placement. The weight is split in one piece per rank as for any layer (a checkpoint loads at
     any size), and DTensor all-gathers the output into NxD's order and the gradient back, which
-    NxD did without; each rank's rows are not NxD's, so a program that uses NxD's per-rank slices
-    (`state_dict()` shards, `checkpointing` files) is left. With
+    NxD did without; each rank's rows are not NxD's, so where a program loads NxD's per-rank files
+    (`checkpointing.load`, `load_state_dict` of slices) it gets a TODO: only files the migrated
+    program wrote hold its rows. With
     sequence parallelism, NxD only summed the gradients of the norms and biases a program passed
     to `allreduce_sequence_parallel_gradients`; DTensor always does, so a file that never calls it,
     or marks parameters for it by hand, is left. `parallel_cross_entropy` with label smoothing is
@@ -854,7 +887,7 @@ class NxdTensorParallel(Codemod):
     `initialize_model_parallel` or `neuronx_distributed_config` runs once on every run.
     Sequence-parallel norms and biases NxD never all-reduced
     (`allreduce_sequence_parallel_gradients`) drifted apart on each rank, while DTensor reduces
-    them in backward; a parameter marked `sequence_parallel_enabled` by hand has no native
+    them in backward: they migrate, with a TODO at each such layer; a parameter marked `sequence_parallel_enabled` by hand has no native
     counterpart, where only the layers sharded with `SequenceParallel`/`RowwiseParallel` reduce
     their gradients. `xm.optimizer_step` or `xm.reduce_gradients` without the data-parallel
     `groups=` all-reduced every gradient over all processes, tensor-parallel shards included.
@@ -872,14 +905,14 @@ class NxdTensorParallel(Codemod):
     code = "NM025"
     name = "nxd-tensor-parallel"
     summary = "neuronx-distributed tensor parallelism -> `DeviceMesh` + `parallelize_module` (DTensor)"
-    triggers = (STATE, *LAYER_NAMES, *TRAINER_CALLS)
+    triggers = (STATE, *LAYER_NAMES, *MAPPING_NAMES, *TRAINER_CALLS)
     manual: ClassVar[dict[str, str]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._plan = Plan()
         self._mesh = ""
-        self._statement_values: set[int] = set()  # assigned values: a layer there may span lines
+        self._statement_values: set[int] = set()  # assigned or returned values: a layer there may span lines
         self._state_dicts: dict[int, int] = {}  # `x.state_dict()` calls -> their number in the file
         self._grads_kept: set[int] = set()  # `.grad` attributes assigned, compared with None or cleared
         self._not_values: set[int] = set()  # names called, or an attribute's own name
@@ -1129,6 +1162,10 @@ class NxdTensorParallel(Codemod):
         self._statement_values.add(id(node.value))
         self._grads_kept.update(id(target.target) for target in node.targets)
 
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self._statement_values.add(id(node.value))
+
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._grads_kept.add(id(node.target))
         if node.value is not None:
@@ -1227,6 +1264,8 @@ class NxdTensorParallel(Codemod):
         if receiver == "load_state_dict":
             func = updated_node.func
             assert isinstance(func, cst.Attribute)
+            if self._plan.strided_program:
+                self.todo(STRIDED_LOADS)
             self.changed("`.load_state_dict(state)` of NxD's shards -> a helper that makes them DTensors again")
             return updated_node.with_changes(
                 func=expr(self._shards_helper("into")),
@@ -1256,6 +1295,8 @@ class NxdTensorParallel(Codemod):
         kept = SAVE_KEPT if save else LOAD_KEPT
         args = [a for a in call.args if a.keyword is None or a.keyword.value in kept]
         helper = self._shards_helper("save" if save else "load")
+        if not save and self._plan.strided_program:
+            self.todo(STRIDED_LOADS)
         self.changed(
             f"`checkpointing.{'save' if save else 'load'}` -> `{helper}`, NxD's per-rank files of DTensors' local shards"
         )
@@ -1317,7 +1358,8 @@ class NxdTensorParallel(Codemod):
             given = arg_value(call, position, keyword)
             grad = values[code_of(given.value) if given is not None else "True"]
         chain = [self._spelled(part) for part in redistribution(mapping, code_of(tensor.value), f'{self._mesh}["tp"]', dim, grad)]
-        self.changed(f"`{kind}` -> a DTensor redistribution over `mesh[\"tp\"]` with NxD's forward and backward")
+        carried = "forward (inside an `autograd.Function`)" if mapping.forward_only else "forward and backward"
+        self.changed(f"`{kind}` -> a DTensor redistribution over `mesh[\"tp\"]` with NxD's {carried}")
         if whole_value and len("".join(chain)) > 72:  # one call of the chain a line, as a formatter would
             return expr("(\n" + "".join(f"    {part}\n" for part in chain) + ")")
         return expr("".join(chain))
@@ -1378,6 +1420,8 @@ class NxdTensorParallel(Codemod):
     def _layer(self, kind: str, call: cst.Call, whole_value: bool) -> cst.BaseExpression:
         layer = LAYERS[kind]
         given = {arg.keyword.value: code_of(arg.value) for arg in call.args if arg.keyword is not None}
+        if _sequence_gradients(kind, given) and not self._plan.reduces_sequence_gradients:
+            self.todo(UNREDUCED_SEQUENCE_GRADIENTS)
         module = self._module(layer, call)
         flag = given.get(SEQUENCE_OPTIONS[0], "False")
         if flag not in ("True", "False"):
@@ -1435,7 +1479,10 @@ class NxdTensorParallel(Codemod):
         off = self._style(layer, {**given, SEQUENCE_OPTIONS[0]: "False"})
         if off:  # sharded either way: only the style depends on the flag
             self.changed(f"`{kind}(sequence_parallel_enabled={flag})` -> its sequence-parallel style when `{flag}`")
-            return self._parallelized(module, f"{on} if {flag} else {self._spelled_style(off)}", whole_value)
+            choice = f"{on} if {flag} else {self._spelled_style(off)}"
+            if whole_value and len(choice) > 76:  # on lines of their own, as a formatter would
+                choice = f"(\n        {on}\n        if {flag}\n        else {self._spelled_style(off)}\n    )"
+            return self._parallelized(module, choice, whole_value)
         self.changed(f"`{kind}(sequence_parallel_enabled={flag})` -> sharded along the sequence when `{flag}`")
         parallelized = code_of(self._parallelized(module, on, whole_value=False))
         if not whole_value or len(parallelized) + len(flag) + len(module) <= 72:
