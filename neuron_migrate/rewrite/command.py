@@ -205,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     together = frozenset(str(job.path.resolve()) for job in jobs)
     jobs = [replace(job, options=replace(job.options, migrated_together=together)) for job in jobs]
     jobs, meshes = _nxd_programs(jobs)
+    jobs = _groups_made_elsewhere(jobs)
     if args.helpers_module:
         results, modules = _sharing_helpers(jobs, args, mode)
     else:
@@ -306,6 +307,19 @@ def _nxd_programs(jobs: list[Job]) -> tuple[list[Job], list[FileResult]]:
             modules[folder] = FileResult(path=str(path), original=before, migrated=MESH_MODULE_TEXT, changes=[change])
         updated.append(replace(job, options=replace(job.options, mesh_program=part)))
     return updated, list(modules.values())
+
+
+def _groups_made_elsewhere(jobs: list[Job]) -> list[Job]:
+    """Each module that a script of the run imports and gives a process group learns that script."""
+    from neuron_migrate.rewrite.group_makers import group_made_for
+
+    makers = group_made_for([job.path for job in jobs])
+    return [
+        replace(job, options=replace(job.options, group_made_by=makers[job.path.resolve()]))
+        if job.path.resolve() in makers
+        else job
+        for job in jobs
+    ]
 
 
 def _write_modules(modules: list[FileResult], mode: str) -> list[FileResult]:

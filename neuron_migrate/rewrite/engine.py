@@ -91,6 +91,8 @@ class Options:
     ignore: tuple[str, ...] = ()
     helpers_module: str | None = None  # import def/class helpers from this module (see shared_helpers)
     mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
+    # A script of the same run that imports this module and gives its processes a process group.
+    group_made_by: str | None = None
     # The interpreter whose libraries the output is checked against (NM091, `verify`); None: the
     # output is not checked (the command line checks it, a caller asks for it).
     verify_in: str | None = None
@@ -233,6 +235,7 @@ def _rewrite_source(
         old_stack_file=bool(old_names or hidden),
         scopes=scopes,
         mesh_program=options.mesh_program,
+        group_made_by=options.group_made_by,
     )
     codemods = [c(ctx) for c in selected]
 

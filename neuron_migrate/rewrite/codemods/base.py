@@ -376,6 +376,7 @@ class MigrationContext:
     hoisted: set[tuple[str, str | None]] = field(default_factory=set)
     file_names: frozenset[str] | None = None  # every name the source binds or reads (see unused_name)
     mesh_program: MeshProgram | None = None  # the file's part in an NxD program of several files
+    group_made_by: str | None = None  # the script of the run that gives this module's processes a group
     _at_module_end: bool = False
     _set_up: bool = False  # spelling a set-up statement added after the leading imports (`RANK = ...`)
 

@@ -173,7 +173,8 @@ class XlaCollectives(Codemod):
     naming the native call to use. `xm.all_reduce(op, tensors)` whose result is dropped reduced a list
     in place: it becomes a loop over `tensors`, with a TODO to confirm it is a list. In a file
     that creates no process group, collectives run only once one exists (torch_xla skipped them
-    in a single process) and a TODO says where ranks fall back to a single process.
+    in a single process) and a TODO says where ranks fall back to a single process, unless a
+    script migrated in the same run imports the file and creates the group for its processes.
     `xm.all_gather` concatenated along `dim` within each replica group, and `xm.reduce_scatter`
     reduced over its replica groups, scaled by `scale` and kept this rank's slice along
     `scatter_dim`; the `*_tensor` forms of `torch.distributed` split along dim 0 only. Under
@@ -247,7 +248,7 @@ class XlaCollectives(Codemod):
     def _single_process_fallback(self) -> None:
         """Ranks and sizes fall back to one process in a file that creates no process group:
         say so once, since torch_xla knew the processes of a torchrun launch without one."""
-        if self.ctx.facts.distributed or self._warned_no_group:
+        if self.ctx.facts.distributed or self.ctx.group_made_by or self._warned_no_group:
             return
         self._warned_no_group = True
         self.todo(self.ctx.facts.no_group_warning())

@@ -132,7 +132,8 @@ class XlaOptimizer(ReferenceRenames):
     are dropped (eager execution). With `groups=`, torch_xla divided the group's sum by the
     world size, not the group size, and so does the helper. A file that shards its data by rank
     but never creates a process group (torch_xla joined torchrun's processes by itself) gets a
-    TODO at the step: until `dist.init_process_group()` is called, there is nothing to average over.
+    TODO at the step: until `dist.init_process_group()` is called, there is nothing to average over
+    (none where a script migrated in the same run imports the file and creates the group).
     In a file that turns SPMD on (`xr.use_spmd()`, on every run), one process drove every device
     and the step averaged over nothing: it becomes `optimizer.step()` alone, and
     `xm.reduce_gradients` goes (NM026 averages a batch it splits over the data axis).
@@ -187,7 +188,7 @@ class XlaOptimizer(ReferenceRenames):
             self.todo(
                 "`init_process_group` runs only on some runs: create the process group on every run, or gradients are not averaged"
             )
-        elif not facts.distributed and facts.uses(*MULTI_PROCESS_SIGNS):
+        elif not facts.distributed and not self.ctx.group_made_by and facts.uses(*MULTI_PROCESS_SIGNS):
             # Under torchrun, torch_xla joined the processes without a process group; natively
             # the average needs one, and without it silently does nothing.
             self.todo(
