@@ -14,7 +14,7 @@ import importlib.util
 import operator
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -34,6 +34,12 @@ from neuron_migrate.rewrite.codemods.base import (
     fix_trailing_comma,
     is_docstring,
     stmt,
+)
+from neuron_migrate.rewrite.codemods.mixed_parameters import (
+    FOREACH_OPTIMIZERS,
+    OPTION,
+    foreach_off,
+    without_foreach,
 )
 from neuron_migrate.rewrite.codemods.neuronx_distributed import (
     DIVIDE,
@@ -107,6 +113,7 @@ from neuron_migrate.rewrite.codemods.nxd_trainer import (
     zero1_norm,
 )
 from neuron_migrate.rewrite.codemods.replica_groups import MeshGroups
+from neuron_migrate.rewrite.codemods.upgrade.table import ADAMW_UPDATE
 from neuron_migrate.rewrite.codemods.upgrade.table import DEFAULTS as UPGRADE_DEFAULTS
 
 # torch_xla steps that average gradients over `groups=`: with the data-parallel groups, each rank
@@ -797,7 +804,7 @@ class NxdTensorParallel(Codemod):
     | `get_data_parallel_replica_groups()` / `get_tensor_model_parallel_replica_groups()` | the columns / rows of `mesh.mesh` (a collective given them takes that dimension's own group) |
     | `cfg = nxd.neuronx_distributed_config(tensor_parallel_size=tp, optimizer_config={...})` | the mesh, as above |
     | `model = nxd.initialize_parallel_model(cfg, build, include_buffers, *args)` | `model = build(*args).to(device)`, `model.train()`; with ZeRO-1 `fully_shard(model, mesh=mesh["dp"])` (FSDP2) |
-    | `AdamW_FP32OptimParams(params, ...)`, or handed to NxD's optimizer | `torch.optim.AdamW(params, ..., eps=1e-6, weight_decay=0.0)`: its defaults (`eps` is added after bias correction, weight decay applied before the update: the first updates differ slightly) |
+    | `AdamW_FP32OptimParams(params, ...)`, or handed to NxD's optimizer | `torch.optim.AdamW(params, ..., eps=1e-6, weight_decay=0.0)`: its defaults, and a TODO (torch adds `eps` after the bias correction: larger early updates where gradients are small) |
     | `opt = NeuronZero1Optimizer(params, cls, **kw)` | `opt = cls(params, **kw)` and the same step pre-hook (average over `mesh["dp"]`, clip to `max_norm`, 1.0 by default), with a TODO: shard the model with `fully_shard` for ZeRO-1's memory |
     | `opt = nxd.initialize_parallel_optimizer(cfg, cls, params, **kw)` | `opt = cls(params, **kw)` and a step pre-hook that averages the gradients over `mesh["dp"]` (unless FSDP does) and clips them (NxD's default: to 1.0), keeping `opt.grad_norm` |
     | `nxd.save_checkpoint` / `load_checkpoint` / `has_checkpoint` | helpers on `torch.distributed.checkpoint` with the same `<dir>/<tag>` and newest-tag behaviour |
@@ -892,7 +899,9 @@ class NxdTensorParallel(Codemod):
     their gradients. `xm.optimizer_step` or `xm.reduce_gradients` without the data-parallel
     `groups=` all-reduced every gradient over all processes, tensor-parallel shards included.
     NxD's ZeRO-1 kept float32 master weights of low-precision parameters, which FSDP2 would step
-    in low precision.
+    in low precision. torch's optimizers over the migrated model are built with `foreach=False`:
+    the multi-tensor kernels, their default on accelerators, refuse DTensor and plain parameters
+    in one list.
     A file left is given back as it was, torch_xla included (its NxD runs on torch_xla, so a half
     migrated file would run on neither stack), with a TODO above every line that holds it back
     and the report's status "left as it was". A migrated
@@ -1016,7 +1025,9 @@ class NxdTensorParallel(Codemod):
             return self._zero1_optimizer(updated_node, call, original_node.value, target)
         if name in OPTIMIZER:
             options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args[2:]]
-            options += self._adamw_defaults(cst.ensure_type(original_node.value, cst.Call).args[1].value, list(call.args[3:]))
+            cls = cst.ensure_type(original_node.value, cst.Call).args[1].value
+            options += self._adamw_defaults(cls, list(call.args[3:]))
+            options += self._foreach_option(cls, call.args[3:])
             hook = self._step_hook()
             average = {"False": "True", "True": "False"}.get(trainer.zero1, f"not {trainer.zero1}")
             norm = trainer.max_grad_norm or "None"
@@ -1035,16 +1046,26 @@ class NxdTensorParallel(Codemod):
         kept = [a for a in call.args if a.keyword is None or a.keyword.value not in ZERO1_OWN]
         params, cls = (code_of(a.value) for a in call.args[:2])
         options = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in kept[2:]]
-        options += self._adamw_defaults(cst.ensure_type(original, cst.Call).args[1].value, kept[2:])
+        cls_node = cst.ensure_type(original, cst.Call).args[1].value
+        options += self._adamw_defaults(cls_node, kept[2:])
+        options += self._foreach_option(cls_node, kept[2:])
         hook = self._step_hook()
         self.ctx.insert_after(stmt(f"{target}.register_step_pre_hook({hook}(average=True, max_norm={zero1_norm(given)}))\n"))
-        listed = f"`{params}`" if len(params) <= 30 else "its parameters"
-        self.todo(f'ZeRO-1 sharded the optimizer state: `fully_shard(model, mesh=mesh["dp"])` before {listed} saves that memory')
+        self.todo(
+            'ZeRO-1 split the optimizer state: `fully_shard(model, mesh=mesh["dp"])` first (it shards parameters too), '
+            "then `average=False`"
+        )
         self.changed(
             "`NeuronZero1Optimizer(params, cls, ...)` -> `cls(params, ...)` with a step pre-hook that averages the "
             "gradients over the data-parallel ranks and clips their norm, as its `step()` did"
         )
         return assign.with_changes(value=expr(f"{cls}({', '.join([params, *options])})"))
+
+    def _foreach_option(self, cls: cst.BaseExpression, args: Sequence[cst.Arg]) -> list[str]:
+        """`["foreach=False"]` for an optimizer class of torch's (NxD's AdamW becomes torch's)
+        built with neither `foreach=` nor `fused=` (see `mixed_parameters`); nothing otherwise."""
+        qualified = self.qualify(cls)
+        return [OPTION] if foreach_off(self, "torch.optim.AdamW" if qualified == ADAMW_FP32 else qualified, args) else []
 
     def _zero1(self, model: str, enabled: str) -> None:
         """NxD's ZeRO-1 sharded the optimizer state over the data-parallel ranks: FSDP2 over
@@ -1131,6 +1152,7 @@ class NxdTensorParallel(Codemod):
 
     def _adamw(self, original: cst.Call, call: cst.Call) -> cst.BaseExpression:
         defaults = self._adamw_defaults(original.func, list(call.args))
+        defaults += self._foreach_option(original.func, call.args)
         args = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args]
         return expr(f"{self.ctx.torch()}.optim.AdamW({', '.join([*args, *defaults])})")
 
@@ -1142,11 +1164,7 @@ class NxdTensorParallel(Codemod):
         given = {a.keyword.value for a in args if a.keyword is not None}
         positional = sum(a.keyword is None for a in args)  # from `params`, for a call
         self.changed("`AdamW_FP32OptimParams` -> `torch.optim.AdamW` with its defaults (`eps=1e-6`, no weight decay)")
-        self.ctx.note(
-            self.code,
-            "torch's AdamW adds `eps` after bias correction and decays weights before the update, NxD's "
-            "`AdamW_FP32OptimParams` (transformers 4's AdamW) after: the first updates differ slightly (`validate` shows how much)",
-        )
+        self.todo(ADAMW_UPDATE)
         return [
             f"{d.keyword}={d.old}"
             for d in ADAMW_DEFAULTS
@@ -1228,6 +1246,8 @@ class NxdTensorParallel(Codemod):
         ):
             return self._optimizer_shards(func.value.value, func.attr.value, updated_node)
         name = self.qualify(original_node.func)
+        if name in FOREACH_OPTIMIZERS:
+            return without_foreach(self, updated_node)
         if name in AS_LIST and original_node.args:
             value = original_node.args[0].value
             listed = isinstance(value, cst.Name) and value.value == "True"

@@ -9,7 +9,7 @@ import libcst as cst
 from neuron_migrate.rewrite.codemods.base import Codemod, append_arg
 from neuron_migrate.rewrite.codemods.optimum.support import make_arg
 from neuron_migrate.rewrite.codemods.upgrade.keywords import LIBRARIES, owners
-from neuron_migrate.rewrite.codemods.upgrade.table import DEFAULTS, KEYWORDS
+from neuron_migrate.rewrite.codemods.upgrade.table import ADAMW_UPDATE, DEFAULTS, KEYWORDS
 
 
 class UpgradeDefaults(Codemod):
@@ -25,7 +25,8 @@ class UpgradeDefaults(Codemod):
     ## Why
     transformers 4 loaded every model in float32; transformers 5 loads the checkpoint's own
     dtype, so a bfloat16 checkpoint now trains in bfloat16 and computes something else. torch's
-    AdamW decays weights by 0.01 by default where transformers 4's did not.
+    AdamW decays weights by 0.01 by default where transformers 4's did not; it also adds `eps`
+    after the bias correction, which no default undoes: a TODO says so where it is built.
 
     ## Example
     ```python
@@ -56,6 +57,8 @@ class UpgradeDefaults(Codemod):
         given = {a.keyword.value for a in updated_node.args if a.keyword is not None}
         given |= {k.new for owner in table_owners for k in KEYWORDS.get(owner, ()) if k.old in given and k.new}
         positional = sum(a.keyword is None for a in updated_node.args)
+        if "transformers.AdamW" in table_owners:
+            self.todo(ADAMW_UPDATE)
         missing = [
             d
             for owner in table_owners

@@ -14,6 +14,7 @@ import libcst.matchers as m
 from neuron_migrate.rewrite.codemods.base import Codemod, code_of, dotted_name, stmt
 from neuron_migrate.rewrite.codemods.optimum.support import literal, with_args
 from neuron_migrate.rewrite.codemods.upgrade.table import (
+    ADAMW_UPDATE,
     KEYWORDS,
     PIPELINE,
     REMOVED_OPTIMIZERS,
@@ -114,10 +115,7 @@ def _optimizer(codemod: Codemod, arg: cst.Arg, present: Collection[str]) -> cst.
     new, why = REMOVED_OPTIMIZERS[name]
     codemod.changed(f'`optim="{name}"` -> `optim="{new}"` ({why})')
     if name == "adamw_hf":
-        codemod.ctx.note(
-            codemod.code,
-            "torch's AdamW adds `eps` after bias correction, transformers 4's before: the first updates differ slightly",
-        )
+        codemod.todo(ADAMW_UPDATE)
     return arg.with_changes(value=cst.SimpleString(f'"{new}"'))
 
 

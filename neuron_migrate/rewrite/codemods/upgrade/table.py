@@ -262,11 +262,19 @@ class Default:
     position: int | None = None  # where it may come positionally (the callee's parameter index)
 
 
+# Where torch's AdamW and transformers 4's (NxD's `AdamW_FP32OptimParams` is a copy) part: torch
+# divides by `sqrt(v) / sqrt(1 - beta2**t) + eps`, transformers 4 by `sqrt(v) + eps` before scaling
+# by the bias corrections. With gradients near `eps * 1000 ** 0.5` and below, torch's early
+# updates are much larger (1.6x at 5e-5, 16x at 1e-6 on the first step); no `eps` makes them equal.
+ADAMW_UPDATE = (
+    "torch's AdamW adds `eps` after bias correction, transformers 4's before: larger early updates where gradients are small"
+)
+
 DEFAULTS: dict[str, tuple[Default, ...]] = {
     MODEL_LOADERS: (
         Default("dtype", "{torch}.float32", "transformers 4 loaded float32; transformers 5 loads the checkpoint's dtype"),
     ),
-    # The old defaults of transformers 4's AdamW, which torch's does not share.
+    # The old defaults of transformers 4's AdamW, which torch's does not share (see ADAMW_UPDATE).
     "transformers.AdamW": (
         Default("eps", "1e-6", "transformers 4's AdamW default; torch's is 1e-8", position=3),
         Default("weight_decay", "0.0", "transformers 4's AdamW default; torch's is 0.01", position=4),
@@ -306,7 +314,7 @@ ENTRIES = _spellings()
 
 # `TrainingArguments(optim=...)` values the native stack cannot run, what computes the same, and
 # why the old one is gone: transformers 5 removed its own AdamW (torch's differs only in where
-# `eps` meets the bias correction); torch_xla's syncfree AdamW is torch's update without the
+# `eps` meets the bias correction, see ADAMW_UPDATE); torch_xla's syncfree AdamW is torch's update without the
 # found-inf sync, and the Trainer imports it from torch_xla.
 REMOVED_OPTIMIZERS = {
     "adamw_hf": ("adamw_torch", "transformers 5 removed its own AdamW"),

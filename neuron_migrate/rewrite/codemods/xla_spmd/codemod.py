@@ -16,6 +16,7 @@ from neuron_migrate.rewrite.codemods.base import (
     keyword_arg,
     stmt,
 )
+from neuron_migrate.rewrite.codemods.mixed_parameters import FOREACH_OPTIMIZERS, without_foreach
 from neuron_migrate.rewrite.codemods.xla_spmd.batches import BatchSplit, plan_batch_split
 from neuron_migrate.rewrite.codemods.xla_spmd.layers import Layer, Mark, mark_of, path, plan_layers
 from neuron_migrate.rewrite.codemods.xla_spmd.meshes import (
@@ -141,7 +142,8 @@ class XlaSpmd(Codemod):
 
     ## Fix safety
     Safe for the rewritten layers: the losses of a few training steps under torchrun match one
-    process (tested). A weight whose module is not an `nn.Linear` fails at `parallelize_module`
+    process (tested). torch's optimizers in a file that shards layers are built with
+    `foreach=False` (the multi-tensor kernels refuse DTensor and plain parameters together). A weight whose module is not an `nn.Linear` fails at `parallelize_module`
     (an `nn.Embedding` takes it, split along the other dimension with the same results). The
     layers keep whole inputs and outputs, so two chained layers gather between them: drop
     `output_layouts`/`input_layouts` where one feeds the other directly. A mark that is removed
@@ -369,6 +371,8 @@ class XlaSpmd(Codemod):
     # -- expressions ----------------------------------------------------------------------------
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         name = self.qualify(updated_node.func)
+        if name in FOREACH_OPTIMIZERS and self._layers:
+            return without_foreach(self, updated_node)
         if spmd_name(name, "Mesh"):
             return self._device_mesh(updated_node)
         if spmd_name(name, "get_global_mesh") and not updated_node.args:
