@@ -371,9 +371,9 @@ def _blockers(
         yield Blocker("NxD's groups are set up in another file: migrate this one in the same run as the script that sets them up")
     elif builds != 1 or not surely:
         yield Blocker("`initialize_model_parallel` or `neuronx_distributed_config` is not called once on every run")
-    reason = uses_blocker(tree, trainer)
-    if reason is not None:
-        yield Blocker(reason)
+    used = uses_blocker(tree, trainer)
+    if used is not None:
+        yield Blocker(*used)
     if IS_INITIALIZED in names and DESTROY in names:
         yield Blocker("`destroy_model_parallel` is followed by `model_parallel_is_initialized` checks")
     found.strided_program = bool(found.strided) or (program is not None and program.strided)
@@ -675,6 +675,32 @@ def _layer_blocker(short: str, layer: Layer, call: ast.Call, found: Plan) -> str
     return None
 
 
+def _turns(loop: cst.For, qualify: Any) -> list[int]:
+    """The `if` statements of `loop` that let ranks take turns, one group a pass, with a barrier
+    each pass (`for w in ...: if local_rank // n == w: model = build()` then `xm.rendezvous(...)`):
+    ids, where the loop's body has both."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else []
+    waits = any(
+        isinstance(s, cst.SimpleStatementLine)
+        and isinstance(s.body[0], cst.Expr)
+        and isinstance(s.body[0].value, cst.Call)
+        and qualify(s.body[0].value.func) in BARRIERS
+        for s in body
+    )
+    if not waits:
+        return []
+    return [id(s) for s in body if isinstance(s, cst.If) and _RANKED.search(code_of(s.test))]
+
+
+_RANKED = re.compile(r"rank|ordinal", re.IGNORECASE)
+BARRIERS = ("torch_xla.core.xla_model.rendezvous", "torch.distributed.barrier")
+# Building the sharded model now runs collectives over its tensor-parallel group
+# (`parallelize_module` scatters each weight from the group's first rank).
+BUILT_IN_TURNS = (
+    "building sharded layers runs collectives in each tensor-parallel group: a group split across turns hangs; build at once"
+)
+
+
 def _sequence_gradients(kind: str, given: dict[str, str]) -> bool:
     """Does this layer (its keywords as code) make parameters whose gradients NxD all-reduces over
     the tensor-parallel group only when asked: a norm or a row layer's bias, along the sequence?"""
@@ -927,9 +953,18 @@ class NxdTensorParallel(Codemod):
         self._not_values: set[int] = set()  # names called, or an attribute's own name
         self._functions: list[cst.FunctionDef] = []  # the functions being rewritten, innermost last
         self._global_in: set[int] = set()  # functions that build the mesh: `global mesh` opens them
+        self._turns: set[int] = set()  # `if` statements where ranks take turns (see `_turns`)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._turns.update(_turns(node, self.qualify))
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        if id(original_node) in self._turns:
+            self.todo(BUILT_IN_TURNS)
+        return updated_node
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         self._functions.pop()

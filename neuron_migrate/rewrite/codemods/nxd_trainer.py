@@ -244,30 +244,32 @@ def _options_blocker(
     return None
 
 
-def uses_blocker(tree: ast.AST, plan: TrainerPlan) -> str | None:
+def uses_blocker(tree: ast.AST, plan: TrainerPlan) -> tuple[str, int] | None:
     """The configuration may only be handed to the trainer API; the model and optimizer it makes
-    are plain natively, without NxD's wrappers' attributes."""
+    are plain natively, without NxD's wrappers' attributes. The reason, and the line it is at
+    (0: the file as a whole)."""
     for short, first in plan.given:
         if first != plan.config:
-            return f"`{short}` is given `{first}`, not the file's configuration"
+            return f"`{short}` is given `{first}`, not the file's configuration", 0
     if (plan.zero1 != "False" or plan.zero1_optimizers) and _low_precision(tree):
-        return "ZeRO-1 kept float32 master weights of low-precision parameters, which would step in low precision here"
+        return "ZeRO-1 kept float32 master weights of low-precision parameters, which would step in low precision here", 0
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             owner = node.value.id
             call = parents.get(id(node))
             if owner in plan.zero1_optimizers and node.attr in OPTIMIZER_SHARDS and isinstance(call, ast.Call):
                 reason = optimizer_shards_blocker(call, parents.get(id(call)))
                 if reason is not None:
-                    return reason
+                    return reason, line
                 continue
             if owner in plan.models | plan.optimizers and node.attr in WRAPPER_ATTRIBUTES:
-                return f"`{owner}.{node.attr}` is NxD's wrapper's own, which a plain module or optimizer has not"
+                return f"`{owner}.{node.attr}` is NxD's wrapper's own, which a plain module or optimizer has not", line
             if owner == plan.config:
-                return f"the configuration `{plan.config}` is read other than by the trainer API"
+                return f"the configuration `{plan.config}` is read other than by the trainer API", line
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == plan.config:
-            return f"the configuration `{plan.config}` is read other than by the trainer API"
+            return f"the configuration `{plan.config}` is read other than by the trainer API", line
     return None
 
 
