@@ -52,6 +52,7 @@ def test_an_optimizer_of_a_tensor_parallel_program_is_built_without_them() -> No
     source = """\
 import torch
 from neuronx_distributed.parallel_layers import layers, parallel_state
+from transformers import AdamW
 
 
 def main():
@@ -59,9 +60,12 @@ def main():
     model = torch.nn.Sequential(layers.ColumnParallelLinear(4, 4), torch.nn.LayerNorm(4))
     plain = torch.optim.SGD(model.parameters(), lr=0.1)
     chosen = torch.optim.AdamW(model.parameters(), fused=False)
-    return plain, chosen
+    upgraded = AdamW(model.parameters(), lr=1e-3)  # transformers 4's, torch's natively
+    return plain, chosen, upgraded
 """
     migrated = rewrite_source(source, "train.py").migrated
     assert "torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)" in migrated
     assert "torch.optim.AdamW(model.parameters(), fused=False)" in migrated  # the call chose
-    assert migrated.count("# foreach=False: torch's multi-tensor kernels") == 1
+    assert "AdamW(model.parameters(), lr=1e-3, foreach=False, eps=1e-6, weight_decay=0.0)" in migrated
+    assert "from torch.optim import AdamW" in migrated
+    assert migrated.count("# foreach=False: torch's multi-tensor kernels") == 2

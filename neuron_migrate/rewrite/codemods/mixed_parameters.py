@@ -17,10 +17,16 @@ import libcst as cst
 from neuron_migrate.rewrite.codemods.base import Codemod, append_arg
 from neuron_migrate.rewrite.codemods.optimum.support import make_arg
 
-# torch's optimizers that take `foreach=`.
+# torch's optimizers that take `foreach=`, and transformers 4's AdamW, which becomes torch's.
 FOREACH_OPTIMIZERS = frozenset(
-    f"torch.optim.{name}"
-    for name in ("Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD")
+    {
+        *(
+            f"torch.optim.{name}"
+            for name in ("Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD")
+        ),
+        "transformers.AdamW",
+        "transformers.optimization.AdamW",
+    }
 )
 WHY = "# foreach=False: torch's multi-tensor kernels take DTensor and plain parameters only apart"
 OPTION = "foreach=False"
