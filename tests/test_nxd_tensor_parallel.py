@@ -627,8 +627,8 @@ ZERO1_PROGRAM = (
 def test_zero1_optimizer_averages_and_clips_as_nxd_did(tmp_path: Path) -> None:
     """DP=2 x TP=2 trains as DP=2 alone, with the same clipped norms: ZeRO-1's sharded state changes
     where the optimizer's state lives, not what it computes."""
-    two = run_program(tmp_path, processes=2, tp=1, program=ZERO1_PROGRAM, todos=1)  # its memory: FSDP2
-    four = run_program(tmp_path, processes=4, tp=2, program=ZERO1_PROGRAM, todos=1)
+    two = run_program(tmp_path, processes=2, tp=1, program=ZERO1_PROGRAM, todos=2)  # its memory (FSDP2), AdamW's eps
+    four = run_program(tmp_path, processes=4, tp=2, program=ZERO1_PROGRAM, todos=2)
     for record in [*two, *four]:
         assert_close(record["losses"], two[0]["losses"])
         assert_close(record["norms"], two[0]["norms"])
