@@ -450,3 +450,10 @@ def test_explicit_config_and_its_errors(tree: Path, tmp_path_factory: pytest.Tem
     assert main(["rewrite", str(tree), "--config", str(config)]) == 2
     assert "'target' must be one of portable, neuron" in capsys.readouterr().err
     assert (tree / "train.py").read_text() == OLD
+
+
+def test_a_file_given_only_todos_is_reported_as_unchanged_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "flags.py"
+    path.write_text('import os\n\nUPCAST = os.environ.get("XLA_DOWNCAST_BF16", "0") == "1"\n')
+    assert main(["rewrite", str(path)]) == 1
+    assert f"Migrated {path} (1 TODO added, code unchanged)" in capsys.readouterr().err

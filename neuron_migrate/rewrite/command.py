@@ -400,6 +400,13 @@ def _crashed(job: Job, why: str) -> FileResult:
     return FileResult(path=str(job.path), error=f"{job.path}:1:1: internal error: {why}")
 
 
+def _what_changed(result: FileResult) -> str:
+    """"3 changes", or, for a file given only TODO comments, that its code is as it was."""
+    if result.changes:
+        return plural(len(result.changes), "change")
+    return f"{plural(len(result.manual), 'TODO')} added, code unchanged" if result.manual else "comments only"
+
+
 def _finish(results: list[FileResult], args: argparse.Namespace, mode: str) -> int:
     out, err = sys.stdout, sys.stderr
     for result in results:
@@ -412,7 +419,7 @@ def _finish(results: list[FileResult], args: argparse.Namespace, mode: str) -> i
             print(f"Would migrate {result.path}", file=out)
         elif not args.quiet and result.changed:
             verb = "Migrated" if mode in ("write", "output") else "Would migrate"
-            print(f"{verb} {result.path} ({plural(len(result.changes), 'change')})", file=err)
+            print(f"{verb} {result.path} ({_what_changed(result)})", file=err)
         for line in manual_lines(result):
             print(line, file=err)
     if not args.quiet:
