@@ -192,3 +192,19 @@ def test_original_spmd_program_trains_as_one_process_on_torch_xla(tmp_path: Path
     assert done.returncode == 0, done.stderr
     found = json.loads((tmp_path / "rank0.json").read_text())
     assert found["devices"] == devices and close(found["losses"], one_process_losses()), found
+
+
+# The same program seeding nothing: one SPMD program drew one set of weights and batches, which
+# every process must now draw alike.
+UNSEEDED = PROGRAM.replace("    torch.manual_seed(0)\n", "").replace(
+    "generator = torch.Generator().manual_seed(1)", "generator = None"
+)
+
+
+@pytest.mark.slow
+def test_an_unseeded_spmd_program_draws_the_same_numbers_on_every_process(tmp_path: Path) -> None:
+    migrated = migrate(UNSEEDED)
+    assert "manual_seed" not in UNSEEDED and "    seed_alike()\n" in migrated
+    first, second = train_under_torchrun(tmp_path, migrated, 2)
+    assert first["losses"] == second["losses"]
+    assert first["losses"][0] != first["losses"][-1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from string import Template
 from typing import Any, ClassVar
 
 import libcst as cst
@@ -17,6 +18,7 @@ from neuron_migrate.rewrite.codemods.base import (
     stmt,
 )
 from neuron_migrate.rewrite.codemods.mixed_parameters import FOREACH_OPTIMIZERS, without_foreach
+from neuron_migrate.rewrite.codemods.seeding import HOST_SEEDERS
 from neuron_migrate.rewrite.codemods.xla_spmd.batches import BatchSplit, plan_batch_split
 from neuron_migrate.rewrite.codemods.xla_spmd.layers import Layer, Mark, mark_of, path, plan_layers
 from neuron_migrate.rewrite.codemods.xla_spmd.meshes import (
@@ -142,7 +144,10 @@ class XlaSpmd(Codemod):
 
     ## Fix safety
     Safe for the rewritten layers: the losses of a few training steps under torchrun match one
-    process (tested). torch's optimizers in a file that shards layers are built with
+    process (tested). After the first mesh every process is seeded with rank 0's seed (unless the
+    file seeds torch itself), so what each now computes whole, such as weights it does not shard
+    and the data order, is the same everywhere, as in the one SPMD program. torch's optimizers
+    in a file that shards layers are built with
     `foreach=False` (the multi-tensor kernels refuse DTensor and plain parameters together). A weight whose module is not an `nn.Linear` fails at `parallelize_module`
     (an `nn.Embedding` takes it, split along the other dimension with the same results). The
     layers keep whole inputs and outputs, so two chained layers gather between them: drop
@@ -180,6 +185,7 @@ class XlaSpmd(Codemod):
         super().__init__(ctx)
         self._facts = MeshFacts()
         self._layers: dict[int, Layer] = {}  # id of a mark statement -> the layer it is part of
+        self._seeded_alike = False
         self._decided: dict[int, bool] = {}  # id of a layer or batch split -> whether it is rewritten
         self._splits: dict[int, BatchSplit] = {}  # id of a mark or `loss.backward()` -> the batch split
         self._functions: list[str] = []
@@ -252,7 +258,8 @@ class XlaSpmd(Codemod):
             self.ctx.note(
                 self.code,
                 "every process now runs the whole SPMD program: what a sharded layer reads (inputs, random numbers, "
-                "the data order) must be the same on every process, so seed them alike",
+                "the data order) must be the same on every process; the file's random numbers are seeded alike, "
+                "inputs it reads otherwise must be too",
             )
             return self.ctx.remove(updated_node)
         if spmd_name(name, "set_global_mesh"):
@@ -399,7 +406,30 @@ class XlaSpmd(Codemod):
         if names is not None and code_of(names.value) != "None":
             args.append(keyword_arg("mesh_dim_names", names.value))
         self.changed("`xs.Mesh(...)` -> `init_device_mesh(device_type, shape, mesh_dim_names=...)`")
+        self._seed_alike()
         return cst.Call(func=expr(init), args=_comma_separated(args))
+
+    def _seed_alike(self) -> None:
+        """After the first mesh, every process draws rank 0's random numbers, as the one SPMD
+        program did: the same initial weights, data order and dropout for what each process now
+        computes whole. Not where the file seeds torch itself (alike on every process, then)."""
+        if self._seeded_alike or self.ctx.facts.uses(*HOST_SEEDERS):
+            return
+        self._seeded_alike = True
+        name = self.ctx.unused_name("seed_alike")
+        helper = Template(SEED_ALIKE).substitute(name=name, torch=self.ctx.torch(), dist=self.ctx.dist())
+        self.ctx.insert_after(stmt(f"{self.ctx.need_helper(name, helper)}()\n"))
+        self.changed("every process seeded with rank 0's seed after the mesh, as one SPMD program drew its random numbers")
+
+
+SEED_ALIKE = '''\
+def $name():
+    """Rank 0's seed on every process: each process now runs the whole SPMD program, and what it
+    computes whole (weights it does not shard, the data order, dropout) must come out the same."""
+    seed = [$torch.seed()]
+    $dist.broadcast_object_list(seed, src=0)
+    $torch.manual_seed(seed[0])
+'''
 
 
 def _comma_separated(args: list[cst.Arg]) -> list[cst.Arg]:
