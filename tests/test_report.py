@@ -130,6 +130,22 @@ def test_a_script_importing_a_sibling_that_still_imports_the_old_stack_fails_at_
     assert "imports `helpers`, which still imports the old stack" in (tmp_path / "r.md").read_text()
 
 
+def test_an_old_stack_import_its_try_falls_back_from_does_not_fail_start_up(tmp_path: Path) -> None:
+    """`try: import torch_xla... except ImportError: xm = None` runs natively (the fallback); an
+    `except` that catches something else does not save it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    guarded = "try:\n    import torch_xla.core.xla_model as xm\nexcept {caught}:\n    xm = None\n\n\ndef devices():\n    return xm.xla_replication_devices(['a'])\n"
+    (src / "guarded.py").write_text(guarded.format(caught="ImportError"))
+    (src / "unguarded.py").write_text(guarded.format(caught="AttributeError"))
+    (src / "user.py").write_text("import guarded\n\nprint(guarded.devices)\n")
+    main(["rewrite", str(src), "--output-dir", str(tmp_path / "out"), "-q", "--report", str(tmp_path / "r.json")])
+    status = {Path(f["path"]).name: f["status"] for f in json.loads((tmp_path / "r.json").read_text())["files"]}
+    assert status["guarded.py"] == report.AFTER_TODOS
+    assert status["unguarded.py"] == report.START_UP
+    assert "user.py" not in status or status["user.py"] != report.START_UP
+
+
 def test_the_report_claims_a_warm_up_only_where_one_was_written() -> None:
     from neuron_migrate.rewrite.engine import rewrite_source
 

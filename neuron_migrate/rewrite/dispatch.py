@@ -229,6 +229,13 @@ class _LeftoverFinder(StatementHeaderVisitor):
         if self._old(node.value):
             self.found.append(node.value)
 
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        """`xm = None` (an `except ImportError` fallback) binds the name anew: no use of the old
+        module. An attribute or item set on it still is."""
+        target = node.target
+        bound = [e.value for e in target.elements] if isinstance(target, cst.Tuple | cst.List) else [target]
+        return not all(isinstance(name, cst.Name) for name in bound)
+
     # A definition's own name and its parameters bind names; only what they evaluate is a use.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         for part in (*node.decorators, node.params, node.returns):

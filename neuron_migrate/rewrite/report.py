@@ -136,8 +136,9 @@ def _cell_python(source: str) -> str | None:
 
 
 def _start_statements(text: str) -> list[ast.stmt] | None:
-    """The statements that run when the file is started or imported: not those in functions.
-    None for text that is not Python (a notebook cell with magics)."""
+    """The statements that run when the file is started or imported and whose failure to import
+    stops it: not those in functions, nor those of a `try` that catches `ImportError` (its
+    handler runs instead). None for text that is not Python (a notebook cell with magics)."""
     try:
         body = ast.parse(text).body
     except (SyntaxError, ValueError):
@@ -147,11 +148,22 @@ def _start_statements(text: str) -> list[ast.stmt] | None:
         statement, *body = body
         found.append(statement)
         if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
-            for field in ("body", "orelse", "finalbody", "handlers"):
+            guarded = isinstance(statement, ast.Try) and any(map(_catches_import_errors, statement.handlers))
+            for field in ("finalbody", "handlers") if guarded else ("body", "orelse", "finalbody", "handlers"):
                 inner = getattr(statement, field, None)
                 if isinstance(inner, list):
                     body = [*(s for h in inner for s in (h.body if isinstance(h, ast.ExceptHandler) else [h])), *body]
     return found
+
+
+def _catches_import_errors(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(
+        kind is None or (isinstance(kind, ast.Name) and kind.id in IMPORT_ERROR_CATCHERS) for kind in kinds
+    )
+
+
+IMPORT_ERROR_CATCHERS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
 
 
 def _notebook_code(text: str) -> list[str] | None:

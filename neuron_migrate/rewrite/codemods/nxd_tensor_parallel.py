@@ -365,8 +365,10 @@ def _blockers(
     trainer = found.trainer
     builds = initializes + bool(trainer.config)
     surely = INITIALIZE in always_called or bool(always_called & set(CONFIG))
-    if (program is not None and not program.builds_mesh) or (builds == 0 and names & set(TRACE_CALLS)):
-        pass  # the program's own script builds the mesh, or `parallel_model_trace` sets the groups up itself
+    if (program is not None and not program.builds_mesh) or (builds == 0 and names & {*TRACE_CALLS, *LIGHTNING_STRATEGIES}):
+        # the program's own script builds the mesh, or `parallel_model_trace` or NxD's Lightning
+        # strategy (from its `nxd_config`) sets the groups up itself
+        pass
     elif builds == 0:
         yield Blocker("NxD's groups are set up in another file: migrate this one in the same run as the script that sets them up")
     elif builds != 1 or not surely:
@@ -692,6 +694,7 @@ def _turns(loop: cst.For, qualify: Any) -> list[int]:
     return [id(s) for s in body if isinstance(s, cst.If) and _RANKED.search(code_of(s.test))]
 
 
+LIGHTNING_STRATEGIES = tuple(f"{NXD}.lightning{module}.NeuronXLAStrategy" for module in ("", ".strategy"))
 _RANKED = re.compile(r"rank|ordinal", re.IGNORECASE)
 BARRIERS = ("torch_xla.core.xla_model.rendezvous", "torch.distributed.barrier")
 # Building the sharded model now runs collectives over its tensor-parallel group
