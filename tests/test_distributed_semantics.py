@@ -815,7 +815,8 @@ SELF_INITIALIZING = [
     "import torch_xla.distributed.xla_backend",
     "def work(index, scale):\n    device = torch_xla.device()\n    dist.init_process_group('xla', init_method='xla://')\n"
     "    t = torch.ones(2, device=device) * scale\n    dist.all_reduce(t)\n"
-    "    print('rank', index, 'of', dist.get_world_size(), t.cpu().tolist(), flush=True)",
+    # One write per line: forked processes share the pipe, and print's pieces would interleave.
+    "    print(f'rank {index} of {dist.get_world_size()} {t.cpu().tolist()}\\n', end='', flush=True)",
 ]
 
 
